@@ -1,0 +1,71 @@
+"""Call4Agents: every action with a side effect happens at most once per logical action.
+
+    import call4agents as c4a
+
+    c4a.init()                        # sqlite:///.c4a/ledger.db, or $CALL4AGENTS_URL
+
+    @c4a.effect
+    def send_email(to: str, body: str) -> str: ...
+
+    with c4a.run("ticket-1234"):      # the id the agent resumes with
+        send_email("bob@example.com", "Your refund is on its way")
+"""
+
+from .context import EffectContext, bind, current, run, tool_call
+from .effect import (
+    DidNotHappen,
+    Effect,
+    EffectOptions,
+    Happened,
+    default_ledger,
+    effect,
+    init,
+)
+from .errors import (
+    ApprovalDenied,
+    ApprovalRequired,
+    Call4AgentsError,
+    ConfigurationError,
+    EffectInDoubt,
+    EffectInProgress,
+    LedgerError,
+    OutcomeUnknown,
+    ResultNotStored,
+    ResultPruned,
+    UnstableArguments,
+)
+from .ledger import EffectRecord, GcReport, Ledger, RunSummary
+
+__version__ = "0.1.0.dev0"
+# Lets integrations tell this project's core apart from the unrelated `call4agents` on PyPI.
+__c4a_core__ = True
+
+__all__ = [
+    "ApprovalDenied",
+    "ApprovalRequired",
+    "Call4AgentsError",
+    "ConfigurationError",
+    "DidNotHappen",
+    "Effect",
+    "EffectContext",
+    "EffectInDoubt",
+    "EffectInProgress",
+    "EffectOptions",
+    "EffectRecord",
+    "GcReport",
+    "Happened",
+    "Ledger",
+    "LedgerError",
+    "OutcomeUnknown",
+    "ResultNotStored",
+    "ResultPruned",
+    "RunSummary",
+    "UnstableArguments",
+    "bind",
+    "current",
+    "default_ledger",
+    "effect",
+    "init",
+    "run",
+    "tool_call",
+]

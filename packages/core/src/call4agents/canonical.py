@@ -1,0 +1,785 @@
+"""Canonical JSON of a tool's arguments: the material a stable action key is hashed from.
+
+Two values a tool could treat differently never give the same text (``1`` vs ``1.0`` vs
+``True``, ``(1,)`` vs ``[1]``, ``{1: x}`` vs ``{"1": x}``, a date vs its ISO string), and a value
+with no stable form (NaN, a naive datetime, an object printed by memory address, a cycle) is
+refused with the path of the offending field instead of silently producing a key that changes
+between runs.
+
+Non-JSON types are written as single-key objects whose key starts with ``$``, such as
+``{"$tuple": [...]}``; a user's own keys starting with ``$`` get one more ``$`` so they can never
+pass for such a tag.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import functools
+import json
+import math
+import pathlib
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from .errors import ConfigurationError, UnstableArguments
+
+__all__ = ["CanonicalArgs", "canonical_args", "canonical_json", "parse_paths", "scrub"]
+
+MAX_DEPTH: Final = 64
+# Secrets shorter than this would scrub ordinary words out of error texts.
+_MIN_SECRET_LEN: Final = 4
+# Keeps a huge dict key from turning an error message into a megabyte.
+_MAX_KEY_REPR: Final = 60
+
+EACH: Final = "[]"
+"""Path segment meaning "every element of a list or tuple" (written ``items[]`` or ``items.*``)."""
+
+_NoneType = type(None)
+# Types that encode as themselves. Strict mode drops str and int so that the rare second pass can
+# check each one for what json cannot write (lone surrogates, ints beyond the digit limit).
+_FAST: Final[frozenset[type]] = frozenset((str, int, bool, _NoneType))
+_FAST_STRICT: Final[frozenset[type]] = frozenset((bool, _NoneType))
+
+_IGNORE: Final = 1
+_REDACT: Final = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class CanonicalArgs:
+    """The canonical forms of one call's arguments."""
+
+    key_material: str
+    """Compact sorted JSON to hash; a redacted value appears as ``{"$redacted": <hmac hex>}``."""
+    display: str
+    """The same JSON with each redacted value shown as ``"***"``: safe to store and print."""
+    secrets: tuple[str, ...]
+    """Printed forms of the redacted values, for :func:`scrub` to mask in error texts."""
+
+
+# --- JSON writing -------------------------------------------------------------------------------
+
+
+def _json_writer(default: Callable[[Any], Any] | None) -> Callable[[Any], str]:
+    """A compact, key-sorted, NaN-refusing JSON writer built once and reused on every call."""
+    encoder = json.JSONEncoder(
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        # The trees written here are built fresh by this module and cannot contain cycles.
+        check_circular=False,
+        default=default,
+    )
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return encoder.encode
+    try:
+        # Reusing the C encoder directly saves about a microsecond per call over
+        # JSONEncoder.encode, which rebuilds it every time; that is most of a small call's cost.
+        iterencode = make(
+            None,
+            encoder.default,
+            json.encoder.encode_basestring,
+            None,
+            ":",
+            ",",
+            True,
+            False,
+            False,
+        )
+        probe: Any = {"b": [1, 1.5, None, True], "a": "é"}
+
+        def write(value: Any) -> str:
+            return "".join(iterencode(value, 0))
+
+        if write(probe) != encoder.encode(probe):
+            return encoder.encode
+    except Exception:  # noqa: BLE001 - any surprise in a private API means: use the public one
+        return encoder.encode
+    return write
+
+
+class _Redacted:
+    """Stands in for a redacted value in the encoded tree until the two texts are written."""
+
+    __slots__ = ("digest",)
+
+    def __init__(self, digest: str) -> None:
+        self.digest = digest
+
+
+def _as_key_material(value: Any) -> Any:
+    if isinstance(value, _Redacted):
+        return {"$redacted": value.digest}
+    raise TypeError(f"unexpected {type(value).__name__} in an encoded tree")
+
+
+def _as_display(value: Any) -> Any:
+    if isinstance(value, _Redacted):
+        return "***"
+    raise TypeError(f"unexpected {type(value).__name__} in an encoded tree")
+
+
+_write: Final = _json_writer(None)
+_write_key_material: Final = _json_writer(_as_key_material)
+_write_display: Final = _json_writer(_as_display)
+
+
+# --- Refusals and their paths ---------------------------------------------------------------------
+
+# A step from a container to one of its parts: ("attr", name), ("index", i) or ("key", key).
+_Step = tuple[str, Any]
+
+
+class _Refusal(Exception):
+    """Raised deep inside the encoder; each container adds its step while the error unwinds.
+
+    Building the path only on the way out keeps the successful path free of string work.
+    """
+
+    def __init__(self, reason: str, *, too_deep: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.too_deep = too_deep
+        # (id of the object reached, step that reached it), innermost first.
+        self.trail: list[tuple[int, _Step]] = []
+        self.settled = False
+
+    def add(self, obj: Any, step: _Step) -> None:
+        self.trail.append((id(obj), step))
+
+    def settle(self) -> None:
+        """Fix the reason; a cycle shows up as an object met twice on the way down."""
+        if self.settled:
+            return
+        self.settled = True
+        if not self.too_deep:
+            return
+        down = self.trail[::-1]
+        seen: set[int] = set()
+        for i, (obj_id, _) in enumerate(down):
+            if obj_id in seen:
+                self.reason = "contains a reference cycle"
+                self.trail = down[: i + 1][::-1]
+                return
+            seen.add(obj_id)
+
+    def path(self) -> str:
+        return _format_path([step for _, step in reversed(self.trail)])
+
+
+def _format_path(steps: Iterable[_Step]) -> str:
+    out: list[str] = []
+    for kind, part in steps:
+        if kind == "index":
+            out.append(f"[{part}]")
+        elif kind == "attr" and isinstance(part, str) and part.isidentifier():
+            out.append(f".{part}" if out else part)
+        else:
+            text = repr(part)
+            if len(text) > _MAX_KEY_REPR:
+                text = text[: _MAX_KEY_REPR - 3] + "..."
+            out.append(f"[{text}]")
+    return "".join(out)
+
+
+def _type_name(tp: type) -> str:
+    if tp.__module__ == "builtins":
+        return tp.__qualname__
+    return f"{tp.__module__}.{tp.__qualname__}"
+
+
+def _class_ref(tp: type) -> str:
+    return f"{tp.__module__}:{tp.__qualname__}"
+
+
+def _unknown_reason(tp: type) -> str:
+    printer: object = tp.__repr__
+    name = tp.__qualname__
+    if printer is object.__repr__:
+        article = "an" if name[:1].lower() in "aeiou" else "a"
+        return f"is {article} {name} object whose only printed form is its memory address"
+    return f"is a {_type_name(tp)}, which has no stable canonical form"
+
+
+def _escape(key: str) -> str:
+    return "$" + key if key.startswith("$") else key
+
+
+# --- Field paths for ignore= and redact= ----------------------------------------------------------
+
+
+def parse_paths(paths: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """Split field paths like ``"meta.request_id"`` or ``"items[].id"`` into segments.
+
+    Every-element steps (``[]`` or ``*``) become :data:`EACH`. Raises
+    :class:`~call4agents.errors.ConfigurationError` on bad syntax, so mistakes show up when the
+    tool is declared rather than as a field that silently never matches.
+    """
+    if isinstance(paths, str):
+        raise ConfigurationError(
+            f"field paths must be a list or tuple of strings, not the string {paths!r}; "
+            f"write ({paths!r},)."
+        )
+    return tuple(_parse_path(path) for path in paths)
+
+
+def _bad_path(path: object, why: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"bad field path {path!r}: {why}. Write paths like 'timestamp', 'meta.request_id' "
+        "or 'items[].id'."
+    )
+
+
+def _parse_path(path: object) -> tuple[str, ...]:
+    if not isinstance(path, str):
+        raise _bad_path(path, f"it is a {type(path).__name__}, not a string")
+    if not path:
+        raise _bad_path(path, "it is empty")
+    segments: list[str] = []
+    for part in path.split("."):
+        if part == "*":
+            segments.append(EACH)
+            continue
+        name = part
+        each = 0
+        while name.endswith(EACH):
+            name = name[: -len(EACH)]
+            each += 1
+        if not name:
+            raise _bad_path(path, "it has an empty name (look for '..', a leading '.' or '[]')")
+        if any(ch in name for ch in "[]*"):
+            raise _bad_path(path, f"{name!r} is not a name ('[]' may only follow a name)")
+        if name != name.strip():
+            raise _bad_path(path, f"{name!r} has spaces around it")
+        segments.append(name)
+        segments.extend([EACH] * each)
+    if segments[0] == EACH:
+        raise _bad_path(path, "it must start with an argument name")
+    return tuple(segments)
+
+
+class _Node:
+    """One step of the ignore/redact tree: what to do here, and the rules below."""
+
+    __slots__ = ("action", "children")
+
+    def __init__(self) -> None:
+        self.action = 0
+        self.children: dict[str, _Node] = {}
+
+
+class _Plan:
+    __slots__ = ("has_redact", "root")
+
+    def __init__(self, root: _Node, has_redact: bool) -> None:
+        self.root = root
+        self.has_redact = has_redact
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(ignore: tuple[str, ...], redact: tuple[str, ...]) -> _Plan:
+    root = _Node()
+    marked: dict[tuple[str, ...], int] = {}
+    for action, paths in ((_IGNORE, ignore), (_REDACT, redact)):
+        for path, segments in zip(paths, parse_paths(paths), strict=True):
+            if marked.get(segments, action) != action:
+                raise ConfigurationError(
+                    f"field path {path!r} is named in both ignore= and redact=; pick one."
+                )
+            marked[segments] = action
+            node = root
+            for segment in segments:
+                node = node.children.setdefault(segment, _Node())
+            node.action = action
+    _prune(root, inside_redacted=False)
+    return _Plan(root, has_redact=bool(redact))
+
+
+def _prune(node: _Node, *, inside_redacted: bool) -> None:
+    """Drop rules that cannot matter, so an encoded redacted value never holds a redaction.
+
+    Below an ignored field nothing is looked at; below a redacted one only ignores still count
+    (they change which digest the value gets), while nested redactions are already covered.
+    """
+    for name, child in list(node.children.items()):
+        if child.action == _IGNORE:
+            child.children.clear()
+        elif inside_redacted and child.action == _REDACT:
+            child.action = 0
+        _prune(child, inside_redacted=inside_redacted or child.action == _REDACT)
+        if not child.action and not child.children:
+            del node.children[name]
+
+
+# --- The encoder ----------------------------------------------------------------------------------
+
+_Handler = Callable[["_Encoder", Any, int, "_Node | None"], Any]
+# Handler per concrete type, filled on first sight: what a type needs depends only on the type.
+_HANDLERS: dict[type, _Handler] = {}
+_MAX_HANDLERS: Final = 4096
+
+
+class _Encoder:
+    """Turns values into JSON-ready trees; one instance per call, never shared."""
+
+    __slots__ = ("digest", "fast", "redactions", "secrets", "strict")
+
+    def __init__(
+        self, *, strict: bool = False, digest: Callable[[bytes], str] | None = None
+    ) -> None:
+        self.strict = strict
+        self.fast = _FAST_STRICT if strict else _FAST
+        self.digest = digest
+        self.redactions = 0
+        self.secrets: list[str] = []
+
+    def value(self, v: Any, depth: int, node: _Node | None) -> Any:
+        tp = type(v)
+        if tp in self.fast:
+            return v
+        handler = _HANDLERS.get(tp)
+        if handler is None:
+            handler = _resolve(tp)
+        return handler(self, v, depth, node)
+
+    def fields(self, items: Iterable[tuple[str, Any]], depth: int, node: _Node | None) -> Any:
+        """Encode str-keyed fields (a dict, a dataclass, a model dump) honouring ignore/redact."""
+        out: dict[str, Any] = {}
+        fast = self.fast
+        rules = node.children if node is not None else None
+        key = ""
+        item: Any = None
+        try:
+            if not rules:
+                for key, item in items:
+                    if key.startswith("$"):
+                        out["$" + key] = self.value(item, depth, None)
+                    else:
+                        out[key] = item if type(item) in fast else self.value(item, depth, None)
+                return out
+            for key, item in items:
+                rule = rules.get(key)
+                if rule is None:
+                    out[_escape(key)] = self.value(item, depth, None)
+                elif rule.action == _IGNORE:
+                    continue
+                elif rule.action == _REDACT:
+                    out[_escape(key)] = self.redacted(item, depth, rule)
+                else:
+                    out[_escape(key)] = self.value(item, depth, rule)
+        except _Refusal as refusal:
+            refusal.add(item, ("attr", key))
+            raise
+        return out
+
+    def redacted(self, v: Any, depth: int, node: _Node) -> _Redacted:
+        try:
+            tree = self.value(v, depth, node)
+            data = _write(tree).encode("utf-8")
+        except _Refusal as refusal:
+            # The path stops at the redacted field: anything below it (a dict key, an index)
+            # could give the secret away.
+            refusal.settle()
+            refusal.trail.clear()
+            raise
+        except ValueError:
+            # json or UTF-8 could not write it (huge int, lone surrogate): find out where, with
+            # the same rule that the path stops here.
+            try:
+                _Encoder(strict=True).value(v, depth, node)
+            except _Refusal as refusal:
+                refusal.settle()
+                refusal.trail.clear()
+                raise
+            raise
+        if self.digest is None:  # pragma: no cover - canonical_args checks this up front
+            raise ConfigurationError("redact= needs a ledger secret to compute digests.")
+        self.redactions += 1
+        self.secrets.extend(_printed_forms(v))
+        return _Redacted(self.digest(data))
+
+    def container(self, v: Any, depth: int) -> int:
+        """The depth of v's children, refusing v if it is itself too deep."""
+        if depth > MAX_DEPTH:
+            raise _Refusal(f"is nested deeper than {MAX_DEPTH} levels", too_deep=True)
+        return depth + 1
+
+    def items(self, v: Iterable[Any], depth: int, node: _Node | None) -> list[Any]:
+        each = node.children.get(EACH) if node is not None else None
+        out: list[Any] = []
+        fast = self.fast
+        item: Any = None
+        try:
+            if each is None:
+                for item in v:
+                    out.append(item if type(item) in fast else self.value(item, depth, None))
+            elif each.action == _REDACT:
+                for item in v:
+                    out.append(self.redacted(item, depth, each))
+            elif each.action != _IGNORE:
+                for item in v:
+                    out.append(self.value(item, depth, each))
+        except _Refusal as refusal:
+            # Every earlier element was appended, so the failing one's index is len(out).
+            refusal.add(item, ("index", len(out)))
+            raise
+        return out
+
+
+def _printed_forms(v: Any) -> list[str]:
+    """str() of a redacted value and of the scalars inside it: what an error text could show."""
+    found: list[str] = []
+    stack = [v]
+    while stack:
+        item = stack.pop()
+        text = str(item) if not isinstance(item, str) else item
+        if len(text) >= _MIN_SECRET_LEN:
+            found.append(text)
+        if isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            stack.extend(getattr(item, field.name) for field in dataclasses.fields(item))
+        elif _is_model_type(type(item)):
+            stack.extend(getattr(item, "__dict__", {}).values())
+    return found
+
+
+# Handlers: (encoder, value, depth, node) -> JSON-ready tree.
+
+
+def _h_str(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    text = str.__str__(v)
+    if enc.strict:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _Refusal(
+                "contains a lone surrogate character, which is not valid Unicode text"
+            ) from None
+    return text
+
+
+def _h_int(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    number = int.__int__(v)
+    # 2000 bits is below the smallest digit limit Python can be set to; only then can str() fail.
+    if enc.strict and number.bit_length() > 2000:
+        try:
+            str(number)
+        except ValueError:
+            raise _Refusal(
+                "is an integer too long to write in decimal in this process "
+                "(see sys.set_int_max_str_digits)"
+            ) from None
+    return number
+
+
+def _h_float(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    number = float.__float__(v)
+    if math.isfinite(number):
+        return number
+    if math.isnan(number):
+        raise _Refusal("is NaN, which has no stable form")
+    raise _Refusal("is infinite, which has no stable form")
+
+
+def _h_dict(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    inner = enc.container(v, depth)
+    if not all(type(k) is str for k in v):
+        return _encode_map(enc, v, inner, node)
+    if enc.strict:
+        for k in v:
+            try:
+                _h_str(enc, k, inner, None)
+            except _Refusal as refusal:
+                refusal.add(k, ("key", k))
+                raise
+    return enc.fields(v.items(), inner, node)
+
+
+def _encode_map(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    rules = node.children if node is not None else {}
+    pairs: list[tuple[str, Any, Any]] = []
+    for k, item in v.items():
+        try:
+            key_tree = enc.value(k, depth, None)
+        except _Refusal as refusal:
+            refusal.add(k, ("key", k))
+            raise
+        rule = rules.get(k) if type(k) is str else None
+        try:
+            if rule is None:
+                item_tree = enc.value(item, depth, None)
+            elif rule.action == _IGNORE:
+                continue
+            elif rule.action == _REDACT:
+                item_tree = enc.redacted(item, depth, rule)
+            else:
+                item_tree = enc.value(item, depth, rule)
+        except _Refusal as refusal:
+            refusal.add(item, ("attr" if type(k) is str else "key", k))
+            raise
+        pairs.append((_write(key_tree), key_tree, item_tree))
+    pairs.sort(key=lambda pair: pair[0])
+    return {"$map": [[key_tree, item_tree] for _, key_tree, item_tree in pairs]}
+
+
+def _h_list(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    return enc.items(v, enc.container(v, depth), node)
+
+
+def _h_tuple(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    return {"$tuple": enc.items(v, enc.container(v, depth), node)}
+
+
+def _h_set(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    inner = enc.container(v, depth)
+    members: list[tuple[str, Any]] = []
+    for item in v:
+        try:
+            tree = enc.value(item, inner, None)
+        except _Refusal as refusal:
+            refusal.add(item, ("key", item))
+            raise
+        members.append((_write(tree), tree))
+    members.sort(key=lambda member: member[0])
+    return {"$set": [tree for _, tree in members]}
+
+
+def _h_bytes(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    return {"$bytes": base64.b64encode(bytes(v)).decode("ascii")}
+
+
+def _h_datetime(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    if v.utcoffset() is None:
+        raise _Refusal("is a naive datetime; attach a timezone (datetime.now(timezone.utc))")
+    return {"$datetime": v.isoformat()}
+
+
+def _h_date(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    return {"$date": v.isoformat()}
+
+
+def _h_time(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    return {"$time": v.isoformat()}
+
+
+def _h_timedelta(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    return {"$timedelta": [v.days, v.seconds, v.microseconds]}
+
+
+def _h_decimal(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    if v.is_nan():
+        raise _Refusal("is a Decimal NaN, which has no stable form")
+    if v.is_infinite():
+        raise _Refusal("is an infinite Decimal, which has no stable form")
+    return {"$decimal": str(v)}
+
+
+def _h_uuid(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    return {"$uuid": str(v)}
+
+
+def _h_path(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    return {"$path": str(v)}
+
+
+def _h_enum(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    inner = enc.container(v, depth)
+    return {"$enum": [_class_ref(type(v)), enc.value(v.value, inner, None)]}
+
+
+def _h_model(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    inner = enc.container(v, depth)
+    try:
+        dump = v.model_dump(mode="python")
+    except Exception as exc:  # noqa: BLE001 - any failure means no stable form; say which
+        # The exception text is left out: it may quote a field that is meant to be redacted.
+        raise _Refusal(
+            f"is a {_type_name(type(v))} whose model_dump() failed ({type(exc).__name__})"
+        ) from None
+    if type(dump) is not dict:
+        raise _Refusal(f"is a {_type_name(type(v))} whose model_dump() is not a dict")
+    return {"$model": [_class_ref(type(v)), _model_fields(enc, dump, inner, node)]}
+
+
+def _model_fields(enc: _Encoder, dump: dict[Any, Any], depth: int, node: _Node | None) -> Any:
+    if all(type(k) is str for k in dump):
+        return enc.fields(dump.items(), depth, node)
+    return _encode_map(enc, dump, depth, node)
+
+
+def _h_dataclass(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    inner = enc.container(v, depth)
+    items = ((field.name, getattr(v, field.name)) for field in dataclasses.fields(v))
+    return {"$dataclass": [_class_ref(type(v)), enc.fields(items, inner, node)]}
+
+
+def _h_unknown(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    raise _Refusal(_unknown_reason(type(v)))
+
+
+# Checked in order, so that the most specific base wins (datetime is a date, bool an int).
+_BY_BASE: Final[tuple[tuple[type, _Handler], ...]] = (
+    (str, _h_str),
+    (int, _h_int),
+    (float, _h_float),
+    (dict, _h_dict),
+    (list, _h_list),
+    (tuple, _h_tuple),
+    (set, _h_set),
+    (frozenset, _h_set),
+    (bytes, _h_bytes),
+    (bytearray, _h_bytes),
+    (memoryview, _h_bytes),
+    (dt.datetime, _h_datetime),
+    (dt.date, _h_date),
+    (dt.time, _h_time),
+    (dt.timedelta, _h_timedelta),
+    (decimal.Decimal, _h_decimal),
+    (uuid.UUID, _h_uuid),
+    (pathlib.PurePath, _h_path),
+)
+
+
+def _is_model_type(tp: type) -> bool:
+    return callable(getattr(tp, "model_dump", None)) and hasattr(tp, "model_fields")
+
+
+def _resolve(tp: type) -> _Handler:
+    handler: _Handler
+    # Enums first: an IntEnum is an int and a StrEnum a str, but a tool may tell them apart.
+    if issubclass(tp, enum.Enum):
+        handler = _h_enum
+    elif _is_model_type(tp):
+        handler = _h_model
+    elif dataclasses.is_dataclass(tp):
+        handler = _h_dataclass
+    else:
+        handler = next((h for base, h in _BY_BASE if issubclass(tp, base)), _h_unknown)
+    if len(_HANDLERS) >= _MAX_HANDLERS:
+        # Classes made on the fly (one per call) must not pile up here forever.
+        _HANDLERS.clear()
+    _HANDLERS[tp] = handler
+    return handler
+
+
+# --- Public functions -----------------------------------------------------------------------------
+
+
+def canonical_args(
+    tool: str,
+    arguments: Mapping[str, Any],
+    *,
+    ignore: Sequence[str] = (),
+    redact: Sequence[str] = (),
+    redact_digest: Callable[[bytes], str] | None = None,
+) -> CanonicalArgs:
+    """Canonicalize a call's bound arguments (name -> value, in signature order).
+
+    ``ignore`` paths are dropped before encoding, so an unstable value there is fine. ``redact``
+    paths count in the key through ``redact_digest`` (an HMAC under the ledger's secret) of the
+    value's canonical JSON, and show as ``"***"`` in :attr:`CanonicalArgs.display`. A path that a
+    call does not have is skipped. Raises :class:`~call4agents.errors.UnstableArguments`.
+    """
+    if not ignore and not redact:
+        text = _plain_text(arguments)
+        if text is not None:
+            return CanonicalArgs(text, text, ())
+    root: _Node | None = None
+    if ignore or redact:
+        plan = _plan(_as_paths(ignore), _as_paths(redact))
+        if plan.has_redact and redact_digest is None:
+            raise ConfigurationError(
+                f"{tool}: redact= needs a ledger secret to key redacted values by an HMAC; "
+                "open the ledger with a secret (or drop redact=)."
+            )
+        root = plan.root
+    encoder = _Encoder(digest=redact_digest)
+    tree = _encode_top(tool, encoder, arguments, root)
+    try:
+        key_material = _write_key_material(tree) if encoder.redactions else _write(tree)
+        if not key_material.isascii():
+            key_material.encode("utf-8")
+    except ValueError:
+        _encode_top(tool, _Encoder(strict=True, digest=redact_digest), arguments, root)
+        raise
+    if not encoder.redactions:
+        return CanonicalArgs(key_material, key_material, ())
+    secrets = tuple(dict.fromkeys(encoder.secrets))
+    return CanonicalArgs(key_material, _write_display(tree), secrets)
+
+
+def _plain_text(arguments: Mapping[str, Any]) -> str | None:
+    """The common call (a few str/int/bool/None arguments) without the general machinery."""
+    out: dict[str, Any] = {}
+    for name, value in arguments.items():
+        if type(value) not in _FAST or name.startswith("$"):
+            return None
+        out[name] = value
+    text = _write(out)
+    return text if text.isascii() else None
+
+
+def _as_paths(paths: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(paths, str):
+        parse_paths(paths)  # raises the clear "pass a tuple" error
+    return tuple(paths)
+
+
+def _encode_top(
+    tool: str, encoder: _Encoder, arguments: Mapping[str, Any], root: _Node | None
+) -> dict[str, Any]:
+    try:
+        tree = encoder.fields(arguments.items(), 1, root)
+    except _Refusal as refusal:
+        refusal.settle()
+        raise UnstableArguments(tool, refusal.path(), refusal.reason) from None
+    return tree  # type: ignore[no-any-return]
+
+
+def canonical_json(tool: str, value: Any, *, root: str = "key") -> str:
+    """Canonical JSON of one value (no ignore/redact), e.g. of what a ``key=`` function returned.
+
+    ``root`` names the value in error paths.
+    """
+    try:
+        try:
+            text = _write(_Encoder().value(value, 1, None))
+            if not text.isascii():
+                text.encode("utf-8")
+        except ValueError:
+            _Encoder(strict=True).value(value, 1, None)
+            raise
+    except _Refusal as refusal:
+        refusal.settle()
+        refusal.add(value, ("attr", root))
+        raise UnstableArguments(tool, refusal.path(), refusal.reason) from None
+    return text
+
+
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    """Replace every occurrence of each secret in ``text`` by ``***``.
+
+    Longest first, so a secret that contains another is masked whole; the repr- and JSON-escaped
+    spellings are masked too, since error texts often quote values that way.
+    """
+    forms: set[str] = set()
+    for secret in secrets:
+        if not secret:
+            continue
+        forms.add(secret)
+        forms.add(repr(secret)[1:-1])
+        forms.add(json.dumps(secret)[1:-1])
+        forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+    for form in sorted(forms, key=len, reverse=True):
+        if form and form in text:
+            text = text.replace(form, "***")
+    return text

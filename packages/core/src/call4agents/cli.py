@@ -1,0 +1,597 @@
+"""The `call4agents` command: look into a ledger, settle actions in doubt, prune, migrate, check.
+
+    call4agents doubt --fail-if-any          # cron / CI: exit 3 while anything is in doubt
+    call4agents resolve 3f2a9c1b4d5e --happened --result '{"id": "msg-1"}' --by ann
+    call4agents runs
+    call4agents show ticket-1234
+    call4agents gc --older-than 30d
+    call4agents migrate
+    call4agents doctor
+
+Every command takes ``--url`` (default ``$CALL4AGENTS_URL``, else ``sqlite:///.c4a/ledger.db``),
+``--schema`` (PostgreSQL) and ``--json`` (one JSON document on stdout). Errors are one line on
+stderr and exit code 2; passwords in URLs are never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import stat
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from sqlalchemy import Engine, func, select, text
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import SQLAlchemyError
+
+from . import _db, migrations
+from .errors import Call4AgentsError, ConfigurationError, LedgerError
+from .ledger import EffectRecord, Ledger
+from .store import now_sql
+from .tables import effects
+
+PROG = "call4agents"
+EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_IN_DOUBT = 0, 1, 2, 3
+CLOCK_SKEW_WARN = 5.0
+STATE_WORDS = {"succeeded": "done", "failed": "failed", "in_doubt": "in doubt", "started": "running"}
+_AGE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)\s*", re.IGNORECASE)
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class UsageError(Exception):
+    """A command line that cannot be run as written (reported like any other error)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+# -- output helpers -------------------------------------------------------------------------
+
+
+def _table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], below: dict[int, list[str]] | None = None
+) -> str:
+    """Left-aligned columns, two spaces apart; ``below[i]`` are extra lines under row ``i``."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip()
+
+    lines = [line(headers)]
+    for i, row in enumerate(rows):
+        lines.append(line(row))
+        lines.extend("    " + extra for extra in (below or {}).get(i, []))
+    return "\n".join(lines)
+
+
+def _trim(value: str | None, width: int) -> str:
+    if not value:
+        return ""
+    flat = " ".join(value.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _ago(then: float, now: float | None = None) -> str:
+    seconds = (time.time() if now is None else now) - then
+    if seconds < 1:
+        return "just now"
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return f"{int(seconds)}s ago"
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def parse_age(text_: str) -> float:
+    """``30d``, ``12h``, ``15m``, ``45s``, ``2w`` or plain seconds, as seconds."""
+    found = _AGE.fullmatch(text_)
+    if found is None:
+        raise ConfigurationError(
+            f"cannot read the age {text_!r}: give a number with a unit, like 30d, 12h, 15m or 45s "
+            "(d = days, h = hours, m = minutes, s = seconds), or plain seconds"
+        )
+    return float(found.group(1)) * _UNITS[found.group(2).lower()]
+
+
+# -- opening the ledger ---------------------------------------------------------------------
+
+
+def _url(args: argparse.Namespace) -> URL:
+    return _db.parse_url(getattr(args, "url", None))
+
+
+def _schema(args: argparse.Namespace) -> str | None:
+    schema: str | None = getattr(args, "schema", None)
+    return schema or None
+
+
+def _sqlite_path(url: URL) -> Path | None:
+    if url.get_backend_name() != "sqlite":
+        return None
+    return Path(url.database or "").expanduser()
+
+
+def _require_existing(url: URL) -> None:
+    """Reading commands must not create an empty ledger where a URL has a typo."""
+    path = _sqlite_path(url)
+    if path is not None and url.database not in (None, "", ":memory:") and not path.exists():
+        raise LedgerError(
+            f"there is no ledger at {_db.safe_url(url)}: the file {path} does not exist. Check "
+            "--url (or $CALL4AGENTS_URL); agents create the ledger when they first run"
+        )
+
+
+def _open(args: argparse.Namespace) -> Ledger:
+    url = _url(args)
+    _require_existing(url)
+    # Never change the schema from a reading command: an old ledger asks for `migrate`.
+    return Ledger(url.render_as_string(hide_password=False), schema=_schema(args),
+                  auto_migrate=False)  # fmt: skip
+
+
+def _engine(url: URL, schema: str | None) -> Engine:
+    return _db.make_engine(
+        url,
+        durability="power",
+        schema=schema,
+        busy_timeout=30.0,
+        allow_network_fs=os.environ.get("CALL4AGENTS_ALLOW_NETWORK_FS") == "1",
+    )
+
+
+def _short(exc: BaseException) -> str:
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    from . import quickstart
+
+    rest: list[str] = list(args.rest)
+    if getattr(args, "url", None):
+        rest = ["--url", args.url, *rest]
+    return int(quickstart.main(rest))
+
+
+def _why(record: EffectRecord) -> str:
+    # The tool's own error says more than the generic note that it raised; a lapsed lease or a
+    # dead worker has only the note.
+    return record.error or record.note or ""
+
+
+def cmd_doubt(args: argparse.Namespace) -> int:
+    with _open(args) as ledger:
+        found = ledger.in_doubt()
+    if args.json:
+        _print_json([r.as_dict() for r in found])
+    elif not found:
+        print("No actions in doubt.")
+    else:
+        now = time.time()
+        rows = [
+            [r.key[:12], r.run_id, r.tool, str(r.attempt), _ago(r.updated_at, now), _trim(_why(r), 60)]
+            for r in found
+        ]
+        print(_table(["KEY", "RUN", "TOOL", "ATTEMPT", "SINCE", "WHY"], rows))
+        print(
+            f"\n{len(found)} in doubt. Find out whether each happened, then: "
+            f"{PROG} resolve KEY --happened [--result JSON] | --did-not-happen"
+        )
+    return EXIT_IN_DOUBT if found and args.fail_if_any else EXIT_OK
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    by = args.by or os.environ.get("USER") or os.environ.get("LOGNAME")
+    if not by:
+        raise ConfigurationError("say who found this out with --by NAME ($USER is not set)")
+    result: Any = None
+    if args.result is not None:
+        if not args.happened:
+            raise ConfigurationError("--result goes with --happened only")
+        try:
+            result = json.loads(args.result)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(
+                f"--result must be JSON, e.g. '{{\"id\": \"msg-1\"}}' or '\"sent\"' ({exc})"
+            ) from None
+    with _open(args) as ledger:
+        record = ledger.resolve(
+            args.key, happened=args.happened, result=result, by=by, note=args.note or ""
+        )
+    if args.json:
+        _print_json(record.as_dict())
+    else:
+        what = "happened" if args.happened else "did not happen"
+        print(f"Resolved {record.tool} in run {record.run_id}: {what} (by {by})")
+    return EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise ConfigurationError("--limit must be at least 1")
+    with _open(args) as ledger:
+        ledger.sweep()  # so a dead worker's action shows as in doubt, not running
+        found = ledger.runs(limit=args.limit)
+    if args.json:
+        _print_json([dataclasses.asdict(r) for r in found])
+    elif not found:
+        print("No runs recorded.")
+    else:
+        now = time.time()
+        rows = [
+            [r.run_id, str(r.actions), str(r.succeeded), str(r.failed), str(r.in_doubt),
+             str(r.started), _ago(r.last_at, now)]
+            for r in found
+        ]  # fmt: skip
+        headers = ["RUN", "ACTIONS", "DONE", "FAILED", "IN DOUBT", "RUNNING", "LAST ACTIVE"]
+        print(_table(headers, rows))
+    return EXIT_OK
+
+
+def _outcome(r: EffectRecord) -> str:
+    if r.pruned_at is not None:
+        return "(result pruned by gc)"
+    if r.state == "succeeded":
+        return r.result_json if r.result_json is not None else (r.note or "(no result stored)")
+    if r.state == "started":
+        return "(running)"
+    return r.error or r.note or ""
+
+
+def _extra_lines(r: EffectRecord) -> list[str]:
+    lines = []
+    if r.resolved_by:
+        lines.append(f"note: {r.note or 'resolved by ' + r.resolved_by}")
+    for item in r.evidence:
+        outcome = item.get("result") or item.get("error") or ""
+        lines.append(
+            f"evidence: attempt {item.get('attempt')} ended {item.get('state')} late: "
+            f"{_trim(str(outcome), 60)} (kept, not applied)"
+        )
+    return lines
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _open(args) as ledger:
+        ledger.sweep()
+        found = ledger.effects(args.run)
+    if args.json:
+        _print_json([r.as_dict() for r in found])
+    if not found:
+        if not args.json:
+            print(f"No actions recorded for run {args.run!r}.", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        return EXIT_OK
+    rows, below = [], {}
+    for i, r in enumerate(found):
+        rows.append([str(i + 1), r.tool, STATE_WORDS.get(r.state, r.state), str(r.attempt),
+                     _trim(_compact(r.args), 40), _trim(_outcome(r), 50), r.key[:12]])  # fmt: skip
+        if extra := _extra_lines(r):
+            below[i] = extra
+    headers = ["#", "TOOL", "STATE", "ATTEMPT", "ARGS", "RESULT OR ERROR", "KEY"]
+    print(f"Run {args.run}\n")
+    print(_table(headers, rows, below))
+    counts = {s: sum(r.state == s for r in found) for s in STATE_WORDS}
+    summary = f"{counts['succeeded']} done, {counts['in_doubt']} in doubt, {counts['failed']} failed"
+    if counts["started"]:
+        summary += f", {counts['started']} running"
+    print(f"\n{summary}")
+    return EXIT_OK
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    seconds = parse_age(args.older_than)
+    with _open(args) as ledger:
+        report = ledger.gc(seconds)
+    if args.json:
+        _print_json({**dataclasses.asdict(report), "older_than_seconds": seconds})
+    else:
+        print(
+            f"Pruned {report.pruned} finished actions (tombstones kept), deleted {report.deleted} "
+            f"failed, kept {report.kept_open} open (started or in doubt)"
+        )
+    return EXIT_OK
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    url = _url(args)
+    engine = _engine(url, _schema(args))
+    try:
+        before, after = migrations.migrate(engine, schema=_schema(args))
+    except SQLAlchemyError as exc:
+        raise LedgerError(f"cannot migrate the ledger at {_db.safe_url(url)}: {_short(exc)}") from exc
+    finally:
+        engine.dispose()
+    safe = _db.safe_url(url)
+    if args.json:
+        _print_json({"url": safe, "before": before, "after": after})
+    elif before == after:
+        print(f"Ledger at {safe}: already at version {after}")
+    else:
+        print(f"Ledger at {safe}: schema version {before} -> {after}")
+    return EXIT_OK
+
+
+# -- doctor ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    status: str  # OK | WARN | FAIL | SKIP
+    detail: str
+
+
+def _permission_check(path: Path) -> Check:
+    loose = []
+    for item in (path, path.with_name(path.name + "-wal"), path.parent / "secret"):
+        if item.exists():
+            mode = stat.S_IMODE(item.stat().st_mode)
+            if mode & 0o077:
+                loose.append(f"{item.name} is {mode:o}")
+    if loose:
+        return Check("permissions", "WARN",
+                     f"{', '.join(loose)}: others may read it; chmod 600 (folder 700)")  # fmt: skip
+    return Check("permissions", "OK", f"{path} and its companions are owner-only")
+
+
+def _durability_check(engine: Engine, dialect: str) -> Check:
+    with engine.connect() as conn:
+        if dialect == "sqlite":
+            level = conn.exec_driver_sql("PRAGMA synchronous").scalar()
+            names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+            return Check("durability", "OK",
+                         f"sqlite; this process opens it with synchronous={names.get(level, level)}"
+                         " (durability is chosen by each process: power = FULL, the default)")  # fmt: skip
+        fsync = conn.execute(text("SHOW fsync")).scalar()
+        sync = conn.execute(text("SHOW synchronous_commit")).scalar()
+    detail = f"postgresql; fsync={fsync}, synchronous_commit={sync}"
+    if fsync != "on":
+        return Check("durability", "WARN", detail + ": a crash can lose or corrupt commits")
+    if sync == "off":
+        return Check("durability", "WARN", detail + ": commits may not survive a server crash")
+    return Check("durability", "OK", detail)
+
+
+def _secret_check(url: URL, schema: str | None) -> Check:
+    try:
+        with Ledger(url.render_as_string(hide_password=False), schema=schema,
+                    auto_migrate=False) as ledger:  # fmt: skip
+            ledger.secret  # noqa: B018 - loads (or, beside an SQLite ledger, creates) it
+    except ConfigurationError as exc:
+        return Check("secret", "WARN", str(exc))
+    source = ("$CALL4AGENTS_SECRET" if os.environ.get("CALL4AGENTS_SECRET") else
+              "$CALL4AGENTS_SECRET_FILE" if os.environ.get("CALL4AGENTS_SECRET_FILE") else
+              "the file beside the ledger")  # fmt: skip
+    return Check("secret", "OK", f"available (from {source})")
+
+
+def _doctor_checks(args: argparse.Namespace) -> list[Check]:
+    checks: list[Check] = []
+    try:
+        url = _url(args)
+    except Call4AgentsError as exc:
+        return [Check("url", "FAIL", str(exc))]
+    schema = _schema(args)
+    safe = _db.safe_url(url)
+    checks.append(Check("url", "OK", safe + (f" (schema {schema})" if schema else "")))
+    path = _sqlite_path(url)
+    if path is not None and not path.exists():
+        checks.append(Check("open", "FAIL", f"no ledger file at {path}: check --url"))
+        return checks
+    try:
+        engine = _engine(url, schema)
+    except Call4AgentsError as exc:
+        checks.append(Check("open", "FAIL", str(exc)))
+        return checks
+    try:
+        with engine.connect() as conn:
+            dialect = engine.dialect.name
+            version = migrations.current_version(conn, schema)
+            db_now = float(conn.execute(select(now_sql(dialect))).scalar_one())
+            local_now = time.time()
+            journal = conn.exec_driver_sql("PRAGMA journal_mode").scalar() if path else None
+        checks.append(Check("open", "OK", f"the {dialect} database opens"))
+        if version == migrations.CURRENT:
+            checks.append(Check("schema", "OK", f"version {version} (current)"))
+        elif version < migrations.CURRENT:
+            checks.append(Check("schema", "FAIL", f"version {version}, this call4agents needs "
+                                f"{migrations.CURRENT}: run `{PROG} migrate`"))  # fmt: skip
+        else:
+            checks.append(Check("schema", "FAIL", f"version {version} is newer than this "
+                                f"call4agents knows ({migrations.CURRENT}): upgrade call4agents"))  # fmt: skip
+        checks.append(_durability_check(engine, dialect))
+        if path is not None:
+            wal = str(journal).lower() == "wal"
+            checks.append(Check("journal", "OK" if wal else "FAIL", f"journal_mode={journal}"
+                                + ("" if wal else ": WAL is needed for concurrent workers")))  # fmt: skip
+            checks.append(_permission_check(path))
+        skew = db_now - local_now
+        checks.append(Check("clock", "OK" if abs(skew) <= CLOCK_SKEW_WARN else "WARN",
+                            f"database clock is {skew:+.1f}s from this machine's"
+                            + ("" if abs(skew) <= CLOCK_SKEW_WARN else
+                               " (leases follow the database clock; ages shown here may be off)")))  # fmt: skip
+        if version == migrations.CURRENT:
+            with engine.connect() as conn:
+                counts = dict(
+                    conn.execute(
+                        select(effects.c.state, func.count())
+                        .where(effects.c.state.in_(("started", "in_doubt")))
+                        .group_by(effects.c.state)
+                    ).all()
+                )
+            doubt, started = int(counts.get("in_doubt", 0)), int(counts.get("started", 0))
+            checks.append(Check("open actions", "WARN" if doubt else "OK",
+                                f"{started} started, {doubt} in doubt"
+                                + (f": see `{PROG} doubt`" if doubt else "")))  # fmt: skip
+            checks.append(_secret_check(url, schema))
+        else:
+            checks.append(Check("open actions", "SKIP", "needs the current schema"))
+            checks.append(Check("secret", "SKIP", "needs the current schema"))
+    except (SQLAlchemyError, OSError) as exc:
+        checks.append(Check("open", "FAIL", f"cannot use the database: {_short(exc)}"))
+    except Call4AgentsError as exc:
+        checks.append(Check("open", "FAIL", str(exc)))
+    finally:
+        engine.dispose()
+    return checks
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks = _doctor_checks(args)
+    ok = all(c.status != "FAIL" for c in checks)
+    if args.json:
+        _print_json({"ok": ok, "checks": [dataclasses.asdict(c) for c in checks]})
+    else:
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            print(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+# -- the parser -----------------------------------------------------------------------------
+
+
+def _common() -> argparse.ArgumentParser:
+    # SUPPRESS defaults let the options go before or after the command name.
+    common = _Parser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS,
+                        help="ledger URL (default: $CALL4AGENTS_URL, else sqlite:///.c4a/ledger.db)")  # fmt: skip
+    common.add_argument("--schema", default=argparse.SUPPRESS,
+                        help="PostgreSQL schema that holds the ledger tables")  # fmt: skip
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print one JSON document on stdout")  # fmt: skip
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = _Parser(prog=PROG, parents=[common],
+                     description="Inspect and settle a Call4Agents ledger.")  # fmt: skip
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[[argparse.Namespace], int], help_: str) -> Any:
+        p = sub.add_parser(name, parents=[common], help=help_, description=help_)
+        p.set_defaults(handler=handler)
+        return p
+
+    p = command("quickstart", cmd_quickstart, "watch a killed agent resume without re-sending")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+
+    p = command("doubt", cmd_doubt, "list the actions in doubt")
+    p.add_argument("--fail-if-any", action="store_true",
+                   help=f"exit {EXIT_IN_DOUBT} when any action is in doubt (for cron or CI)")  # fmt: skip
+
+    p = command("resolve", cmd_resolve, "record whether an in-doubt action happened")
+    p.add_argument("key", help="the action key, or a unique prefix of at least 6 characters")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--happened", action="store_true", help="it happened: repeats return --result")
+    how.add_argument("--did-not-happen", dest="happened", action="store_false",
+                     help="it did not happen: the next call runs it as a new attempt")  # fmt: skip
+    p.add_argument("--result", metavar="JSON", help="the result it had, as JSON (with --happened)")
+    p.add_argument("--by", metavar="WHO", help="who found this out (default: $USER)")
+    p.add_argument("--note", metavar="TEXT", help="how it was found out")
+
+    p = command("runs", cmd_runs, "list the most recently active runs")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs (default 20)")
+
+    p = command("show", cmd_show, "show one run's actions in order")
+    p.add_argument("run", help="the run id")
+
+    p = command("gc", cmd_gc, "prune finished actions older than an age")
+    p.add_argument("--older-than", required=True, metavar="AGE",
+                   help="like 30d, 12h, 15m, 45s, or plain seconds")  # fmt: skip
+
+    command("migrate", cmd_migrate, "bring the ledger schema up to this version")
+    command("doctor", cmd_doctor, "check the ledger's setup")
+    return parser
+
+
+def _quickstart_rest(argv: list[str]) -> list[str] | None:
+    """The arguments after ``quickstart``, passed through untouched (it has its own parser)."""
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token in ("--url", "--schema"):
+            i += 2
+        elif token == "--json" or token.startswith(("--url=", "--schema=")):
+            i += 1
+        else:
+            return argv[i + 1 :] if token == "quickstart" else None
+    return None
+
+
+def _password(argv: list[str]) -> str | None:
+    raw = os.environ.get("CALL4AGENTS_URL")
+    for i, token in enumerate(argv):
+        if token == "--url" and i + 1 < len(argv):
+            raw = argv[i + 1]
+        elif token.startswith("--url="):
+            raw = token[len("--url=") :]
+    try:
+        return _db.parse_url(raw).password if raw else None
+    except Call4AgentsError:
+        return None
+
+
+def _fail(message: str, argv: list[str]) -> int:
+    password = _password(argv)
+    if password:
+        message = message.replace(str(password), "***")
+    message = " ".join(message.split())
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code (0 ok, 1 check failed, 2 error, 3 in doubt)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command == "quickstart":
+            rest = _quickstart_rest(argv)
+            args.rest = rest if rest is not None else args.rest
+        args.json = getattr(args, "json", False)
+        handler: Callable[[argparse.Namespace], int] = args.handler
+        return handler(args)
+    except UsageError as exc:
+        return _fail(str(exc), argv)
+    except Call4AgentsError as exc:
+        return _fail(str(exc), argv)
+    except SQLAlchemyError as exc:
+        return _fail(f"the ledger database failed: {_short(exc)}", argv)
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # `call4agents show x | head`
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stop the flush at exit failing
+            return EXIT_OK
+        return _fail(str(exc), argv)
+    except SystemExit as exc:  # --help and --version
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

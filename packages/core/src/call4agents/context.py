@@ -1,0 +1,154 @@
+"""Which run an action belongs to, and what a running tool can learn about itself.
+
+Both live in ``contextvars``: asyncio tasks inherit them, and so does code run through
+:func:`bind` in a thread the user starts (plain threads and thread pools do not copy context).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Callable
+from contextvars import ContextVar, Token
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+from .errors import Call4AgentsError, ConfigurationError
+
+if TYPE_CHECKING:
+    from .ledger import Ledger
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    run_id: str
+    ledger: Ledger | None = None
+    call_id: str | None = None  # the framework's stable identity of one tool call
+
+
+@dataclass(frozen=True)
+class EffectContext:
+    """What ``c4a.current()`` returns inside a running tool."""
+
+    run_id: str
+    tool: str
+    key: str
+    idempotency_key: str
+    attempt: int
+    call_id: str | None = None
+
+
+_run: ContextVar[RunContext | None] = ContextVar("call4agents_run", default=None)
+_effect: ContextVar[EffectContext | None] = ContextVar("call4agents_effect", default=None)
+
+
+def check_run_id(run_id: object) -> str:
+    if not isinstance(run_id, str) or not run_id.strip():
+        raise ConfigurationError(
+            f"run id {run_id!r} is not usable: give a non-empty string that stays the same "
+            "when the agent resumes (a ticket id, a thread id, a job id)"
+        )
+    if len(run_id) > 512:
+        raise ConfigurationError("run id is longer than 512 characters: use a shorter stable id")
+    return run_id
+
+
+class run:  # noqa: N801 - used like a function: `with c4a.run("ticket-1")`
+    """Everything called inside belongs to run ``run_id``, the id that survives resumes.
+
+    Works with ``with`` and ``async with``. Nesting replaces the run for the inner block.
+    """
+
+    def __init__(self, run_id: str, *, ledger: Ledger | None = None) -> None:
+        self._ctx = RunContext(check_run_id(run_id), ledger)
+        self._tokens: list[Token[RunContext | None]] = []
+
+    @property
+    def run_id(self) -> str:
+        return self._ctx.run_id
+
+    def __enter__(self) -> run:
+        self._tokens.append(_run.set(self._ctx))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _run.reset(self._tokens.pop())
+
+    async def __aenter__(self) -> run:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+class tool_call:  # noqa: N801 - a context manager used like a function
+    """Mark the framework's stable id of one tool call, for tools declared ``scope="call"``."""
+
+    def __init__(self, call_id: str) -> None:
+        self._call_id = check_run_id(call_id)
+        self._token: Token[RunContext | None] | None = None
+
+    def __enter__(self) -> tool_call:
+        outer = _run.get()
+        if outer is None:
+            raise ConfigurationError(
+                'c4a.tool_call() needs an enclosing run: wrap it in `with c4a.run("<stable id>")`'
+            )
+        self._token = _run.set(RunContext(outer.run_id, outer.ledger, self._call_id))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _run.reset(self._token)
+
+
+def current_run() -> RunContext | None:
+    return _run.get()
+
+
+def current() -> EffectContext:
+    """Inside a tool run through Call4Agents: its run, key, idempotency key and attempt."""
+    found = _effect.get()
+    if found is None:
+        raise Call4AgentsError(
+            "c4a.current() is only available inside a tool decorated with @c4a.effect "
+            "(or called through an integration's OnceOnly)"
+        )
+    return found
+
+
+def bind(fn: Callable[P, T]) -> Callable[P, T]:
+    """Carry the current run into another thread: ``pool.submit(c4a.bind(fn), ...)``.
+
+    Each call runs in a fresh copy of the context captured here, so one bound function may run
+    in several threads at once.
+    """
+    captured = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        return captured.copy().run(fn, *args, **kwargs)
+
+    return wrapper
+
+
+def _enter_effect(ctx: EffectContext) -> Token[EffectContext | None]:
+    return _effect.set(ctx)
+
+
+def _exit_effect(token: Token[EffectContext | None]) -> None:
+    _effect.reset(token)

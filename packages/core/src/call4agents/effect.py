@@ -1,0 +1,580 @@
+"""Once-only execution: the engine every effect and every integration runs tools through.
+
+One call goes: canonical arguments -> action key -> finished result in this process? return it ->
+claim the action in the ledger (intent durable, lease held) -> run the tool -> record the outcome.
+An action met in another state is returned (succeeded), waited for (live lease), or settled by the
+rules for doubt: a ``check=`` reconciler, ``retry_in_doubt=True``, or else ``EffectInDoubt``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import inspect
+import sys
+import time
+import types
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
+
+from . import _owner
+from .canonical import CanonicalArgs, canonical_args, canonical_json, parse_paths, scrub
+from .codec import ResultEncodingError, decode_result, encode_result
+from .context import EffectContext, _effect, current_run
+from .errors import (
+    ConfigurationError,
+    EffectInDoubt,
+    EffectInProgress,
+    OutcomeUnknown,
+    ResultNotStored,
+    ResultPruned,
+)
+from .ledger import Ledger, idempotency_key
+from .store import Row, owner_is_gone
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Kind = Literal["none", "read", "write", "irreversible"]
+KINDS: tuple[str, ...] = ("none", "read", "write", "irreversible")
+
+# Errors after which the outside world may or may not have acted. Everything else that derives
+# from Exception means the tool did not act; BaseExceptions (cancellation, KeyboardInterrupt,
+# SystemExit) stop a tool half-way, so they mean in doubt too.
+IN_DOUBT_ERRORS: tuple[type[BaseException], ...] = (
+    TimeoutError,
+    asyncio.TimeoutError,
+    OutcomeUnknown,
+    EffectInDoubt,
+)
+
+
+@dataclass(frozen=True)
+class Happened:
+    """A reconciler's answer: the action did happen, and this is its result."""
+
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class DidNotHappen:
+    """A reconciler's answer: the action did not happen; it may run as a new attempt."""
+
+
+@dataclass(frozen=True)
+class EffectOptions:
+    """How one tool is made once-only. Every integration accepts these per tool."""
+
+    name: str | None = None
+    kind: Kind = "write"
+    key: Callable[..., Any] | None = None
+    ignore: tuple[str, ...] = ()
+    redact: tuple[str, ...] = ()
+    scope: Literal["args", "call"] = "args"
+    retry_in_doubt: bool = False
+    check: Callable[..., Any] | None = None
+    in_doubt_on: tuple[type[BaseException], ...] = ()
+    wait: float | None = None
+    lease: float | None = None
+    ledger: Ledger | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ConfigurationError(f"kind={self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.scope not in ("args", "call"):
+            raise ConfigurationError(f"scope={self.scope!r} must be 'args' or 'call'")
+        for name in ("ignore", "redact"):
+            value = getattr(self, name)
+            if isinstance(value, str):  # a lone string is a classic slip: ("a") is not a tuple
+                object.__setattr__(self, name, (value,))
+            parse_paths(getattr(self, name))
+
+    @property
+    def recorded(self) -> bool:
+        """Tools that only read run straight through: there is nothing to do once."""
+        return self.kind in ("write", "irreversible")
+
+
+# -- the ledger in use -------------------------------------------------------------------------
+
+_default_ledger: Ledger | None = None
+
+
+def init(url: str | Ledger | None = None, **settings: Any) -> Ledger:
+    """Open the ledger effects use by default: ``sqlite:///.c4a/ledger.db`` or ``$CALL4AGENTS_URL``.
+
+    Takes the settings of :class:`Ledger`, or an open ``Ledger``. Calling it again replaces the
+    default ledger.
+    """
+    global _default_ledger
+    ledger = url if isinstance(url, Ledger) else Ledger(url, **settings)
+    _default_ledger = ledger
+    return ledger
+
+
+def default_ledger() -> Ledger:
+    if _default_ledger is None:
+        raise ConfigurationError(
+            "no ledger is open: call c4a.init() once at start-up (or pass ledger= to the run or "
+            "the effect)"
+        )
+    return _default_ledger
+
+
+# -- one action, prepared --------------------------------------------------------------------
+
+
+@dataclass
+class Action:
+    """Everything known about one call before it runs."""
+
+    ledger: Ledger
+    tool: str
+    options: EffectOptions
+    arguments: Mapping[str, Any]
+    run_id: str
+    call_id: str | None
+    key: str
+    args_display: str
+    secrets: tuple[str, ...] = field(default=())
+
+    def context(self, attempt: int) -> EffectContext:
+        return EffectContext(
+            self.run_id, self.tool, self.key, idempotency_key(self.key), attempt, self.call_id
+        )
+
+    @property
+    def ttl(self) -> float:
+        return self.options.lease or self.ledger.lease
+
+    def error_text(self, exc: BaseException) -> str:
+        return scrub(f"{type(exc).__name__}: {exc}", self.secrets)[:2000]
+
+
+def action_key(run_id: str, tool: str, call_id: str | None, material: str) -> str:
+    # Length-prefixed parts, so no run id or tool name can be crafted to collide with another.
+    parts = (run_id, tool, call_id or "", material)
+    text = "c4a/1|" + "|".join(f"{len(p)}:{p}" for p in parts)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def prepare(
+    tool: str,
+    arguments: Mapping[str, Any],
+    options: EffectOptions,
+    *,
+    run_id: str | None = None,
+    call_id: str | None = None,
+    ledger: Ledger | None = None,
+) -> Action:
+    """Canonicalise and key one call; raises before anything is written if that cannot be done."""
+    run = current_run()
+    if run_id is None:
+        if run is None:
+            raise ConfigurationError(
+                f"{tool} was called outside a run, so there is no stable id to make it once-only:"
+                ' wrap the agent in `with c4a.run("<id that survives a resume>"):`'
+            )
+        run_id = run.run_id
+    if call_id is None and run is not None and run.run_id == run_id:
+        call_id = run.call_id
+    ledger = ledger or options.ledger or (run.ledger if run else None) or default_ledger()
+    if options.scope == "call" and not call_id:
+        raise ConfigurationError(
+            f"{tool} is scope='call' but no call id is known: run it through an integration, or "
+            'inside `with c4a.tool_call("<stable call id>"):`'
+        )
+    canon = _canonicalise(tool, arguments, options, ledger)
+    material = canon.key_material
+    if options.key is not None:
+        material = "key:" + canonical_json(tool, options.key(**arguments))
+    key = action_key(run_id, tool, call_id if options.scope == "call" else None, material)
+    return Action(ledger, tool, options, arguments, run_id, call_id, key, canon.display,
+                  canon.secrets)  # fmt: skip
+
+
+def _canonicalise(
+    tool: str, arguments: Mapping[str, Any], options: EffectOptions, ledger: Ledger
+) -> CanonicalArgs:
+    digest = (lambda data: ledger.digest(data)) if options.redact else None
+    return canonical_args(
+        tool, arguments, ignore=options.ignore, redact=options.redact, redact_digest=digest
+    )
+
+
+# -- steps shared by the sync and async drivers ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Go:
+    attempt: int
+
+
+@dataclass(frozen=True)
+class _Found:
+    row: Row
+
+
+_AGAIN = object()
+_MISS = object()
+
+
+def cached(action: Action) -> Any:
+    found = action.ledger._cache.get(action.key)
+    return _MISS if found is None else decode_result(found)
+
+
+def begin(action: Action) -> _Go | _Found:
+    """Claim the action, or wait on a live owner; returns what to do next."""
+    store = action.ledger.store
+    owner = str(_owner.me())
+    claim = store.claim(
+        key=action.key,
+        run_id=action.run_id,
+        tool=action.tool,
+        kind=action.options.kind,
+        args=action.args_display,
+        owner=owner,
+        ttl=action.ttl,
+    )
+    if claim.outcome == "run":
+        return _Go(claim.attempt)
+    assert claim.row is not None
+    return _Found(_wait_while_live(action, claim.row))
+
+
+def _wait_while_live(action: Action, row: Row) -> Row:
+    """Wait (bounded) while another live worker runs the action; a dead one's lease is doubt."""
+    store = action.ledger.store
+    wait = action.options.wait if action.options.wait is not None else action.ledger.wait
+    deadline = time.monotonic() + wait
+    pause = 0.005
+    while row.state == "started":
+        if owner_is_gone(row):
+            store.mark_in_doubt(
+                action.key, row.attempt,
+                f"its worker ({_owner.describe(row.owner)}) died while running it",
+                only_if_expired=False,
+            )  # fmt: skip
+        elif not row.lease_live:
+            store.mark_in_doubt(
+                action.key, row.attempt, "its lease expired with no result", only_if_expired=True
+            )
+        elif time.monotonic() >= deadline:
+            raise EffectInProgress(
+                key=action.key, run_id=action.run_id, tool=action.tool,
+                owner=_owner.describe(row.owner), waited=wait,
+            )  # fmt: skip
+        else:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.25)
+        fresh = store.get(action.key)
+        if fresh is None:  # removed under us (gc of a failed row): claim afresh
+            return row
+        row = fresh
+    return row
+
+
+def settle_found(action: Action, row: Row) -> Any:
+    """A row that is not ours to run: its result, a retry marker, or an error."""
+    if row.state == "succeeded":
+        return _recorded_result(action, row)
+    if row.state == "failed" or row.state == "started":
+        return _AGAIN  # failed: claim takes it as a new attempt; started: lost a race, look again
+    return _Doubt(row)
+
+
+@dataclass(frozen=True)
+class _Doubt:
+    row: Row
+
+
+def _recorded_result(action: Action, row: Row) -> Any:
+    if row.pruned_at is not None:
+        raise ResultPruned(key=action.key, run_id=action.run_id, tool=action.tool)
+    if row.result is None:
+        raise ResultNotStored(
+            key=action.key, run_id=action.run_id, tool=action.tool,
+            why=(row.note or "no result was recorded"),
+        )  # fmt: skip
+    action.ledger._remember(action.key, row.result)
+    return decode_result(row.result)
+
+
+def in_doubt_error(action: Action, row: Row) -> EffectInDoubt:
+    return EffectInDoubt(
+        key=action.key, run_id=action.run_id, tool=action.tool,
+        reason=row.note or row.error or "it was interrupted", attempt=row.attempt,
+    )  # fmt: skip
+
+
+def apply_verdict(action: Action, row: Row, verdict: Any) -> Any:
+    """Record a reconciler's answer. Returns the result, _AGAIN to run anew, or None (unknown)."""
+    store = action.ledger.store
+    if isinstance(verdict, Happened):
+        try:
+            encoded = encode_result(verdict.result, max_bytes=action.ledger.max_result_bytes)
+        except ResultEncodingError as exc:
+            raise ResultNotStored(
+                key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
+            ) from exc
+        store.resolve(action.key, happened=True, result=encoded, by="check",
+                      note="check= found it happened", expect_attempt=row.attempt)  # fmt: skip
+        fresh = store.get(action.key)
+        return settle_found(action, fresh) if fresh else _AGAIN
+    if isinstance(verdict, DidNotHappen):
+        store.resolve(action.key, happened=False, result=None, by="check",
+                      note="check= found it did not happen", expect_attempt=row.attempt)  # fmt: skip
+        return _AGAIN
+    if verdict is not None:
+        raise ConfigurationError(
+            f"check= for {action.tool} returned {type(verdict).__name__}: return "
+            "c4a.Happened(result), c4a.DidNotHappen() or None when it cannot tell"
+        )
+    return None
+
+
+def is_in_doubt_error(exc: BaseException, options: EffectOptions) -> bool:
+    if not isinstance(exc, Exception):
+        return True
+    return isinstance(exc, IN_DOUBT_ERRORS) or isinstance(exc, options.in_doubt_on)
+
+
+def record_error(action: Action, attempt: int, exc: BaseException) -> None:
+    state: Literal["failed", "in_doubt"] = (
+        "in_doubt" if is_in_doubt_error(exc, action.options) else "failed"
+    )
+    note = "the tool raised an error that may have left it half done" if state == "in_doubt" else None
+    action.ledger.store.finish(
+        action.key, attempt, state=state, error=action.error_text(exc), note=note
+    )
+
+
+def record_result(action: Action, attempt: int, result: Any) -> Any:
+    """Store the result; if it cannot be stored the action is still recorded as done."""
+    ledger = action.ledger
+    try:
+        encoded = encode_result(result, max_bytes=ledger.max_result_bytes)
+    except ResultEncodingError as exc:
+        ledger.store.finish(action.key, attempt, state="succeeded", result=None,
+                            note=f"result not stored: {exc}")  # fmt: skip
+        raise ResultNotStored(
+            key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
+        ) from None
+    if ledger.store.finish(action.key, attempt, state="succeeded", result=encoded):
+        ledger._remember(action.key, encoded)
+    return result
+
+
+# -- drivers ------------------------------------------------------------------------------------
+
+
+def perform(action: Action, call: Callable[[], T]) -> T:
+    """Run ``call`` once for ``action`` (sync tools)."""
+    hit = cached(action)
+    if hit is not _MISS:
+        return cast(T, hit)
+    while True:
+        step = begin(action)
+        if isinstance(step, _Go):
+            return _execute(action, step.attempt, call)
+        outcome = settle_found(action, step.row)
+        if isinstance(outcome, _Doubt):
+            outcome = _on_doubt(action, outcome.row)
+            if isinstance(outcome, _Go):
+                return _execute(action, outcome.attempt, call)
+        if outcome is not _AGAIN:
+            return cast(T, outcome)
+
+
+def _on_doubt(action: Action, row: Row) -> Any:
+    if action.options.check is not None:
+        token = _effect.set(action.context(row.attempt))
+        try:
+            verdict = action.options.check(**action.arguments)
+        finally:
+            _effect.reset(token)
+        settled = apply_verdict(action, row, verdict)
+        if settled is not None:
+            return settled
+    return _take_over_or_raise(action, row)
+
+
+def _take_over_or_raise(action: Action, row: Row) -> Any:
+    if not action.options.retry_in_doubt:
+        raise in_doubt_error(action, row)
+    attempt = action.ledger.store.take_over(action.key, row.attempt, str(_owner.me()), action.ttl)
+    return _Go(attempt) if attempt is not None else _AGAIN
+
+
+def _execute(action: Action, attempt: int, call: Callable[[], T]) -> T:
+    heartbeat = action.ledger._heartbeat
+    heartbeat.hold(action.key, attempt, action.ttl)
+    token = _effect.set(action.context(attempt))
+    try:
+        result = call()
+    except BaseException as exc:
+        _effect.reset(token)
+        heartbeat.release(action.key)
+        record_error(action, attempt, exc)
+        raise
+    _effect.reset(token)
+    heartbeat.release(action.key)
+    return cast(T, record_result(action, attempt, result))
+
+
+async def aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
+    """Run ``call`` once for ``action`` (async tools). Ledger I/O runs off the event loop."""
+    hit = cached(action)
+    if hit is not _MISS:
+        return cast(T, hit)
+    while True:
+        step = await asyncio.to_thread(begin, action)
+        if isinstance(step, _Go):
+            return await _aexecute(action, step.attempt, call)
+        outcome = settle_found(action, step.row)
+        if isinstance(outcome, _Doubt):
+            outcome = await _aon_doubt(action, outcome.row)
+            if isinstance(outcome, _Go):
+                return await _aexecute(action, outcome.attempt, call)
+        if outcome is not _AGAIN:
+            return cast(T, outcome)
+
+
+async def _aon_doubt(action: Action, row: Row) -> Any:
+    if action.options.check is not None:
+        token = _effect.set(action.context(row.attempt))
+        try:
+            verdict = action.options.check(**action.arguments)
+            if inspect.isawaitable(verdict):
+                verdict = await verdict
+        finally:
+            _effect.reset(token)
+        settled = await asyncio.to_thread(apply_verdict, action, row, verdict)
+        if settled is not None:
+            return settled
+    return await asyncio.to_thread(_take_over_or_raise, action, row)
+
+
+async def _aexecute(action: Action, attempt: int, call: Callable[[], Awaitable[T]]) -> T:
+    heartbeat = action.ledger._heartbeat
+    heartbeat.hold(action.key, attempt, action.ttl)
+    token = _effect.set(action.context(attempt))
+    try:
+        result = await call()
+    except BaseException as exc:
+        _effect.reset(token)
+        heartbeat.release(action.key)
+        # Cancellation must still leave a durable "in doubt", so shield the write from it.
+        await asyncio.shield(asyncio.to_thread(record_error, action, attempt, exc))
+        raise
+    _effect.reset(token)
+    heartbeat.release(action.key)
+    return cast(T, await asyncio.to_thread(record_result, action, attempt, result))
+
+
+# -- the decorator -----------------------------------------------------------------------------
+
+
+def tool_name(fn: Callable[..., Any], explicit: str | None) -> str:
+    """The name that goes into every key of this tool, so it must not drift between runs."""
+    if explicit is not None:
+        if not explicit.strip():
+            raise ConfigurationError("name= must be a non-empty string")
+        return explicit
+    qualname = getattr(fn, "__qualname__", None)
+    module = getattr(fn, "__module__", None)
+    if not qualname or not module or "<lambda>" in qualname:
+        raise ConfigurationError(
+            f"cannot derive a stable tool name for {fn!r}: give @c4a.effect(name='send_email'), "
+            "a name that stays the same across runs and code changes"
+        )
+    if module == "__main__":
+        module = _main_module_name()
+    return f"{module}.{qualname}"
+
+
+def _main_module_name() -> str:
+    # A script run as `python agent.py` is module "__main__" there but "agent" when imported;
+    # `python -m pkg.agent` records its real name in __spec__. Either way use the real name, so
+    # the tool's keys do not change with how the file was started.
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name:
+        return str(spec.name)
+    path = getattr(main, "__file__", None)
+    if path:
+        import os
+
+        return os.path.splitext(os.path.basename(path))[0]
+    raise ConfigurationError(
+        "a tool defined in an interactive session has no stable module name: give it name="
+    )
+
+
+class Effect(Generic[P, T]):
+    """A tool function made once-only. Call it like the function it wraps."""
+
+    def __init__(self, fn: Callable[P, T], options: EffectOptions) -> None:
+        self.fn = fn
+        self.options = options
+        self.tool = tool_name(fn, options.name)
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self._signature = inspect.signature(fn)
+        params = list(self._signature.parameters)
+        # A method's self/cls is the object, not the action: leave it out of the key.
+        self._skip_first = bool(params) and params[0] in ("self", "cls")
+        functools.update_wrapper(self, fn)
+
+    def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            bound = self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.tool}: {exc}") from None
+        bound.apply_defaults()
+        found = dict(bound.arguments)
+        if self._skip_first:
+            found.pop(next(iter(found)))
+        return found
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
+        if not self.options.recorded:
+            return self.fn(*args, **kwargs)
+        action = prepare(self.tool, self.arguments(args, kwargs), self.options)
+        if self.is_async:
+            coro_fn = cast(Callable[P, Awaitable[Any]], self.fn)
+            return cast(T, aperform(action, lambda: coro_fn(*args, **kwargs)))
+        return perform(action, lambda: self.fn(*args, **kwargs))
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __repr__(self) -> str:
+        return f"<effect {self.tool} kind={self.options.kind}>"
+
+
+@overload
+def effect(fn: Callable[P, T], /) -> Effect[P, T]: ...
+@overload
+def effect(
+    *,
+    name: str | None = None,
+    kind: Kind = "write",
+    key: Callable[..., Any] | None = None,
+    ignore: tuple[str, ...] = (),
+    redact: tuple[str, ...] = (),
+    scope: Literal["args", "call"] = "args",
+    retry_in_doubt: bool = False,
+    check: Callable[..., Any] | None = None,
+    in_doubt_on: tuple[type[BaseException], ...] = (),
+    wait: float | None = None,
+    lease: float | None = None,
+    ledger: Ledger | None = None,
+) -> Callable[[Callable[P, T]], Effect[P, T]]: ...
+def effect(fn: Callable[P, T] | None = None, /, **options: Any) -> Any:
+    """Make a tool once-only per (run, tool, canonical arguments). See EffectOptions."""
+    opts = EffectOptions(**options)
+    if fn is not None:
+        return Effect(fn, opts)
+    return lambda f: Effect(f, opts)

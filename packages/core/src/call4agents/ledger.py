@@ -1,0 +1,534 @@
+"""The ledger: one database of actions, opened once per process and shared by every effect."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets as _secrets
+import threading
+import weakref
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import and_, delete, func, select, update
+
+from . import _db, _owner
+from .codec import decode_result, encode_result
+from .errors import ConfigurationError, LedgerError
+from .migrations import CURRENT, current_version, migrate, refuse_newer
+from .store import Store, now_sql
+from .tables import effects
+
+_CACHE_LIMIT = 50_000
+
+
+def idempotency_key(key: str) -> str:
+    """The key a tool forwards to its provider (``Idempotency-Key``): stable across attempts."""
+    return "c4a-" + key[:48]
+
+
+@dataclass(frozen=True)
+class EffectRecord:
+    """One recorded action, as ``effects()``, ``in_doubt()`` and the CLI show it."""
+
+    key: str
+    seq: int
+    run_id: str
+    tool: str
+    kind: str
+    state: str
+    attempt: int
+    args: dict[str, Any]
+    result_json: str | None
+    error: str | None
+    note: str | None
+    resolved_by: str | None
+    owner: str | None
+    lease_expires_at: float | None
+    created_at: float
+    updated_at: float
+    pruned_at: float | None
+    evidence: list[dict[str, Any]]
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.key)
+
+    @property
+    def result(self) -> Any:
+        """The recorded result, decoded to its original type (None if there is none)."""
+        return decode_result(self.result_json) if self.result_json is not None else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "run_id": self.run_id,
+            "tool": self.tool,
+            "kind": self.kind,
+            "state": self.state,
+            "attempt": self.attempt,
+            "args": self.args,
+            "result": json.loads(self.result_json) if self.result_json else None,
+            "error": self.error,
+            "note": self.note,
+            "resolved_by": self.resolved_by,
+            "owner": _owner.describe(self.owner) if self.owner else None,
+            "idempotency_key": self.idempotency_key,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "pruned": self.pruned_at is not None,
+            "evidence": self.evidence,
+        }
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    actions: int
+    succeeded: int
+    failed: int
+    in_doubt: int
+    started: int
+    first_at: float
+    last_at: float
+
+
+@dataclass(frozen=True)
+class GcReport:
+    pruned: int  # succeeded actions whose payload was removed, a tombstone kept
+    deleted: int  # failed actions removed (they had not acted, so nothing to remember)
+    kept_open: int  # started or in-doubt actions older than the cut, never touched
+
+
+class _Heartbeat:
+    """One daemon thread per ledger that renews the leases of the tools running in this process."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = weakref.ref(ledger)
+        self._held: dict[str, tuple[int, float]] = {}
+        self._lost: set[str] = set()
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def hold(self, key: str, attempt: int, ttl: float) -> None:
+        with self._lock:
+            self._held[key] = (attempt, ttl)
+            self._lost.discard(key)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="call4agents-heartbeat", daemon=True
+                )
+                self._thread.start()
+            self._lock.notify()
+
+    def release(self, key: str) -> bool:
+        """Stop renewing; True if the lease was lost while the tool ran."""
+        with self._lock:
+            self._held.pop(key, None)
+            lost = key in self._lost
+            self._lost.discard(key)
+            return lost
+
+    def reset_after_fork(self) -> None:
+        self._held.clear()
+        self._lost.clear()
+        self._thread = None
+        self._lock = threading.Condition()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                if not self._held:
+                    self._thread = None
+                    return
+                period = min(ttl for _, ttl in self._held.values()) / 3
+                self._lock.wait(timeout=period)
+                held = dict(self._held)
+            ledger = self._ledger()
+            if ledger is None:
+                return
+            for ttl in {t for _, t in held.values()}:
+                batch = [(k, a) for k, (a, t) in held.items() if t == ttl]
+                try:
+                    lost = ledger.store.renew(batch, str(_owner.me()), ttl)
+                except LedgerError:
+                    continue  # the database is away; the next beat tries again
+                with self._lock:
+                    self._lost.update(lost)
+
+
+_ledgers: weakref.WeakSet[Ledger] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A child must not reuse its parent's pooled connections or heartbeat (SQLAlchemy's pooling
+    # docs, "Using Connection Pools with Multiprocessing or os.fork()").
+    for ledger in list(_ledgers):
+        ledger.engine.dispose(close=False)
+        ledger._heartbeat.reset_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Ledger:
+    """A once-only ledger over SQLite (embedded default) or PostgreSQL (shared by many workers).
+
+    Args:
+        url: ``sqlite:///path.db`` (default ``sqlite:///.c4a/ledger.db`` or ``$CALL4AGENTS_URL``)
+            or ``postgresql+psycopg://user:pass@host/db``.
+        durability: ``"power"`` (default) commits survive power loss; ``"process"`` survive a
+            crash of the process only, and are faster.
+        schema: PostgreSQL schema to keep the tables in, to share a database with other apps.
+        secret: key for signing approvals and hiding redacted values; default
+            ``$CALL4AGENTS_SECRET``, else a file ``secret`` beside an SQLite ledger.
+        lease: seconds a running tool holds its action before others may judge it in doubt; it
+            is renewed while the tool runs, so this bounds how long a dead worker blocks others.
+        wait: seconds a second caller waits for a live worker's result before EffectInProgress.
+        max_result_bytes: results larger than this are not stored (ResultNotStored).
+        allow_network_fs: open an SQLite ledger on NFS/SMB anyway (only one machine may use it).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        durability: _db.Durability = "power",
+        schema: str | None = None,
+        secret: str | bytes | None = None,
+        lease: float = 30.0,
+        wait: float = 10.0,
+        busy_timeout: float = 30.0,
+        max_result_bytes: int = 1 << 20,
+        allow_network_fs: bool | None = None,
+        auto_migrate: bool = True,
+    ) -> None:
+        if lease <= 0 or wait < 0:
+            raise ConfigurationError("lease must be > 0 seconds and wait >= 0 seconds")
+        self._url = _db.parse_url(url)
+        if allow_network_fs is None:
+            allow_network_fs = os.environ.get("CALL4AGENTS_ALLOW_NETWORK_FS") == "1"
+        self.engine = _db.make_engine(
+            self._url,
+            durability=durability,
+            schema=schema,
+            busy_timeout=busy_timeout,
+            allow_network_fs=allow_network_fs,
+        )
+        self.schema = schema
+        self.durability = durability
+        self.lease = lease
+        self.wait = wait
+        self.max_result_bytes = max_result_bytes
+        self.store = Store(self.engine)
+        self._secret_given = secret.encode() if isinstance(secret, str) else secret
+        self._secret: bytes | None = None
+        self._cache: dict[str, str] = {}
+        self._heartbeat = _Heartbeat(self)
+        self._open(auto_migrate)
+        _ledgers.add(self)
+
+    def _open(self, auto_migrate: bool) -> None:
+        try:
+            if auto_migrate:
+                migrate(self.engine, schema=self.schema)
+            else:
+                with self.engine.connect() as conn:
+                    version = current_version(conn, self.schema)
+                refuse_newer(version)
+                if version < CURRENT:
+                    raise LedgerError(
+                        f"the ledger is at schema version {version}, this version needs {CURRENT}:"
+                        " run `call4agents migrate`"
+                    )
+        except LedgerError:
+            self.engine.dispose()
+            raise
+        except Exception as exc:
+            self.engine.dispose()
+            raise LedgerError(
+                f"cannot open the ledger at {self.url}: {_short(exc)}. Check that the database is "
+                "reachable and that you may write to it (`call4agents doctor`)."
+            ) from exc
+
+    @property
+    def url(self) -> str:
+        """The ledger URL with any password masked."""
+        return _db.safe_url(self._url)
+
+    @property
+    def dialect(self) -> str:
+        return self.store.dialect
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Ledger({self.url!r}, durability={self.durability!r})"
+
+    # -- secret ---------------------------------------------------------------------------------
+
+    @property
+    def secret(self) -> bytes:
+        if self._secret is None:
+            self._secret = self._secret_given or _load_secret(self._url)
+        return self._secret
+
+    def digest(self, data: bytes) -> str:
+        """HMAC-SHA256 with the ledger secret: used where a plain hash would leak a value."""
+        return hmac.new(self.secret, data, hashlib.sha256).hexdigest()
+
+    # -- the in-process cache of finished results ------------------------------------------------
+
+    def _remember(self, key: str, result_json: str) -> None:
+        # A succeeded action is final, so its result can be served without a database round trip.
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[key] = result_json
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def effects(self, run_id: str | None = None, *, limit: int | None = None) -> list[EffectRecord]:
+        """A run's actions in the order they were first attempted (all runs if no id is given)."""
+        stmt = select(effects).order_by(effects.c.seq)
+        if run_id is not None:
+            stmt = stmt.where(effects.c.run_id == run_id)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        with self.engine.connect() as conn:
+            return [_record(r) for r in conn.execute(stmt).mappings()]
+
+    def effect(self, key: str) -> EffectRecord:
+        """One action by its key or a unique prefix of it (at least 6 characters)."""
+        if len(key) < 6:
+            raise ConfigurationError("give at least 6 characters of the action key")
+        with self.engine.connect() as conn:
+            found = list(
+                conn.execute(
+                    select(effects).where(effects.c.key.startswith(key, autoescape=True)).limit(2)
+                ).mappings()
+            )
+        if not found:
+            raise LedgerError(f"no action with key {key!r} in {self.url}")
+        if len(found) > 1:
+            raise LedgerError(f"key prefix {key!r} matches several actions: give more characters")
+        return _record(found[0])
+
+    def in_doubt(self) -> list[EffectRecord]:
+        """Every action in doubt, after judging lapsed leases and dead local owners."""
+        self.sweep()
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(effects).where(effects.c.state == "in_doubt").order_by(effects.c.seq)
+            ).mappings()
+            return [_record(r) for r in rows]
+
+    def sweep(self) -> int:
+        """Mark in doubt every started action whose lease lapsed or whose local owner died."""
+        now = now_sql(self.dialect)
+        with self.engine.connect() as conn:
+            started = conn.execute(
+                select(
+                    effects.c.key,
+                    effects.c.attempt,
+                    effects.c.owner,
+                    (effects.c.lease_expires_at <= now).label("lapsed"),
+                ).where(effects.c.state == "started")
+            ).all()
+        moved = 0
+        for key, attempt, owner, lapsed in started:
+            if lapsed:
+                moved += self.store.mark_in_doubt(
+                    key, attempt, "its lease expired with no result", only_if_expired=True
+                )
+            elif _owner.is_dead_local(owner):
+                moved += self.store.mark_in_doubt(
+                    key, attempt, f"its worker ({_owner.describe(owner)}) died while running it",
+                    only_if_expired=False,
+                )  # fmt: skip
+        return moved
+
+    def runs(self, *, limit: int = 100) -> list[RunSummary]:
+        """The most recently active runs, newest first."""
+
+        def count(state: str) -> Any:
+            return func.sum(func.cast(effects.c.state == state, effects.c.attempt.type))
+
+        stmt = (
+            select(
+                effects.c.run_id,
+                func.count(),
+                count("succeeded"),
+                count("failed"),
+                count("in_doubt"),
+                count("started"),
+                func.min(effects.c.created_at),
+                func.max(effects.c.updated_at),
+            )
+            .group_by(effects.c.run_id)
+            .order_by(func.max(effects.c.updated_at).desc())
+            .limit(limit)
+        )
+        with self.engine.connect() as conn:
+            return [RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7])) for r in
+                    conn.execute(stmt).all()]  # fmt: skip
+
+    # -- settling -------------------------------------------------------------------------------
+
+    def resolve(
+        self,
+        key: str,
+        *,
+        happened: bool,
+        result: Any = None,
+        by: str,
+        note: str = "",
+    ) -> EffectRecord:
+        """Record what a person (or a reconciler) found out about an in-doubt action.
+
+        ``happened=True`` records it as succeeded with ``result``: repeats return that result.
+        ``happened=False`` records that it did not act: the next call runs it as a new attempt.
+        """
+        if not by or not by.strip():
+            raise ConfigurationError("resolve needs by=: who found this out (a name or a system)")
+        record = self.effect(key)
+        if record.state == "started":
+            self.sweep()
+            record = self.effect(record.key)
+        if record.state not in ("in_doubt", "started"):
+            raise LedgerError(
+                f"{record.tool} in run {record.run_id!r} is {record.state}, not in doubt: "
+                "there is nothing to resolve"
+            )
+        encoded = encode_result(result, max_bytes=self.max_result_bytes) if happened else None
+        what = "happened" if happened else "did not happen"
+        text = f"resolved by {by}: {what}" + (f" ({note})" if note else "")
+        if not self.store.resolve(record.key, happened=happened, result=encoded, by=by, note=text):
+            raise LedgerError(
+                f"{record.tool} in run {record.run_id!r} is still being run by a live worker "
+                f"({_owner.describe(record.owner)}); wait for it, or for its lease to expire"
+            )
+        return self.effect(record.key)
+
+    # -- retention ------------------------------------------------------------------------------
+
+    def gc(self, older_than: float | timedelta, *, batch: int = 1000) -> GcReport:
+        """Drop the payload of finished actions last touched before ``older_than`` ago.
+
+        Succeeded actions keep a tombstone (their key and state) so a resumed run never runs them
+        again; failed ones are deleted, since they did not act. Started and in-doubt actions are
+        never touched. Works in batches of ``batch`` rows, one short transaction each.
+        """
+        seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
+        if seconds < 0:
+            raise ConfigurationError("older_than must not be negative")
+        cutoff = self.store.now() - seconds
+        pruned = self._gc_batches(
+            and_(effects.c.state == "succeeded", effects.c.pruned_at.is_(None)), cutoff, batch,
+            prune=True,
+        )  # fmt: skip
+        deleted = self._gc_batches(effects.c.state == "failed", cutoff, batch, prune=False)
+        with self.engine.connect() as conn:
+            kept = conn.execute(
+                select(func.count()).where(
+                    effects.c.state.in_(("started", "in_doubt")), effects.c.updated_at < cutoff
+                )
+            ).scalar_one()
+        return GcReport(pruned, deleted, int(kept))
+
+    def _gc_batches(self, cond: Any, cutoff: float, batch: int, *, prune: bool) -> int:
+        total = 0
+        while True:
+            with self.store.tx() as conn:
+                keys = list(
+                    conn.execute(
+                        select(effects.c.seq).where(cond, effects.c.updated_at < cutoff).limit(batch)
+                    ).scalars()
+                )
+                if not keys:
+                    return total
+                target = effects.c.seq.in_(keys)
+                if prune:
+                    conn.execute(
+                        update(effects)
+                        .where(target)
+                        .values(args="{}", result=None, evidence=None,
+                                pruned_at=now_sql(self.dialect))  # fmt: skip
+                    )
+                else:
+                    conn.execute(delete(effects).where(target))
+            total += len(keys)
+
+
+def _record(m: Any) -> EffectRecord:
+    return EffectRecord(
+        key=m["key"],
+        seq=m["seq"],
+        run_id=m["run_id"],
+        tool=m["tool"],
+        kind=m["kind"],
+        state=m["state"],
+        attempt=m["attempt"],
+        args=json.loads(m["args"]) if m["args"] else {},
+        result_json=m["result"],
+        error=m["error"],
+        note=m["note"],
+        resolved_by=m["resolved_by"],
+        owner=m["owner"],
+        lease_expires_at=m["lease_expires_at"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        pruned_at=m["pruned_at"],
+        evidence=json.loads(m["evidence"]) if m["evidence"] else [],
+    )
+
+
+def _short(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _load_secret(url: Any) -> bytes:
+    env = os.environ.get("CALL4AGENTS_SECRET")
+    if env:
+        return env.encode()
+    path_text = os.environ.get("CALL4AGENTS_SECRET_FILE")
+    if path_text:
+        return _read_or_create_secret(Path(path_text))
+    if url.get_backend_name() == "sqlite":
+        return _read_or_create_secret(Path(url.database).expanduser().parent / "secret")
+    raise ConfigurationError(
+        "this ledger needs a secret (for approvals and redacted arguments) and none is set: give "
+        "every worker the same value in CALL4AGENTS_SECRET (or a file in CALL4AGENTS_SECRET_FILE)"
+    )
+
+
+def _read_or_create_secret(path: Path) -> bytes:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(_secrets.token_hex(32))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)  # atomic, and fails if another process made it first: theirs wins
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    value = path.read_text(encoding="ascii").strip()
+    if len(value) < 32:
+        raise LedgerError(f"the secret file {path} is too short; remove it to make a new one")
+    return value.encode()

@@ -1,0 +1,65 @@
+"""Numbered schema migrations: position in ``MIGRATIONS`` is the version it brings a ledger to.
+
+All of them run in one transaction that holds the migration lock (``BEGIN IMMEDIATE`` on SQLite,
+an advisory transaction lock on PostgreSQL), so workers starting together migrate once, a failed
+migration leaves the version as it was, and running them again is a no-op.
+A migration is never edited once released: a change to ``tables.py`` comes with a new entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import Connection, Engine, inspect, select, text
+
+from .errors import LedgerError
+from .tables import effects, schema_version
+
+# Arbitrary constant that names "Call4Agents migrations" among other users of advisory locks.
+_PG_LOCK_ID = 0x0C4A_0001
+
+
+def _v1(conn: Connection) -> None:
+    schema_version.create(conn)
+    effects.create(conn)  # with its indexes
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1]
+CURRENT = len(MIGRATIONS)
+
+
+def current_version(conn: Connection, schema: str | None = None) -> int:
+    if not inspect(conn).has_table(schema_version.name, schema=schema):
+        return 0
+    found = conn.execute(select(schema_version.c.version)).scalar()
+    return int(found or 0)
+
+
+def migrate(
+    engine: Engine, *, schema: str | None = None, target: int = CURRENT
+) -> tuple[int, int]:
+    """Bring the ledger to ``target``; returns (version before, version after)."""
+    with engine.begin() as conn:  # BEGIN IMMEDIATE on SQLite: the lock for the whole run
+        if engine.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _PG_LOCK_ID})
+            if schema:
+                conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+        before = current_version(conn, schema)
+        refuse_newer(before)
+        for version in range(before + 1, target + 1):
+            MIGRATIONS[version - 1](conn)
+        if target > before:
+            if before == 0:
+                conn.execute(schema_version.insert().values(version=target))
+            else:
+                conn.execute(schema_version.update().values(version=target))
+        return before, max(before, target)
+
+
+def refuse_newer(version: int) -> None:
+    if version > CURRENT:
+        raise LedgerError(
+            f"this ledger was written by a newer Call4Agents (schema version {version}; this "
+            f"version knows up to {CURRENT}). Upgrade call4agents on this machine; the ledger was "
+            "not changed."
+        )

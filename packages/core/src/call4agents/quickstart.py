@@ -1,0 +1,156 @@
+"""`call4agents quickstart`: watch an agent get killed after sending an email, and resume.
+
+Every number printed is counted from an outbox file written by real child processes; each child
+is killed with SIGKILL at the named moment and a fresh child resumes the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+# Exit codes of the child agent, so the parent can tell what the resume met.
+_DONE, _IN_DOUBT = 0, 3
+
+
+# -- the child: a tiny agent with a checkpoint, like a framework's saved state -----------------
+
+
+def _child(mode: str, workdir: Path, url: str, run_id: str, crash: str) -> int:
+    outbox = workdir / f"outbox-{mode}.txt"
+    checkpoint = workdir / f"checkpoint-{mode}.json"
+
+    def deliver(to: str, body: str) -> str:
+        with outbox.open("a", encoding="utf-8") as f:  # the outside world: one line per email
+            f.write(json.dumps({"to": to, "body": body}) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if crash == "inside":
+            os.kill(os.getpid(), signal.SIGKILL)  # sent, but the tool never returned
+        return f"msg-{sum(1 for _ in outbox.open(encoding='utf-8'))}"
+
+    if mode == "plain":
+        send_email = deliver
+    else:
+        import call4agents as c4a
+
+        c4a.init(url)
+        send_email = c4a.effect(name="send_email")(deliver)
+
+    state = json.loads(checkpoint.read_text()) if checkpoint.exists() else {"step": 0}
+    if state["step"] == 0:  # the agent decided to email the customer
+        try:
+            if mode == "plain":
+                message_id = send_email("bob@example.com", "Your refund is on its way")
+            else:
+                with c4a.run(run_id):
+                    message_id = send_email("bob@example.com", "Your refund is on its way")
+        except Exception as exc:
+            if type(exc).__name__ == "EffectInDoubt":
+                print(str(exc), file=sys.stderr)
+                return _IN_DOUBT
+            raise
+        if crash == "after":
+            os.kill(os.getpid(), signal.SIGKILL)  # sent and returned; checkpoint not yet saved
+        checkpoint.write_text(json.dumps({"step": 1, "message_id": message_id}))
+    return _DONE
+
+
+# -- the parent: run the scenarios and count ----------------------------------------------------
+
+
+@dataclass
+class Row:
+    label: str
+    emails: int
+    outcome: str
+
+
+def _spawn(mode: str, workdir: Path, url: str, run_id: str, crash: str) -> int:
+    argv = [sys.executable, "-m", "call4agents.quickstart", "--child", mode, "--dir",
+            str(workdir), "--url", url, "--run", run_id, "--crash", crash]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode not in (_DONE, _IN_DOUBT, -signal.SIGKILL):
+        raise RuntimeError(f"the quickstart agent failed unexpectedly:\n{done.stderr}")
+    return done.returncode
+
+
+def _emails(workdir: Path, mode: str) -> int:
+    outbox = workdir / f"outbox-{mode}.txt"
+    return sum(1 for _ in outbox.open(encoding="utf-8")) if outbox.exists() else 0
+
+
+def _scenario_after(workdir: Path, url: str, mode: str) -> Row:
+    run_id = f"quickstart-{uuid.uuid4().hex[:8]}"
+    killed = _spawn(mode, workdir, url, run_id, crash="after")
+    resumed = _spawn(mode, workdir, url, run_id, crash="none")
+    assert killed == -signal.SIGKILL and resumed == _DONE
+    n = _emails(workdir, mode)
+    if mode == "plain":
+        return Row("killed right after sending, without Call4Agents", n, "sent again on resume")
+    return Row("killed right after sending, with Call4Agents", n, "resume got the recorded result")
+
+
+def _scenario_inside(workdir: Path, url: str) -> Row:
+    import call4agents as c4a
+
+    mode, run_id = "inside", f"quickstart-{uuid.uuid4().hex[:8]}"
+    _spawn(mode, workdir, url, run_id, crash="inside")
+    if _spawn(mode, workdir, url, run_id, crash="none") != _IN_DOUBT:
+        raise RuntimeError("the resumed agent was expected to find the email in doubt")
+    with c4a.Ledger(url) as ledger:
+        [doubt] = [r for r in ledger.in_doubt() if r.run_id == run_id]
+        # A person looks in the outbox, finds the email, and records that it happened.
+        ledger.resolve(doubt.key, happened=True, result="msg-1", by="quickstart",
+                       note="found in the outbox")  # fmt: skip
+    resumed = _spawn(mode, workdir, url, run_id, crash="none")
+    assert resumed == _DONE
+    return Row("killed inside the tool, with Call4Agents", _emails(workdir, mode),
+               "in doubt, not re-sent; resolved by a person; resumed")  # fmt: skip
+
+
+def _print(rows: list[Row], seconds: float) -> None:
+    width = max(len(r.label) for r in rows)
+    print("Call4Agents quickstart: an agent emails a customer and is killed with SIGKILL.")
+    print("A fresh process resumes the same run; emails are counted in the outbox.\n")
+    print(f"  {'scenario':<{width}}  emails  what happened")
+    for row in rows:
+        print(f"  {row.label:<{width}}  {row.emails:>6}  {row.outcome}")
+    print(f"\nDone in {seconds:.1f}s, offline, no API keys.")
+    print("Next: `call4agents doubt` lists actions in doubt; `call4agents resolve` settles them.")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="call4agents quickstart")
+    parser.add_argument("--url", help="ledger URL (default: a fresh SQLite file in a temp folder)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
+    parser.add_argument("--run", help=argparse.SUPPRESS)
+    parser.add_argument("--crash", default="none", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child(args.child, Path(args.dir), args.url, args.run, args.crash)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="c4a-quickstart-") as tmp:
+        workdir = Path(tmp)
+        url = args.url or f"sqlite:///{workdir / 'ledger.db'}"
+        rows = [
+            _scenario_after(workdir, url, "plain"),
+            _scenario_after(workdir, url, "ledger"),
+            _scenario_inside(workdir, url),
+        ]
+    _print(rows, time.monotonic() - started)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

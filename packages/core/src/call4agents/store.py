@@ -1,0 +1,354 @@
+"""The storage contract: a few small primitives over one SQLAlchemy engine.
+
+Each primitive is one short transaction and states the race it closes. Every state change that
+could collide with another worker is a conditional UPDATE fenced by ``attempt``, so a worker that
+lost its lease can never overwrite what happened after it.
+
+    claim        intent durable before the tool runs (INSERT ... ON CONFLICT DO NOTHING)
+    finish       result or failure of *this* attempt; a fenced-off late result becomes evidence
+    mark_in_doubt  a started attempt whose owner died, whose lease expired, or that raised ambiguously
+    take_over    an in-doubt action re-sent (retry_in_doubt) or declared not to have happened
+    resolve      a person's or a reconciler's answer to an in-doubt action
+    renew        the heartbeat that keeps a long call's lease alive
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import Connection, Engine, Float, and_, bindparam, func, literal, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.sql.elements import ColumnElement
+
+from . import _owner
+from .errors import LedgerError
+from .tables import effects
+
+OPEN_STATES = ("started", "in_doubt")
+
+
+def now_sql(dialect: str) -> ColumnElement[float]:
+    """The database's clock in epoch seconds: the one clock every lease is judged by."""
+    if dialect == "postgresql":
+        return func.extract("epoch", func.clock_timestamp()).cast(postgresql.DOUBLE_PRECISION)
+    # julianday('now') is the same clock for every process of this machine, at millisecond grain.
+    return (func.julianday("now") - literal(2440587.5)) * literal(86400.0)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One effect row as the engine needs it."""
+
+    key: str
+    run_id: str
+    tool: str
+    kind: str
+    state: str
+    attempt: int
+    owner: str | None
+    lease_expires_at: float | None
+    result: str | None
+    error: str | None
+    note: str | None
+    pruned_at: float | None
+    now: float  # the database clock when the row was read
+
+    @property
+    def lease_live(self) -> bool:
+        return self.lease_expires_at is not None and self.lease_expires_at > self.now
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What ``claim`` found: run it now (``run``), or an existing row to act on."""
+
+    outcome: Literal["run", "existing"]
+    attempt: int
+    row: Row | None = None
+
+
+_ROW_COLUMNS = (
+    effects.c.key,
+    effects.c.run_id,
+    effects.c.tool,
+    effects.c.kind,
+    effects.c.state,
+    effects.c.attempt,
+    effects.c.owner,
+    effects.c.lease_expires_at,
+    effects.c.result,
+    effects.c.error,
+    effects.c.note,
+    effects.c.pruned_at,
+)
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._now = now_sql(self.dialect)
+        insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+        given = ("key", "run_id", "tool", "kind", "args", "owner")
+        self._insert_intent = (
+            insert(effects)
+            .values(
+                {
+                    **{name: bindparam(name) for name in given},
+                    "state": "started",
+                    "attempt": 1,
+                    "lease_expires_at": self._now + bindparam("ttl", type_=Float),
+                    "created_at": self._now,
+                    "updated_at": self._now,
+                }
+            )
+            .on_conflict_do_nothing(index_elements=["key"])
+            # rowcount of INSERT .. ON CONFLICT is not reliable across drivers; RETURNING is.
+            .returning(effects.c.attempt)
+        )
+        self._select_row = select(*_ROW_COLUMNS, self._now.label("now")).where(
+            effects.c.key == bindparam("k")
+        )
+
+    # -- transactions -------------------------------------------------------------------------
+
+    @contextmanager
+    def tx(self) -> Iterator[Connection]:
+        """One write transaction (BEGIN IMMEDIATE on SQLite), database faults as LedgerError."""
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except (OperationalError, DBAPIError) as exc:
+            raise LedgerError(f"the ledger database failed: {_short(exc)}") from exc
+
+    def _row(self, conn: Connection, key: str, *, lock: bool = False) -> Row | None:
+        stmt = self._select_row
+        if lock and self.dialect == "postgresql":
+            stmt = stmt.with_for_update()
+        found = conn.execute(stmt, {"k": key}).first()
+        return Row(*found) if found is not None else None
+
+    # -- primitives ---------------------------------------------------------------------------
+
+    def claim(
+        self,
+        *,
+        key: str,
+        run_id: str,
+        tool: str,
+        kind: str,
+        args: str,
+        owner: str,
+        ttl: float,
+    ) -> Claim:
+        """Write the intent (``started``, attempt 1) unless the action exists.
+
+        Closes: two workers starting the same action at once. The unique key makes exactly one
+        INSERT win; the loser reads the winner's row in the same transaction. A ``failed`` row is
+        taken as a new attempt here, inside the same lock, so two retries cannot both run it.
+        """
+        with self.tx() as conn:
+            inserted = conn.execute(
+                self._insert_intent,
+                {"key": key, "run_id": run_id, "tool": tool, "kind": kind, "args": args,
+                 "owner": owner, "ttl": ttl},  # fmt: skip
+            )
+            if inserted.first() is not None:
+                return Claim("run", 1)
+            row = self._row(conn, key, lock=True)
+            if row is None:  # pragma: no cover - a concurrent gc between the two statements
+                raise LedgerError("the action vanished while it was being claimed; call again")
+            if row.state == "failed":
+                attempt = row.attempt + 1
+                self._restart(conn, key, row.attempt, attempt, owner, ttl, from_state="failed")
+                return Claim("run", attempt)
+            return Claim("existing", row.attempt, row)
+
+    def _restart(
+        self,
+        conn: Connection,
+        key: str,
+        seen: int,
+        attempt: int,
+        owner: str,
+        ttl: float,
+        *,
+        from_state: str,
+    ) -> bool:
+        done = conn.execute(
+            update(effects)
+            .where(effects.c.key == key, effects.c.attempt == seen, effects.c.state == from_state)
+            .values(
+                state="started",
+                attempt=attempt,
+                owner=owner,
+                lease_expires_at=self._now + ttl,
+                updated_at=self._now,
+            )
+        )
+        return done.rowcount == 1
+
+    def get(self, key: str) -> Row | None:
+        with self.engine.connect() as conn:
+            return self._row(conn, key)
+
+    def finish(
+        self,
+        key: str,
+        attempt: int,
+        *,
+        state: Literal["succeeded", "failed", "in_doubt"],
+        result: str | None = None,
+        error: str | None = None,
+        note: str | None = None,
+    ) -> bool:
+        """Record how attempt ``attempt`` ended. False when the attempt was fenced off.
+
+        Closes: a late result overwriting a newer truth. Only the attempt that is still current
+        may write, and only while the action is open (started, or in doubt because its lease
+        lapsed: a late result settles that doubt, since it is what really happened). Anything
+        else (a person resolved it, or a retry took over) keeps the late outcome as evidence.
+        """
+        with self.tx() as conn:
+            done = conn.execute(
+                update(effects)
+                .where(
+                    effects.c.key == key,
+                    effects.c.attempt == attempt,
+                    effects.c.state.in_(OPEN_STATES),
+                )
+                .values(
+                    state=state,
+                    result=result,
+                    error=error,
+                    note=note,
+                    owner=None,
+                    lease_expires_at=None,
+                    updated_at=self._now,
+                )
+            )
+            if done.rowcount == 1:
+                return True
+            self._add_evidence(conn, key, attempt, state, result, error)
+            return False
+
+    def _add_evidence(
+        self,
+        conn: Connection,
+        key: str,
+        attempt: int,
+        state: str,
+        result: str | None,
+        error: str | None,
+    ) -> None:
+        found = conn.execute(select(effects.c.evidence).where(effects.c.key == key)).first()
+        if found is None:
+            return
+        items: list[Any] = json.loads(found[0]) if found[0] else []
+        items.append(
+            {"attempt": attempt, "state": state, "result": result, "error": error,
+             "at": time.time()}  # fmt: skip
+        )
+        conn.execute(
+            update(effects).where(effects.c.key == key).values(evidence=json.dumps(items))
+        )
+
+    def mark_in_doubt(self, key: str, attempt: int, note: str, *, only_if_expired: bool) -> bool:
+        """Move a started attempt to in doubt: its owner died, its lease lapsed.
+
+        Closes: two workers both judging one lapsed lease; the attempt and the database clock
+        are checked in the UPDATE itself, so a lease renewed in between is left alone.
+        """
+        conds = [effects.c.key == key, effects.c.attempt == attempt, effects.c.state == "started"]
+        if only_if_expired:
+            conds.append(effects.c.lease_expires_at <= self._now)
+        with self.tx() as conn:
+            done = conn.execute(
+                update(effects)
+                .where(and_(*conds))
+                .values(state="in_doubt", note=note, owner=None, updated_at=self._now)
+            )
+            return done.rowcount == 1
+
+    def take_over(self, key: str, seen_attempt: int, owner: str, ttl: float) -> int | None:
+        """Start a new attempt of an in-doubt action; None if someone else moved it first."""
+        with self.tx() as conn:
+            attempt = seen_attempt + 1
+            if self._restart(conn, key, seen_attempt, attempt, owner, ttl, from_state="in_doubt"):
+                return attempt
+            return None
+
+    def resolve(
+        self,
+        key: str,
+        *,
+        happened: bool,
+        result: str | None,
+        by: str,
+        note: str,
+        expect_attempt: int | None = None,
+    ) -> bool:
+        """Settle an open action: ``succeeded`` with ``result`` if it happened, else ``failed``.
+
+        A ``failed`` action runs again as a new attempt when it is next called, which is what
+        "it did not happen" means. Refuses (False) unless the action is in doubt, or started with
+        a lapsed lease: a live worker's action is never settled under its feet.
+        """
+        live = and_(effects.c.state == "started", effects.c.lease_expires_at > self._now)
+        conds = [effects.c.key == key, effects.c.state.in_(OPEN_STATES), ~live]
+        if expect_attempt is not None:
+            conds.append(effects.c.attempt == expect_attempt)
+        with self.tx() as conn:
+            done = conn.execute(
+                update(effects)
+                .where(and_(*conds))
+                .values(
+                    state="succeeded" if happened else "failed",
+                    result=result if happened else None,
+                    error=None if happened else "DidNotHappen: " + note,
+                    note=note,
+                    resolved_by=by,
+                    owner=None,
+                    lease_expires_at=None,
+                    updated_at=self._now,
+                )
+            )
+            return done.rowcount == 1
+
+    def renew(self, leases: Sequence[tuple[str, int]], owner: str, ttl: float) -> list[str]:
+        """Push out the leases this process still holds; returns the keys it no longer holds."""
+        lost: list[str] = []
+        with self.tx() as conn:
+            for key, attempt in leases:
+                done = conn.execute(
+                    update(effects)
+                    .where(
+                        effects.c.key == key,
+                        effects.c.attempt == attempt,
+                        effects.c.state == "started",
+                        effects.c.owner == owner,
+                    )
+                    .values(lease_expires_at=self._now + ttl)
+                )
+                if done.rowcount != 1:
+                    lost.append(key)
+        return lost
+
+    def now(self) -> float:
+        with self.engine.connect() as conn:
+            return float(conn.execute(select(self._now)).scalar_one())
+
+
+def _short(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def owner_is_gone(row: Row) -> bool:
+    return row.state == "started" and _owner.is_dead_local(row.owner)

@@ -1,0 +1,68 @@
+"""Every table of the ledger, in one ``MetaData``: both dialects' DDL comes from here.
+
+Times are seconds since the epoch as floats, always taken from the database's clock (see
+``store.now_sql``), so that one clock judges every lease however far apart the workers' clocks are.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+# SQLite only makes INTEGER PRIMARY KEY an alias of the rowid (and so auto-incrementing).
+_Id = BigInteger().with_variant(Integer(), "sqlite")
+
+schema_version = Table(
+    "c4a_schema",
+    metadata,
+    Column("version", Integer, nullable=False),
+)
+
+# One row per logical action. `key` is the action identity (a hash of run, tool and canonical
+# arguments, or of what `key=` returned); `seq` orders a run's actions for `show`.
+effects = Table(
+    "c4a_effects",
+    metadata,
+    Column("seq", _Id, primary_key=True, autoincrement=True),
+    Column("key", String(64), nullable=False, unique=True),
+    Column("run_id", Text, nullable=False),
+    Column("tool", Text, nullable=False),
+    Column("kind", String(16), nullable=False),
+    # started | succeeded | failed | in_doubt
+    Column("state", String(16), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("owner", Text),
+    Column("lease_expires_at", Float),
+    Column("args", Text, nullable=False),  # canonical display JSON, redacted values masked
+    Column("result", Text),  # codec JSON of the result (succeeded)
+    Column("error", Text),  # "Type: message" of the last failure or doubt, secrets scrubbed
+    Column("note", Text),  # why the state is what it is: "lease expired", "resolved by ann: ..."
+    Column("resolved_by", Text),
+    # Late results of fenced-off attempts, kept as evidence (JSON list), never applied.
+    Column("evidence", Text),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("pruned_at", Float),
+)
+
+Index("c4a_effects_run", effects.c.run_id, effects.c.seq)
+# Only open actions are indexed here, so `doubt` and lease sweeps stay fast at any ledger size.
+Index(
+    "c4a_effects_open",
+    effects.c.state,
+    effects.c.updated_at,
+    sqlite_where=effects.c.state.in_(("started", "in_doubt")),
+    postgresql_where=effects.c.state.in_(("started", "in_doubt")),
+)
+Index("c4a_effects_updated", effects.c.updated_at)

@@ -1,0 +1,133 @@
+"""Fixtures shared by the whole suite: a fresh ledger on every backend, and child processes.
+
+PostgreSQL tests read the server from CALL4AGENTS_TEST_POSTGRES_URL and give each test its own
+schema. Without that variable they skip with the reason shown; with CI=true they fail instead, so
+a CI run can never pass by silently testing SQLite alone.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import call4agents as c4a
+
+PG_ENV = "CALL4AGENTS_TEST_POSTGRES_URL"
+
+
+def _postgres_problem() -> str | None:
+    url = os.environ.get(PG_ENV)
+    if not url:
+        return f"{PG_ENV} is not set (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)"
+    try:
+        import psycopg
+
+        plain = url.replace("postgresql+psycopg://", "postgresql://", 1)
+        with psycopg.connect(plain, connect_timeout=5) as conn:
+            conn.execute("select 1")
+    except Exception as exc:
+        return f"PostgreSQL at {PG_ENV} is not reachable: {exc}"
+    return None
+
+
+_PG_PROBLEM: list[str | None] = []
+
+
+def postgres_url() -> str:
+    """The test server's URL, or skip (fail under CI=true) with the reason."""
+    if not _PG_PROBLEM:
+        _PG_PROBLEM.append(_postgres_problem())
+    problem = _PG_PROBLEM[0]
+    if problem:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but PostgreSQL tests cannot run: {problem}", pytrace=False)
+        pytest.skip(problem)
+    return os.environ[PG_ENV]
+
+
+@dataclass
+class Target:
+    """Where a test's ledger lives; child processes open the same one from url + schema."""
+
+    backend: str
+    url: str
+    schema: str | None = None
+    opened: list[c4a.Ledger] = field(default_factory=list)
+
+    def open(self, **settings: Any) -> c4a.Ledger:
+        ledger = c4a.Ledger(self.url, schema=self.schema, **settings)
+        self.opened.append(ledger)
+        return ledger
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ, C4A_TEST_URL=self.url, C4A_TEST_SCHEMA=self.schema or "")
+        env.setdefault("CALL4AGENTS_SECRET", "test-secret-" + "x" * 40)
+        return env
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    import psycopg
+
+    plain = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def make_target(backend: str, tmp_path: Path) -> Iterator[Target]:
+    if backend == "sqlite":
+        target = Target("sqlite", f"sqlite:///{tmp_path / 'ledger.db'}")
+    else:
+        url = postgres_url()
+        target = Target("postgres", url, schema="c4a_t_" + uuid.uuid4().hex[:12])
+    try:
+        yield target
+    finally:
+        for ledger in target.opened:
+            ledger.close()
+        if target.schema:
+            _drop_schema(target.url, target.schema)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    """A fresh, empty ledger location on each backend."""
+    yield from make_target(request.param, tmp_path)
+
+
+@pytest.fixture
+def sqlite_target(tmp_path: Path) -> Iterator[Target]:
+    yield from make_target("sqlite", tmp_path)
+
+
+@pytest.fixture
+def pg_target(tmp_path: Path) -> Iterator[Target]:
+    yield from make_target("postgres", tmp_path)
+
+
+@pytest.fixture
+def ledger(target: Target, monkeypatch: pytest.MonkeyPatch) -> c4a.Ledger:
+    """A fresh ledger on each backend, installed as the default for @c4a.effect."""
+    monkeypatch.setenv("CALL4AGENTS_SECRET", "test-secret-" + "x" * 40)
+    return c4a.init(target.open(lease=5.0, wait=5.0))
+
+
+def run_child(
+    script: Path | str, *args: str, env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run a Python file in a fresh interpreter of this environment."""
+    return subprocess.run(
+        [sys.executable, str(script), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

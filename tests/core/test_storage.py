@@ -1,0 +1,124 @@
+"""The ledger's storage: opening, migrating, refusing what is unsafe."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import call4agents as c4a
+from call4agents import _db
+from call4agents.migrations import CURRENT
+from call4agents.tables import schema_version
+
+
+def test_newer_schema_is_refused_and_left_alone(target: Any) -> None:
+    ledger = target.open()
+    with ledger.engine.begin() as conn:
+        conn.execute(schema_version.update().values(version=999))
+    ledger.close()
+    with pytest.raises(c4a.LedgerError, match=r"newer Call4Agents \(schema version 999"):
+        target.open()
+    with pytest.raises(c4a.LedgerError, match="newer"):
+        target.open(auto_migrate=False)
+
+
+def test_migrate_is_safe_to_repeat(target: Any) -> None:
+    from call4agents.migrations import migrate
+
+    ledger = target.open()
+    assert migrate(ledger.engine, schema=target.schema) == (CURRENT, CURRENT)
+    assert migrate(ledger.engine, schema=target.schema) == (CURRENT, CURRENT)
+
+
+def test_sqlite_files_are_owner_only(tmp_path: Path) -> None:
+    ledger = c4a.Ledger(f"sqlite:///{tmp_path / 'sub' / 'ledger.db'}", secret=None)
+
+    @c4a.effect(ledger=ledger, redact=("token",))
+    def step(token: str) -> int:
+        return 1
+
+    with c4a.run("r"):
+        step("abcdefgh")  # touches the secret file
+    ledger.close()
+    for path in (tmp_path / "sub").iterdir():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode & 0o077 == 0, f"{path.name} is {oct(mode)}"
+    assert stat.S_IMODE((tmp_path / "sub").stat().st_mode) & 0o077 == 0
+
+
+def test_network_file_systems_are_refused() -> None:
+    mounts = textwrap.dedent(
+        """\
+        /dev/vda1 / ext4 rw 0 0
+        server:/export /mnt/shared nfs4 rw 0 0
+        //nas/share /mnt/smb cifs rw 0 0
+        """
+    )
+    assert _db.mount_fs_type(Path("/mnt/shared/agents"), mounts) == "nfs4"
+    assert _db.mount_fs_type(Path("/mnt/smb"), mounts) == "cifs"
+    assert _db.mount_fs_type(Path("/mnt/sharedother"), mounts) == "ext4"
+    assert _db.mount_fs_type(Path("/home/x"), mounts) == "ext4"
+
+
+def test_network_fs_check_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(_db, "mount_fs_type", lambda path, mounts_text=None: "nfs4")
+    with pytest.raises(c4a.LedgerError, match=r"network file system \(nfs4\).*allow_network_fs"):
+        c4a.Ledger(f"sqlite:///{tmp_path / 'l.db'}")
+    c4a.Ledger(f"sqlite:///{tmp_path / 'l.db'}", allow_network_fs=True).close()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://root@localhost/x", "unsupported ledger URL scheme 'mysql'"),
+        ("sqlite:///:memory:", "in-memory SQLite ledger forgets everything"),
+        ("sqlite://", "in-memory SQLite ledger"),
+    ],
+)
+def test_bad_urls_say_what_to_use(url: str, message: str) -> None:
+    with pytest.raises(c4a.ConfigurationError, match=message):
+        c4a.Ledger(url)
+
+
+def test_unreachable_postgres_hides_the_password() -> None:
+    pytest.importorskip("psycopg")
+    url = "postgresql+psycopg://app:s3cr%21t@127.0.0.1:1/nowhere?connect_timeout=2"
+    with pytest.raises(c4a.LedgerError) as info:
+        c4a.Ledger(url)
+    assert "s3cr" not in str(info.value)
+    assert "***" in str(info.value)
+
+
+def test_eight_processes_open_a_brand_new_ledger_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "new" / "ledger.db"
+    code = textwrap.dedent(
+        f"""
+        import sys, time
+        import call4agents as c4a
+        while time.time() < {__import__("time").time() + 2.0}:
+            time.sleep(0.001)
+        ledger = c4a.Ledger({f"sqlite:///{db}"!r})
+        @c4a.effect(ledger=ledger, name="hello")
+        def hello(n):
+            return n
+        with c4a.run("r" + sys.argv[1]):
+            assert hello(1) == 1
+        print("ok")
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(i)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+        for i in range(8)
+    ]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, outputs
+    ledger = c4a.Ledger(f"sqlite:///{db}")
+    assert len(ledger.runs()) == 8
+    ledger.close()
