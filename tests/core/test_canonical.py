@@ -17,7 +17,6 @@ from collections import OrderedDict
 from typing import Any
 
 import pytest
-
 from call4agents.canonical import (
     CanonicalArgs,
     canonical_args,
@@ -135,9 +134,9 @@ def test_dict_insertion_order_does_not_change_the_key() -> None:
         (decimal.Decimal("1.10"), '{"$decimal":"1.10"}'),
         (uuid.UUID(int=1), '{"$uuid":"00000000-0000-0000-0000-000000000001"}'),
         (pathlib.PurePosixPath("/tmp/x"), '{"$path":"/tmp/x"}'),
-        (Color.RED, '{"$enum":["test_canonical:Color","red"]}'),
-        (Level.LOW, '{"$enum":["test_canonical:Level",1]}'),
-        (Point(1, 2), '{"$dataclass":["test_canonical:Point",{"x":1,"y":2}]}'),
+        (Color.RED, '{"$enum":["' + __name__ + ':Color","red"]}'),
+        (Level.LOW, '{"$enum":["' + __name__ + ':Level",1]}'),
+        (Point(1, 2), '{"$dataclass":["' + __name__ + ':Point",{"x":1,"y":2}]}'),
         (Tag("x"), '"x"'),
         (OrderedDict([("b", 1), ("a", 2)]), '{"a":2,"b":1}'),
         (-0.0, "-0.0"),
@@ -157,7 +156,7 @@ def test_pydantic_model_is_tagged_with_its_class() -> None:
 
     text = cj(Order(sku="a", at=dt.date(2024, 1, 2)))
     assert text == (
-        '{"$model":["test_canonical:test_pydantic_model_is_tagged_with_its_class.<locals>.Order",'
+        '{"$model":["' + __name__ + ':test_pydantic_model_is_tagged_with_its_class.<locals>.Order",'
         '{"at":{"$date":"2024-01-02"},"sku":"a"}]}'
     )
 
@@ -245,7 +244,7 @@ def test_object_printed_by_address_is_refused() -> None:
 
 def test_other_unknown_types_are_refused() -> None:
     err = refusal({"p": Printed()})
-    assert err.reason == "is a test_canonical.Printed, which has no stable canonical form"
+    assert err.reason == f"is a {__name__}.Printed, which has no stable canonical form"
     err = refusal({"z": {"c": 1j}})
     assert (err.path, err.reason) == ("z.c", "is a complex, which has no stable canonical form")
 
@@ -257,7 +256,7 @@ def test_path_names_non_str_keys_and_tuple_indexes() -> None:
 
 def test_bad_dict_key_is_refused() -> None:
     err = refusal({"m": {Plain(): 1}})
-    assert err.path.startswith("m[<test_canonical.Plain object at ")
+    assert err.path.startswith(f"m[<{__name__}.Plain object at ")
     assert err.reason.endswith("whose only printed form is its memory address")
 
 
@@ -337,6 +336,11 @@ def test_canonical_json_names_the_value_key() -> None:
     with pytest.raises(UnstableArguments) as info:
         canonical_json("send_email", {"a": math.nan})
     assert info.value.path == "key.a"
+    loop: list[Any] = [1]
+    loop.append(loop)
+    with pytest.raises(UnstableArguments) as info:
+        canonical_json("send_email", loop, root="key()")
+    assert (info.value.path, info.value.reason) == ("key()[1]", "contains a reference cycle")
 
 
 # --- ignore= ------------------------------------------------------------------------------------
@@ -377,7 +381,7 @@ def test_ignore_dataclass_and_model_fields() -> None:
     args = {"order": Order(sku="a", placed_at=dt.datetime(2024, 1, 1)), "p": Point(1, 2)}  # noqa: DTZ001
     canon = canonical_args("t", args, ignore=("order.placed_at", "p.y"))
     assert '"placed_at"' not in canon.key_material
-    assert '"$dataclass":["test_canonical:Point",{"x":1}]' in canon.key_material
+    assert '"$dataclass":["' + __name__ + ':Point",{"x":1}]' in canon.key_material
 
 
 def test_ignore_in_dict_with_mixed_keys() -> None:
@@ -476,9 +480,7 @@ def test_ignore_inside_a_redacted_value_changes_nothing() -> None:
 
 
 def test_redacted_value_never_appears_in_error_messages() -> None:
-    err = refusal(
-        {"auth": {SECRET: math.nan}}, redact=("auth",), redact_digest=digest
-    )
+    err = refusal({"auth": {SECRET: math.nan}}, redact=("auth",), redact_digest=digest)
     assert err.path == "auth"
     assert err.reason == "is NaN, which has no stable form"
     assert SECRET not in str(err)

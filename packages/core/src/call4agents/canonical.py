@@ -178,8 +178,10 @@ def _format_path(steps: Iterable[_Step]) -> str:
     for kind, part in steps:
         if kind == "index":
             out.append(f"[{part}]")
+        elif kind == "attr" and not out:
+            out.append(str(part))  # the argument's name leads, however it is spelled
         elif kind == "attr" and isinstance(part, str) and part.isidentifier():
-            out.append(f".{part}" if out else part)
+            out.append(f".{part}")
         else:
             text = repr(part)
             if len(text) > _MAX_KEY_REPR:
@@ -348,7 +350,9 @@ class _Encoder:
             handler = _resolve(tp)
         return handler(self, v, depth, node)
 
-    def fields(self, items: Iterable[tuple[str, Any]], depth: int, node: _Node | None) -> Any:
+    def fields(
+        self, items: Iterable[tuple[str, Any]], depth: int, node: _Node | None
+    ) -> dict[str, Any]:
         """Encode str-keyed fields (a dict, a dataclass, a model dump) honouring ignore/redact."""
         out: dict[str, Any] = {}
         fast = self.fast
@@ -438,8 +442,9 @@ def _printed_forms(v: Any) -> list[str]:
     stack = [v]
     while stack:
         item = stack.pop()
-        text = str(item) if not isinstance(item, str) else item
-        if len(text) >= _MIN_SECRET_LEN:
+        text = item if isinstance(item, str) else str(item)
+        # "True" and "None" are no secret, and masking them would garble error texts.
+        if len(text) >= _MIN_SECRET_LEN and item is not None and not isinstance(item, bool):
             found.append(text)
         if isinstance(item, Mapping):
             stack.extend(item.values())
@@ -742,7 +747,7 @@ def _encode_top(
     except _Refusal as refusal:
         refusal.settle()
         raise UnstableArguments(tool, refusal.path(), refusal.reason) from None
-    return tree  # type: ignore[no-any-return]
+    return tree
 
 
 def canonical_json(tool: str, value: Any, *, root: str = "key") -> str:
@@ -759,8 +764,8 @@ def canonical_json(tool: str, value: Any, *, root: str = "key") -> str:
             _Encoder(strict=True).value(value, 1, None)
             raise
     except _Refusal as refusal:
-        refusal.settle()
         refusal.add(value, ("attr", root))
+        refusal.settle()
         raise UnstableArguments(tool, refusal.path(), refusal.reason) from None
     return text
 

@@ -40,7 +40,12 @@ from .tables import effects
 PROG = "call4agents"
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_IN_DOUBT = 0, 1, 2, 3
 CLOCK_SKEW_WARN = 5.0
-STATE_WORDS = {"succeeded": "done", "failed": "failed", "in_doubt": "in doubt", "started": "running"}
+STATE_WORDS = {
+    "succeeded": "done",
+    "failed": "failed",
+    "in_doubt": "in doubt",
+    "started": "running",
+}
 _AGE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)\s*", re.IGNORECASE)
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -63,10 +68,10 @@ def _table(
     """Left-aligned columns, two spaces apart; ``below[i]`` are extra lines under row ``i``."""
     widths = [len(h) for h in headers]
     for row in rows:
-        widths = [max(w, len(cell)) for w, cell in zip(widths, row)]
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(cell.ljust(w) for cell, w in zip(cells, widths)).rstrip()
+        return "  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip()
 
     lines = [line(headers)]
     for i, row in enumerate(rows):
@@ -143,8 +148,9 @@ def _open(args: argparse.Namespace) -> Ledger:
     url = _url(args)
     _require_existing(url)
     # Never change the schema from a reading command: an old ledger asks for `migrate`.
-    return Ledger(url.render_as_string(hide_password=False), schema=_schema(args),
-                  auto_migrate=False)  # fmt: skip
+    return Ledger(
+        url.render_as_string(hide_password=False), schema=_schema(args), auto_migrate=False
+    )
 
 
 def _engine(url: URL, schema: str | None) -> Engine:
@@ -190,7 +196,14 @@ def cmd_doubt(args: argparse.Namespace) -> int:
     else:
         now = time.time()
         rows = [
-            [r.key[:12], r.run_id, r.tool, str(r.attempt), _ago(r.updated_at, now), _trim(_why(r), 60)]
+            [
+                r.key[:12],
+                r.run_id,
+                r.tool,
+                str(r.attempt),
+                _ago(r.updated_at, now),
+                _trim(_why(r), 60),
+            ]
             for r in found
         ]
         print(_table(["KEY", "RUN", "TOOL", "ATTEMPT", "SINCE", "WHY"], rows))
@@ -213,7 +226,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             result = json.loads(args.result)
         except json.JSONDecodeError as exc:
             raise ConfigurationError(
-                f"--result must be JSON, e.g. '{{\"id\": \"msg-1\"}}' or '\"sent\"' ({exc})"
+                f'--result must be JSON, e.g. \'{{"id": "msg-1"}}\' or \'"sent"\' ({exc})'
             ) from None
     with _open(args) as ledger:
         record = ledger.resolve(
@@ -240,10 +253,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
     else:
         now = time.time()
         rows = [
-            [r.run_id, str(r.actions), str(r.succeeded), str(r.failed), str(r.in_doubt),
-             str(r.started), _ago(r.last_at, now)]
+            [
+                r.run_id,
+                str(r.actions),
+                str(r.succeeded),
+                str(r.failed),
+                str(r.in_doubt),
+                str(r.started),
+                _ago(r.last_at, now),
+            ]
             for r in found
-        ]  # fmt: skip
+        ]
         headers = ["RUN", "ACTIONS", "DONE", "FAILED", "IN DOUBT", "RUNNING", "LAST ACTIVE"]
         print(_table(headers, rows))
     return EXIT_OK
@@ -286,15 +306,26 @@ def cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     rows, below = [], {}
     for i, r in enumerate(found):
-        rows.append([str(i + 1), r.tool, STATE_WORDS.get(r.state, r.state), str(r.attempt),
-                     _trim(_compact(r.args), 40), _trim(_outcome(r), 50), r.key[:12]])  # fmt: skip
+        rows.append(
+            [
+                str(i + 1),
+                r.tool,
+                STATE_WORDS.get(r.state, r.state),
+                str(r.attempt),
+                _trim(_compact(r.args), 40),
+                _trim(_outcome(r), 50),
+                r.key[:12],
+            ]
+        )
         if extra := _extra_lines(r):
             below[i] = extra
     headers = ["#", "TOOL", "STATE", "ATTEMPT", "ARGS", "RESULT OR ERROR", "KEY"]
     print(f"Run {args.run}\n")
     print(_table(headers, rows, below))
     counts = {s: sum(r.state == s for r in found) for s in STATE_WORDS}
-    summary = f"{counts['succeeded']} done, {counts['in_doubt']} in doubt, {counts['failed']} failed"
+    summary = (
+        f"{counts['succeeded']} done, {counts['in_doubt']} in doubt, {counts['failed']} failed"
+    )
     if counts["started"]:
         summary += f", {counts['started']} running"
     print(f"\n{summary}")
@@ -321,7 +352,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     try:
         before, after = migrations.migrate(engine, schema=_schema(args))
     except SQLAlchemyError as exc:
-        raise LedgerError(f"cannot migrate the ledger at {_db.safe_url(url)}: {_short(exc)}") from exc
+        raise LedgerError(
+            f"cannot migrate the ledger at {_db.safe_url(url)}: {_short(exc)}"
+        ) from exc
     finally:
         engine.dispose()
     safe = _db.safe_url(url)
@@ -352,19 +385,23 @@ def _permission_check(path: Path) -> Check:
             if mode & 0o077:
                 loose.append(f"{item.name} is {mode:o}")
     if loose:
-        return Check("permissions", "WARN",
-                     f"{', '.join(loose)}: others may read it; chmod 600 (folder 700)")  # fmt: skip
+        return Check(
+            "permissions", "WARN", f"{', '.join(loose)}: others may read it; chmod 600 (folder 700)"
+        )
     return Check("permissions", "OK", f"{path} and its companions are owner-only")
 
 
 def _durability_check(engine: Engine, dialect: str) -> Check:
     with engine.connect() as conn:
         if dialect == "sqlite":
-            level = conn.exec_driver_sql("PRAGMA synchronous").scalar()
-            names = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
-            return Check("durability", "OK",
-                         f"sqlite; this process opens it with synchronous={names.get(level, level)}"
-                         " (durability is chosen by each process: power = FULL, the default)")  # fmt: skip
+            level = int(conn.exec_driver_sql("PRAGMA synchronous").scalar() or 0)
+            name = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(level, str(level))
+            return Check(
+                "durability",
+                "OK",
+                f"sqlite; this process opens it with synchronous={name}"
+                " (each process chooses: durability='power' = FULL, the default)",
+            )
         fsync = conn.execute(text("SHOW fsync")).scalar()
         sync = conn.execute(text("SHOW synchronous_commit")).scalar()
     detail = f"postgresql; fsync={fsync}, synchronous_commit={sync}"
@@ -377,83 +414,113 @@ def _durability_check(engine: Engine, dialect: str) -> Check:
 
 def _secret_check(url: URL, schema: str | None) -> Check:
     try:
-        with Ledger(url.render_as_string(hide_password=False), schema=schema,
-                    auto_migrate=False) as ledger:  # fmt: skip
+        with Ledger(
+            url.render_as_string(hide_password=False), schema=schema, auto_migrate=False
+        ) as ledger:
             ledger.secret  # noqa: B018 - loads (or, beside an SQLite ledger, creates) it
     except ConfigurationError as exc:
         return Check("secret", "WARN", str(exc))
-    source = ("$CALL4AGENTS_SECRET" if os.environ.get("CALL4AGENTS_SECRET") else
-              "$CALL4AGENTS_SECRET_FILE" if os.environ.get("CALL4AGENTS_SECRET_FILE") else
-              "the file beside the ledger")  # fmt: skip
+    source = (
+        "$CALL4AGENTS_SECRET"
+        if os.environ.get("CALL4AGENTS_SECRET")
+        else "$CALL4AGENTS_SECRET_FILE"
+        if os.environ.get("CALL4AGENTS_SECRET_FILE")
+        else "the file beside the ledger"
+    )
     return Check("secret", "OK", f"available (from {source})")
 
 
+def _schema_check(version: int) -> Check:
+    if version == migrations.CURRENT:
+        return Check("schema", "OK", f"version {version} (current)")
+    if version == 0:
+        return Check(
+            "schema",
+            "FAIL",
+            f"no ledger tables here: check --url/--schema, or create them with `{PROG} migrate`",
+        )
+    if version < migrations.CURRENT:
+        return Check(
+            "schema",
+            "FAIL",
+            f"version {version}, this call4agents needs {migrations.CURRENT}: run `{PROG} migrate`",
+        )
+    return Check(
+        "schema",
+        "FAIL",
+        f"version {version} is newer than this call4agents knows "
+        f"({migrations.CURRENT}): upgrade call4agents",
+    )
+
+
+def _clock_check(skew: float) -> Check:
+    skew = round(skew, 1) + 0.0  # no "-0.0s"
+    detail = f"database clock is {skew:+.1f}s from this machine's"
+    if abs(skew) <= CLOCK_SKEW_WARN:
+        return Check("clock", "OK", detail)
+    return Check(
+        "clock",
+        "WARN",
+        detail + " (leases follow the database clock; ages shown here are off by as much)",
+    )
+
+
+def _actions_check(engine: Engine) -> Check:
+    with engine.connect() as conn:
+        found = conn.execute(
+            select(effects.c.state, func.count())
+            .where(effects.c.state.in_(("started", "in_doubt")))
+            .group_by(effects.c.state)
+        ).all()
+    counts = {state: int(n) for state, n in found}
+    doubt, started = counts.get("in_doubt", 0), counts.get("started", 0)
+    detail = f"{started} started, {doubt} in doubt"
+    return (
+        Check("actions", "WARN", f"{detail}: see `{PROG} doubt`")
+        if doubt
+        else Check("actions", "OK", detail)
+    )
+
+
 def _doctor_checks(args: argparse.Namespace) -> list[Check]:
-    checks: list[Check] = []
     try:
         url = _url(args)
     except Call4AgentsError as exc:
         return [Check("url", "FAIL", str(exc))]
     schema = _schema(args)
-    safe = _db.safe_url(url)
-    checks.append(Check("url", "OK", safe + (f" (schema {schema})" if schema else "")))
+    checks = [Check("url", "OK", _db.safe_url(url) + (f" (schema {schema})" if schema else ""))]
     path = _sqlite_path(url)
     if path is not None and not path.exists():
-        checks.append(Check("open", "FAIL", f"no ledger file at {path}: check --url"))
-        return checks
+        return [*checks, Check("database", "FAIL", f"no ledger file at {path}: check --url")]
     try:
         engine = _engine(url, schema)
     except Call4AgentsError as exc:
-        checks.append(Check("open", "FAIL", str(exc)))
-        return checks
+        return [*checks, Check("database", "FAIL", str(exc))]
     try:
         with engine.connect() as conn:
-            dialect = engine.dialect.name
             version = migrations.current_version(conn, schema)
-            db_now = float(conn.execute(select(now_sql(dialect))).scalar_one())
-            local_now = time.time()
+            skew = float(conn.execute(select(now_sql(engine.dialect.name))).scalar_one())
+            skew -= time.time()
             journal = conn.exec_driver_sql("PRAGMA journal_mode").scalar() if path else None
-        checks.append(Check("open", "OK", f"the {dialect} database opens"))
-        if version == migrations.CURRENT:
-            checks.append(Check("schema", "OK", f"version {version} (current)"))
-        elif version < migrations.CURRENT:
-            checks.append(Check("schema", "FAIL", f"version {version}, this call4agents needs "
-                                f"{migrations.CURRENT}: run `{PROG} migrate`"))  # fmt: skip
-        else:
-            checks.append(Check("schema", "FAIL", f"version {version} is newer than this "
-                                f"call4agents knows ({migrations.CURRENT}): upgrade call4agents"))  # fmt: skip
-        checks.append(_durability_check(engine, dialect))
+        checks.append(Check("database", "OK", f"the {engine.dialect.name} database opens"))
+        checks.append(_schema_check(version))
+        checks.append(_durability_check(engine, engine.dialect.name))
         if path is not None:
             wal = str(journal).lower() == "wal"
-            checks.append(Check("journal", "OK" if wal else "FAIL", f"journal_mode={journal}"
-                                + ("" if wal else ": WAL is needed for concurrent workers")))  # fmt: skip
+            why = "" if wal else ": WAL is needed for concurrent workers"
+            checks.append(Check("journal", "OK" if wal else "FAIL", f"journal_mode={journal}{why}"))
             checks.append(_permission_check(path))
-        skew = db_now - local_now
-        checks.append(Check("clock", "OK" if abs(skew) <= CLOCK_SKEW_WARN else "WARN",
-                            f"database clock is {skew:+.1f}s from this machine's"
-                            + ("" if abs(skew) <= CLOCK_SKEW_WARN else
-                               " (leases follow the database clock; ages shown here may be off)")))  # fmt: skip
+        checks.append(_clock_check(skew))
         if version == migrations.CURRENT:
-            with engine.connect() as conn:
-                counts = dict(
-                    conn.execute(
-                        select(effects.c.state, func.count())
-                        .where(effects.c.state.in_(("started", "in_doubt")))
-                        .group_by(effects.c.state)
-                    ).all()
-                )
-            doubt, started = int(counts.get("in_doubt", 0)), int(counts.get("started", 0))
-            checks.append(Check("open actions", "WARN" if doubt else "OK",
-                                f"{started} started, {doubt} in doubt"
-                                + (f": see `{PROG} doubt`" if doubt else "")))  # fmt: skip
-            checks.append(_secret_check(url, schema))
+            checks += [_actions_check(engine), _secret_check(url, schema)]
         else:
-            checks.append(Check("open actions", "SKIP", "needs the current schema"))
-            checks.append(Check("secret", "SKIP", "needs the current schema"))
+            checks += [
+                Check(name, "SKIP", "needs the current schema") for name in ("actions", "secret")
+            ]
     except (SQLAlchemyError, OSError) as exc:
-        checks.append(Check("open", "FAIL", f"cannot use the database: {_short(exc)}"))
+        checks.append(Check("database", "FAIL", f"cannot use the database: {_short(exc)}"))
     except Call4AgentsError as exc:
-        checks.append(Check("open", "FAIL", str(exc)))
+        checks.append(Check("database", "FAIL", str(exc)))
     finally:
         engine.dispose()
     return checks
@@ -474,22 +541,31 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # -- the parser -----------------------------------------------------------------------------
 
 
-def _common() -> argparse.ArgumentParser:
+def _common() -> _Parser:
     # SUPPRESS defaults let the options go before or after the command name.
     common = _Parser(add_help=False)
-    common.add_argument("--url", default=argparse.SUPPRESS,
-                        help="ledger URL (default: $CALL4AGENTS_URL, else sqlite:///.c4a/ledger.db)")  # fmt: skip
-    common.add_argument("--schema", default=argparse.SUPPRESS,
-                        help="PostgreSQL schema that holds the ledger tables")  # fmt: skip
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print one JSON document on stdout")  # fmt: skip
+    common.add_argument(
+        "--url",
+        default=argparse.SUPPRESS,
+        help="ledger URL (default: $CALL4AGENTS_URL, else sqlite:///.c4a/ledger.db)",
+    )
+    common.add_argument(
+        "--schema", default=argparse.SUPPRESS, help="PostgreSQL schema that holds the ledger tables"
+    )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print one JSON document on stdout",
+    )
     return common
 
 
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
-    parser = _Parser(prog=PROG, parents=[common],
-                     description="Inspect and settle a Call4Agents ledger.")  # fmt: skip
+    parser = _Parser(
+        prog=PROG, parents=[common], description="Inspect and settle a Call4Agents ledger."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Callable[[argparse.Namespace], int], help_: str) -> Any:
@@ -501,15 +577,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     p = command("doubt", cmd_doubt, "list the actions in doubt")
-    p.add_argument("--fail-if-any", action="store_true",
-                   help=f"exit {EXIT_IN_DOUBT} when any action is in doubt (for cron or CI)")  # fmt: skip
+    p.add_argument(
+        "--fail-if-any",
+        action="store_true",
+        help=f"exit {EXIT_IN_DOUBT} when any action is in doubt (for cron or CI)",
+    )
 
     p = command("resolve", cmd_resolve, "record whether an in-doubt action happened")
     p.add_argument("key", help="the action key, or a unique prefix of at least 6 characters")
     how = p.add_mutually_exclusive_group(required=True)
     how.add_argument("--happened", action="store_true", help="it happened: repeats return --result")
-    how.add_argument("--did-not-happen", dest="happened", action="store_false",
-                     help="it did not happen: the next call runs it as a new attempt")  # fmt: skip
+    how.add_argument(
+        "--did-not-happen",
+        dest="happened",
+        action="store_false",
+        help="it did not happen: the next call runs it as a new attempt",
+    )
     p.add_argument("--result", metavar="JSON", help="the result it had, as JSON (with --happened)")
     p.add_argument("--by", metavar="WHO", help="who found this out (default: $USER)")
     p.add_argument("--note", metavar="TEXT", help="how it was found out")
@@ -521,8 +604,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", help="the run id")
 
     p = command("gc", cmd_gc, "prune finished actions older than an age")
-    p.add_argument("--older-than", required=True, metavar="AGE",
-                   help="like 30d, 12h, 15m, 45s, or plain seconds")  # fmt: skip
+    p.add_argument(
+        "--older-than",
+        required=True,
+        metavar="AGE",
+        help="like 30d, 12h, 15m, 45s, or plain seconds",
+    )
 
     command("migrate", cmd_migrate, "bring the ledger schema up to this version")
     command("doctor", cmd_doctor, "check the ledger's setup")
@@ -533,23 +620,23 @@ def _quickstart_rest(argv: list[str]) -> list[str] | None:
     """The arguments after ``quickstart``, passed through untouched (it has its own parser)."""
     i = 0
     while i < len(argv):
-        token = argv[i]
-        if token in ("--url", "--schema"):
+        arg = argv[i]
+        if arg in ("--url", "--schema"):
             i += 2
-        elif token == "--json" or token.startswith(("--url=", "--schema=")):
+        elif arg == "--json" or arg.startswith(("--url=", "--schema=")):
             i += 1
         else:
-            return argv[i + 1 :] if token == "quickstart" else None
+            return argv[i + 1 :] if arg == "quickstart" else None
     return None
 
 
 def _password(argv: list[str]) -> str | None:
     raw = os.environ.get("CALL4AGENTS_URL")
-    for i, token in enumerate(argv):
-        if token == "--url" and i + 1 < len(argv):
+    for i, arg in enumerate(argv):
+        if arg == "--url" and i + 1 < len(argv):
             raw = argv[i + 1]
-        elif token.startswith("--url="):
-            raw = token[len("--url=") :]
+        elif arg.startswith("--url="):
+            raw = arg[len("--url=") :]
     try:
         return _db.parse_url(raw).password if raw else None
     except Call4AgentsError:
@@ -569,10 +656,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code (0 ok, 1 check failed, 2 error, 3 in doubt)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = build_parser().parse_args(argv)
-        if args.command == "quickstart":
-            rest = _quickstart_rest(argv)
-            args.rest = rest if rest is not None else args.rest
+        rest = _quickstart_rest(argv)
+        if rest is not None:  # parse only what comes before it: the rest is quickstart's own
+            args = build_parser().parse_args(argv[: len(argv) - len(rest)])
+            args.rest = rest
+        else:
+            args = build_parser().parse_args(argv)
         args.json = getattr(args, "json", False)
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
@@ -588,7 +677,9 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         return _fail(str(exc), argv)
     except SystemExit as exc:  # --help and --version
-        return exc.code if isinstance(exc.code, int) else EXIT_OK
+        return (
+            exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else EXIT_ERROR
+        )
     except KeyboardInterrupt:
         return 130
 

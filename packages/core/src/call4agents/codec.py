@@ -40,7 +40,9 @@ _BIG_INT_BITS: Final = 2000
 _MAX_KEY_REPR: Final = 60
 
 _NoneType = type(None)
-_PLAIN_LEAVES: Final[frozenset[type]] = frozenset((str, int, bool, _NoneType))
+# Floats count as plain here: a NaN or infinity makes the (allow_nan=False) writer raise, and the
+# value is then stored tagged instead; that keeps the walk from checking every float.
+_PLAIN_LEAVES: Final[frozenset[type]] = frozenset((str, int, float, bool, _NoneType))
 _FAST: Final[frozenset[type]] = frozenset((str, bool, _NoneType))
 
 
@@ -80,7 +82,7 @@ def encode_result(value: Any, *, max_bytes: int) -> str:
         try:
             text = _write(value)
         except ValueError:
-            text = None  # an int too long for decimal: the tagged form stores it in hex
+            text = None  # NaN, infinity or an int too long for decimal: tags store those
     if text is None:
         tree = {_ENVELOPE: _tag_root(value)}
         text = _write(tree)
@@ -98,7 +100,10 @@ def encode_result(value: Any, *, max_bytes: int) -> str:
 
 
 def _is_plain(value: Any, depth: int) -> bool:
-    """True if json.loads(json.dumps(value)) gives back exactly value, types included."""
+    """True if json.loads(json.dumps(value)) gives back value with the same types.
+
+    Non-finite floats and ints too long for decimal pass this walk but make the writer raise.
+    """
     tp = type(value)
     if tp is dict:
         if depth > MAX_DEPTH:
@@ -116,8 +121,6 @@ def _is_plain(value: Any, depth: int) -> bool:
             if type(item) not in _PLAIN_LEAVES and not _is_plain(item, depth + 1):
                 return False
         return True
-    if tp is float:
-        return math.isfinite(value)
     return tp in _PLAIN_LEAVES
 
 
@@ -145,7 +148,7 @@ class _Unstorable(Exception):
                     return f"result contains a reference cycle at {_path(down[: i + 1])}"
                 seen.add(obj_id)
             return f"result is nested deeper than {MAX_DEPTH} levels"
-        if not down:
+        if len(down) == 1:  # only the root's own entry
             return f"result is {self.what}, which cannot be stored"
         return f"result contains {self.what} at {_path(down)}, which cannot be stored"
 
@@ -153,6 +156,8 @@ class _Unstorable(Exception):
 def _path(steps: Iterable[tuple[int, str, Any]]) -> str:
     out = ["result"]
     for _, kind, step in steps:
+        if kind == "root":
+            continue
         if kind == "index":
             out.append(f"[{step}]")
         elif kind == "attr" and isinstance(step, str) and step.isidentifier():
@@ -169,6 +174,7 @@ def _tag_root(value: Any) -> Any:
     try:
         return _tag(value, 1)
     except _Unstorable as exc:
+        exc.add(value, "root", None)  # so a cycle back to the root is seen as one
         raise ResultEncodingError(exc.why()) from None
 
 

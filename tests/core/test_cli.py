@@ -1,0 +1,331 @@
+"""The `call4agents` command, driven through `main([...])` against real ledgers on both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import call4agents as c4a
+import pytest
+from call4agents.cli import main, parse_age
+
+Cli = Callable[..., tuple[int, str, str]]
+UNREACHABLE = "postgresql+psycopg://app:Sup3rSecret@127.0.0.1:1/x"
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    """Run the CLI on a target's ledger (or with no --url when target is None)."""
+
+    def call(target: Any, *argv: str) -> tuple[int, str, str]:
+        full = list(argv)
+        if target is not None:
+            full += ["--url", target.url, *(["--schema", target.schema] if target.schema else [])]
+        code = main(full)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return call
+
+
+class Agent:
+    """Run "ticket-1": an email sent, a charge in doubt (timed out) and a failed lookup."""
+
+    def __init__(self, ledger: c4a.Ledger) -> None:
+        self.ledger = ledger
+        self.charges = 0
+
+        @c4a.effect(ledger=ledger, name="send_email")
+        def send_email(to: str) -> dict[str, str]:
+            return {"id": "msg-1", "to": to}
+
+        @c4a.effect(ledger=ledger, name="charge")
+        def charge(amount: int) -> dict[str, Any]:
+            self.charges += 1
+            if self.charges == 1:
+                raise TimeoutError("payment gateway timed out")
+            return {"id": f"ch-{self.charges}", "amount": amount}
+
+        @c4a.effect(ledger=ledger, name="lookup")
+        def lookup(q: str) -> str:
+            raise ValueError("no such customer")
+
+        self.charge = charge
+        with c4a.run("ticket-1"):
+            send_email("bob@example.com")
+            with pytest.raises(TimeoutError):
+                charge(1200)
+            with pytest.raises(ValueError):
+                lookup("bob")
+
+    def charge_again(self) -> Any:
+        with c4a.run("ticket-1"):
+            return self.charge(1200)
+
+    @property
+    def doubt_key(self) -> str:
+        [record] = self.ledger.in_doubt()
+        return record.key
+
+
+def one_error_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("call4agents: error: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_doubt_table_and_fail_if_any(target: Any, cli: Cli) -> None:
+    agent = Agent(target.open())
+    code, out, _ = cli(target, "doubt")
+    assert code == 0
+    header, row = out.splitlines()[:2]
+    assert header.split() == ["KEY", "RUN", "TOOL", "ATTEMPT", "SINCE", "WHY"]
+    assert row.startswith(agent.doubt_key[:12] + "  ")
+    assert "ticket-1" in row
+    assert "charge" in row
+    assert "ago" in row or "just now" in row
+    assert "TimeoutError: payment gateway timed out" in row
+    assert cli(target, "doubt", "--fail-if-any")[0] == 3
+
+    code, out, _ = cli(target, "doubt", "--json", "--fail-if-any")
+    assert code == 3
+    [item] = json.loads(out)
+    assert item["key"] == agent.doubt_key
+    assert item["state"] == "in_doubt"
+    assert (item["tool"], item["run_id"], item["attempt"]) == ("charge", "ticket-1", 1)
+    assert item["args"] == {"amount": 1200}
+
+
+def test_doubt_empty(target: Any, cli: Cli) -> None:
+    target.open()
+    assert cli(target, "doubt", "--fail-if-any") == (0, "No actions in doubt.\n", "")
+    assert json.loads(cli(target, "doubt", "--json")[1]) == []
+
+
+def test_resolve_happened_settles_show_and_repeats(target: Any, cli: Cli) -> None:
+    agent = Agent(target.open())
+    key = agent.doubt_key
+    code, out, _ = cli(
+        target,
+        "resolve",
+        key[:12],
+        "--happened",
+        "--result",
+        '{"id": "ch-real", "amount": 1200}',
+        "--by",
+        "ann",
+        "--note",
+        "in Stripe",
+    )
+    assert (code, out) == (0, "Resolved charge in run ticket-1: happened (by ann)\n")
+    assert cli(target, "doubt", "--fail-if-any")[0] == 0
+
+    code, out, _ = cli(target, "show", "ticket-1")
+    assert code == 0
+    assert out.strip().endswith("2 done, 0 in doubt, 1 failed")
+    charge_row = next(line for line in out.splitlines() if " charge " in line)
+    assert " done " in charge_row
+    assert '"ch-real"' in charge_row
+    assert "note: resolved by ann: happened (in Stripe)" in out
+    # The agent resumes: the charge is not made again, the resolved result comes back.
+    assert agent.charge_again() == {"id": "ch-real", "amount": 1200}
+    assert agent.charges == 1
+
+    [record] = [
+        r for r in json.loads(cli(target, "show", "ticket-1", "--json")[1]) if r["tool"] == "charge"
+    ]
+    assert record["state"] == "succeeded"
+    assert record["resolved_by"] == "ann"
+
+
+def test_resolve_did_not_happen_runs_again_and_keeps_late_evidence(
+    target: Any, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = Agent(ledger := target.open())
+    key = agent.doubt_key
+    monkeypatch.setenv("USER", "bob")  # --by defaults to $USER
+    code, out, _ = cli(target, "resolve", key, "--did-not-happen", "--json")
+    assert code == 0
+    assert json.loads(out)["state"] == "failed"
+    assert json.loads(out)["resolved_by"] == "bob"
+    # The timed-out attempt's result arrives after all: kept as evidence, never applied.
+    ledger.store.finish(key, 1, state="succeeded", result='{"id":"ch-late"}')
+    assert agent.charge_again() == {"id": "ch-2", "amount": 1200}
+    code, out, _ = cli(target, "show", "ticket-1")
+    assert "evidence: attempt 1 ended succeeded late" in out
+    assert "ch-late" in out
+    charge_row = next(line for line in out.splitlines() if " charge " in line)
+    assert charge_row.split()[1:4] == ["charge", "done", "2"]
+    assert "ch-2" in charge_row
+    assert cli(target, "resolve", key, "--happened", "--by", "bob")[0] == 2  # nothing to resolve
+
+
+def test_runs(target: Any, cli: Cli) -> None:
+    ledger = target.open()
+    assert cli(target, "runs") == (0, "No runs recorded.\n", "")
+    Agent(ledger)
+    code, out, _ = cli(target, "runs", "--limit", "5")
+    assert code == 0
+    header, row = out.splitlines()
+    assert header.split() == [
+        "RUN",
+        "ACTIONS",
+        "DONE",
+        "FAILED",
+        "IN",
+        "DOUBT",
+        "RUNNING",
+        "LAST",
+        "ACTIVE",
+    ]
+    assert row.split()[:6] == ["ticket-1", "3", "1", "1", "1", "0"]
+    [summary] = json.loads(cli(target, "runs", "--json")[1])
+    assert summary["run_id"] == "ticket-1"
+    assert (summary["actions"], summary["succeeded"], summary["in_doubt"]) == (3, 1, 1)
+
+
+def test_show_unknown_run(target: Any, cli: Cli) -> None:
+    Agent(target.open())
+    code, out, err = cli(target, "show", "no-such-run")
+    assert (code, out) == (1, "")
+    assert "No actions recorded for run 'no-such-run'." in err
+    assert cli(target, "show", "no-such-run", "--json")[:2] == (1, "[]\n")
+
+
+def test_gc(target: Any, cli: Cli) -> None:
+    Agent(target.open())
+    code, out, _ = cli(target, "gc", "--older-than", "30d")
+    assert code == 0
+    assert out == (
+        "Pruned 0 finished actions (tombstones kept), deleted 0 failed, "
+        "kept 0 open (started or in doubt)\n"
+    )
+    code, out, _ = cli(target, "gc", "--older-than", "0", "--json")
+    assert json.loads(out) == {"pruned": 1, "deleted": 1, "kept_open": 1, "older_than_seconds": 0}
+    code, out, _ = cli(target, "show", "ticket-1")
+    assert "(result pruned by gc)" in out
+    assert "1 done, 1 in doubt, 0 failed" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30d", 30 * 86400), ("12h", 43200), ("15m", 900), ("45s", 45), ("90", 90), ("1.5h", 5400)],
+)
+def test_parse_age(text: str, seconds: float) -> None:
+    assert parse_age(text) == seconds
+
+
+def test_migrate(target: Any, cli: Cli) -> None:
+    code, out, _ = cli(target, "migrate")
+    assert code == 0
+    assert out.startswith(f"Ledger at {target.url}")  # the test URLs have no password to mask
+    assert out.endswith(": schema version 0 -> 1\n")
+    assert cli(target, "migrate")[1].endswith(": already at version 1\n")
+    assert json.loads(cli(target, "migrate", "--json")[1])["after"] == 1
+    assert cli(target, "doubt") == (0, "No actions in doubt.\n", "")
+
+
+def test_reading_commands_do_not_create_or_migrate(sqlite_target: Any, cli: Cli) -> None:
+    code, _, err = cli(sqlite_target, "doubt")
+    assert code == 2
+    assert "there is no ledger at" in one_error_line(err)
+    assert cli(sqlite_target, "doctor")[0] == 1
+    open(sqlite_target.url.removeprefix("sqlite:///"), "w").close()  # an empty file: version 0
+    code, _, err = cli(sqlite_target, "runs")
+    assert code == 2
+    assert "call4agents migrate" in one_error_line(err)
+
+
+def test_doctor_ok_on_sqlite(sqlite_target: Any, cli: Cli) -> None:
+    Agent(sqlite_target.open())
+    code, out, _ = cli(sqlite_target, "doctor")
+    assert code == 0, out
+    status = {line.split()[1]: line.split()[0] for line in out.splitlines()}
+    assert status["url"] == status["schema"] == status["journal"] == "OK"
+    assert status["permissions"] == status["clock"] == status["secret"] == "OK"
+    assert status["database"] == "OK"
+    assert status["actions"] == "WARN"
+    assert "FAIL" not in out
+    assert "1 in doubt" in out
+    report = json.loads(cli(sqlite_target, "doctor", "--json")[1])
+    assert report["ok"] is True
+    assert {c["name"] for c in report["checks"]} >= {"url", "database", "schema", "clock", "secret"}
+
+
+def test_doctor_reports_unreachable_database_without_password(cli: Cli) -> None:
+    code, out, _ = cli(None, "doctor", "--url", UNREACHABLE)
+    assert code == 1
+    assert "FAIL" in out
+    assert "Sup3rSecret" not in out
+    assert "app:***@" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["gc", "--older-than", "ten days"], "like 30d, 12h, 15m or 45s"),
+        (
+            ["resolve", "abcdef123456", "--happened", "--by", "ann", "--result", "{oops"],
+            "--result must be JSON",
+        ),
+        (["resolve", "abcdef123456", "--did-not-happen", "--by", "ann"], "no action with key"),
+        (["resolve", "abcdef123456", "--by", "ann"], "one of the arguments"),
+        (["show"], "required: run"),
+        (["gc", "--older-than", "1d", "--url", "mysql://u:p@h/d"], "unsupported ledger URL"),
+    ],
+)
+def test_errors_are_one_line(sqlite_target: Any, cli: Cli, argv: list[str], expected: str) -> None:
+    sqlite_target.open()
+    code, out, err = cli(sqlite_target if "--url" not in argv else None, *argv)
+    assert code == 2
+    assert out == ""
+    assert expected in one_error_line(err)
+
+
+def test_unreachable_database_hides_password(cli: Cli) -> None:
+    for command in (["doubt"], ["migrate"], ["runs"], ["show", "r"], ["gc", "--older-than", "1d"]):
+        code, out, err = cli(None, *command, "--url", UNREACHABLE)
+        assert code == 2
+        assert out == ""
+        line = one_error_line(err)
+        assert "Sup3rSecret" not in line
+        assert "127.0.0.1" in line
+
+
+def test_console_script_in_subprocess(sqlite_target: Any) -> None:
+    Agent(sqlite_target.open())
+    env = dict(os.environ, CALL4AGENTS_URL=sqlite_target.url)
+
+    def run(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "call4agents.cli", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    done = run("doubt", "--fail-if-any")
+    assert done.returncode == 3
+    assert "charge" in done.stdout
+    done = run("--url", UNREACHABLE, "doubt")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "Sup3rSecret" not in done.stderr
+    one_error_line(done.stderr)
+
+
+def test_quickstart_passes_its_arguments_through(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    quickstart = pytest.importorskip("call4agents.quickstart")
+    seen: list[list[str]] = []
+    monkeypatch.setattr(quickstart, "main", lambda argv: seen.append(argv) or 7)
+    assert cli(None, "quickstart", "--crash", "x")[0] == 7
+    assert cli(None, "--url", "sqlite:///q.db", "quickstart")[0] == 7
+    assert seen == [["--crash", "x"], ["--url", "sqlite:///q.db"]]

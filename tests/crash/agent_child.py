@@ -1,0 +1,87 @@
+"""A child agent for the crash and race tests: one tool call, killed at a chosen moment.
+
+Usage: agent_child.py POINT RUN_ID OUTBOX [KEY ...]
+
+The "provider" is the OUTBOX file: one line per delivered email, written and fsynced by the tool,
+outside the ledger. With RETRY_IN_DOUBT=1 the provider drops a line whose idempotency key it has
+seen, as Stripe-like APIs do, and the tool is declared retry_in_doubt=True.
+Exit codes: 0 done, 3 EffectInDoubt, 4 EffectInProgress; SIGKILL at POINT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+
+import call4agents as c4a
+
+point, run_id, outbox = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+keys = sys.argv[4:] or ["bob@example.com"]
+retry = os.environ.get("RETRY_IN_DOUBT") == "1"
+tool_seconds = float(os.environ.get("TOOL_SECONDS", "0"))
+ledger = c4a.init(
+    os.environ["C4A_TEST_URL"],
+    schema=os.environ.get("C4A_TEST_SCHEMA") or None,
+    lease=float(os.environ.get("LEASE", "600")),  # long: a resume must not wait it out
+    wait=float(os.environ.get("WAIT", "30")),
+)
+
+
+def die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@event.listens_for(ledger.engine, "before_cursor_execute")
+def _before(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:
+    # The exact moment between the tool's return and the result's write.
+    writes_result = statement.lstrip().startswith("UPDATE") and "'succeeded'" in repr(params)
+    if point == "after_tool_before_result" and writes_result:
+        die()
+
+
+def deliver(to: str, key: str) -> bool:
+    seen = outbox.read_text().splitlines() if outbox.exists() else []
+    if retry and any(json.loads(line)["key"] == key for line in seen):
+        return False  # the provider drops the duplicate
+    with outbox.open("a") as f:
+        f.write(json.dumps({"to": to, "key": key, "pid": os.getpid()}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return True
+
+
+@c4a.effect(name="send_email", retry_in_doubt=retry)
+def send_email(to: str) -> dict[str, Any]:
+    ctx = c4a.current()
+    if point == "after_intent":
+        die()
+    time.sleep(tool_seconds)
+    deliver(to, ctx.idempotency_key)
+    if point == "inside_tool":
+        die()
+    return {"delivered_to": to, "attempt": ctx.attempt, "pid": os.getpid()}
+
+
+results = []
+try:
+    with c4a.run(run_id):
+        for to in keys:
+            if point == "before_intent":
+                die()
+            results.append(send_email(to))
+            if point == "after_result":
+                die()
+except c4a.EffectInDoubt as exc:
+    print(json.dumps({"in_doubt": str(exc)}))
+    sys.exit(3)
+except c4a.EffectInProgress as exc:
+    print(json.dumps({"in_progress": str(exc)}))
+    sys.exit(4)
+print(json.dumps({"results": results}))

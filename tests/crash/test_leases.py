@@ -1,0 +1,99 @@
+"""Leases judged by the database clock; late results; dead owners and reused process ids."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from call4agents import _owner
+from tests.conftest import Target
+
+CHILD = Path(__file__).with_name("agent_child.py")
+
+
+def start_paused_worker(target: Target, outbox: Path) -> tuple[subprocess.Popen[str], str]:
+    """A worker that claims the action, then is frozen with SIGSTOP mid-tool (no heartbeat)."""
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), "none", "late", str(outbox)],
+        env=dict(target.env(), TOOL_SECONDS="1.5", LEASE="0.6"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    ledger = target.open()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        started = [r for r in ledger.effects("late") if r.state == "started"]
+        if started:
+            os.kill(proc.pid, signal.SIGSTOP)
+            return proc, started[0].key
+        time.sleep(0.01)
+    proc.kill()
+    pytest.fail("the worker never started its action")
+
+
+def test_late_result_settles_the_doubt(target: Target, tmp_path: Path) -> None:
+    proc, key = start_paused_worker(target, tmp_path / "outbox.jsonl")
+    ledger = target.open()
+    time.sleep(1.0)  # the frozen worker's lease lapses
+    assert [r.key for r in ledger.in_doubt()] == [key]
+    os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    record = ledger.effect(key)
+    assert record.state == "succeeded"  # what really happened is the truth
+    assert record.result == json.loads(out)["results"][0]
+
+
+def test_late_result_cannot_overwrite_a_resolution(target: Target, tmp_path: Path) -> None:
+    proc, key = start_paused_worker(target, tmp_path / "outbox.jsonl")
+    ledger = target.open()
+    time.sleep(1.0)
+    ledger.resolve(key, happened=False, by="ann", note="provider shows nothing yet")
+    os.kill(proc.pid, signal.SIGCONT)
+    proc.communicate(timeout=60)
+    record = ledger.effect(key)
+    assert record.state == "failed"  # fenced: the resolution stands...
+    assert record.resolved_by == "ann"
+    [late] = record.evidence  # ...and the late result is kept as evidence
+    assert late["state"] == "succeeded"
+    assert json.loads(late["result"])["delivered_to"] == "bob@example.com"
+
+
+def test_live_lease_of_a_remote_worker_is_waited_out_then_in_doubt(target: Target) -> None:
+    ledger = target.open(lease=0.5, wait=5.0)
+    elsewhere = "other-host/abcd1234/4242/777"
+    ledger.store.claim(key="k" * 64, run_id="r", tool="t", kind="write", args="{}",
+                       owner=elsewhere, ttl=0.5)  # fmt: skip
+    assert ledger.in_doubt() == []  # a live lease of another machine is not doubted
+    time.sleep(0.7)
+    [doubt] = ledger.in_doubt()
+    assert doubt.note == "its lease expired with no result"
+
+
+def test_reused_pid_is_not_mistaken_for_the_owner() -> None:
+    me = _owner.me()
+    # Same machine and boot, a live pid (ours), but another start time: the pid was reused.
+    reused = f"{me.host}/{me.boot}/{me.pid}/{int(me.start) - 5 if me.start != '-' else 1}"
+    if me.boot == "-":
+        pytest.skip("this platform has no boot id, so local deaths are never judged early")
+    assert _owner.is_dead_local(reused)
+    assert not _owner.is_dead_local(str(me))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        start = _owner._start_ticks(child.pid)
+        alive = f"{me.host}/{me.boot}/{child.pid}/{start}"
+        assert not _owner.is_dead_local(alive)
+        child.kill()
+        child.wait()
+        assert _owner.is_dead_local(alive)
+    finally:
+        child.kill()
+    assert not _owner.is_dead_local(f"elsewhere/{me.boot}/{me.pid}/{me.start}")
