@@ -17,6 +17,7 @@ from collections import OrderedDict
 from typing import Any
 
 import pytest
+
 from call4agents.canonical import (
     CanonicalArgs,
     canonical_args,

@@ -9,8 +9,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import call4agents as c4a
 import pytest
+
+import call4agents as c4a
 from call4agents.cli import main, parse_age
 
 Cli = Callable[..., tuple[int, str, str]]
@@ -154,16 +155,18 @@ def test_resolve_did_not_happen_runs_again_and_keeps_late_evidence(
     assert code == 0
     assert json.loads(out)["state"] == "failed"
     assert json.loads(out)["resolved_by"] == "bob"
-    # The timed-out attempt's result arrives after all: kept as evidence, never applied.
+    # The timed-out attempt's result arrives after all: kept as evidence, never applied, and
+    # the action goes back to in doubt, since running it again would now be a likely duplicate.
     ledger.store.finish(key, 1, state="succeeded", result='{"id":"ch-late"}')
-    assert agent.charge_again() == {"id": "ch-2", "amount": 1200}
+    with pytest.raises(c4a.EffectInDoubt):
+        agent.charge_again()
     code, out, _ = cli(target, "show", "ticket-1")
     assert "evidence: attempt 1 ended succeeded late" in out
     assert "ch-late" in out
     charge_row = next(line for line in out.splitlines() if " charge " in line)
-    assert charge_row.split()[1:4] == ["charge", "done", "2"]
-    assert "ch-2" in charge_row
-    assert cli(target, "resolve", key, "--happened", "--by", "bob")[0] == 2  # nothing to resolve
+    assert charge_row.split()[1:4] == ["charge", "in", "doubt"]
+    assert cli(target, "resolve", key, "--happened", "--result", '{"id": "ch-late"}')[0] == 0
+    assert agent.charge_again() == {"id": "ch-late"}
 
 
 def test_runs(target: Any, cli: Cli) -> None:

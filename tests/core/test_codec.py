@@ -14,6 +14,7 @@ import uuid
 from typing import Any, NamedTuple
 
 import pytest
+
 from call4agents.codec import MAX_DEPTH, ResultEncodingError, decode_result, encode_result
 
 try:

@@ -158,12 +158,16 @@ def test_resolve_happened_returns_the_given_result(ledger: c4a.Ledger) -> None:
         calls.hit()
         raise TimeoutError("no answer")
 
-    with c4a.run("r"):
-        with pytest.raises(TimeoutError):
-            pay(7)
+    with c4a.run("r"), pytest.raises(TimeoutError):
+        pay(7)
     [doubt] = ledger.in_doubt()
-    settled = ledger.resolve(doubt.key[:10], happened=True, result={"charge": "ch_1"}, by="ann",
-                             note="seen in the dashboard")  # fmt: skip
+    settled = ledger.resolve(
+        doubt.key[:10],
+        happened=True,
+        result={"charge": "ch_1"},
+        by="ann",
+        note="seen in the dashboard",
+    )
     assert settled.state == "succeeded"
     assert settled.resolved_by == "ann"
     with c4a.run("r"):
@@ -180,9 +184,8 @@ def test_resolve_did_not_happen_lets_it_run_again(ledger: c4a.Ledger) -> None:
             raise TimeoutError("no answer")
         return c4a.current().attempt
 
-    with c4a.run("r"):
-        with pytest.raises(TimeoutError):
-            pay(7)
+    with c4a.run("r"), pytest.raises(TimeoutError):
+        pay(7)
     [doubt] = ledger.in_doubt()
     ledger.resolve(doubt.key, happened=False, by="ann")
     with c4a.run("r"):

@@ -113,8 +113,12 @@ def test_eight_processes_open_a_brand_new_ledger_at_once(tmp_path: Path) -> None
         """
     )
     procs = [
-        subprocess.Popen([sys.executable, "-c", code, str(i)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)  # fmt: skip
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(i)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(8)
     ]
     outputs = [p.communicate(timeout=60) for p in procs]

@@ -56,8 +56,9 @@ def test_crash_then_resume(target: Target, tmp_path: Path, point: str) -> None:
 
 
 @pytest.mark.parametrize("point", ["after_intent", "inside_tool", "after_tool_before_result"])
-def test_retry_in_doubt_resends_under_the_same_key(target: Target, tmp_path: Path,
-                                                   point: str) -> None:
+def test_retry_in_doubt_resends_under_the_same_key(
+    target: Target, tmp_path: Path, point: str
+) -> None:
     outbox = tmp_path / "outbox.jsonl"
     env = dict(target.env(), RETRY_IN_DOUBT="1")
     assert run_child(CHILD, point, "t", str(outbox), env=env).returncode == -signal.SIGKILL

@@ -58,8 +58,7 @@ def test_second_caller_mid_call_gets_the_result(target: Target, tmp_path: Path) 
     assert len(outbox.read_text().splitlines()) == 1
 
 
-def test_impatient_second_caller_gets_in_progress_not_doubt(target: Target,
-                                                            tmp_path: Path) -> None:
+def test_impatient_second_caller_gets_in_progress_not_doubt(target: Target, tmp_path: Path) -> None:
     outbox = tmp_path / "outbox.jsonl"
     target.open().close()
     first = spawn(target, outbox, TOOL_SECONDS="3", LEASE="1")

@@ -1,14 +1,14 @@
 """Call4Agents: every action with a side effect happens at most once per logical action.
 
-    import call4agents as c4a
+import call4agents as c4a
 
-    c4a.init()                        # sqlite:///.c4a/ledger.db, or $CALL4AGENTS_URL
+c4a.init()                        # sqlite:///.c4a/ledger.db, or $CALL4AGENTS_URL
 
-    @c4a.effect
-    def send_email(to: str, body: str) -> str: ...
+@c4a.effect
+def send_email(to: str, body: str) -> str: ...
 
-    with c4a.run("ticket-1234"):      # the id the agent resumes with
-        send_email("bob@example.com", "Your refund is on its way")
+with c4a.run("ticket-1234"):      # the id the agent resumes with
+    send_email("bob@example.com", "Your refund is on its way")
 """
 
 from .context import EffectContext, bind, current, run, tool_call

@@ -21,9 +21,27 @@ DEFAULT_URL = "sqlite:///.c4a/ledger.db"
 # File systems where SQLite's locking and fsync cannot be trusted (SQLite FAQ, "network file
 # systems"): two machines may both believe they hold the write lock.
 NETWORK_FS = frozenset(
-    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs", "ceph", "glusterfs", "lustre",
-     "fuse.sshfs", "sshfs", "davfs", "fuse.davfs2", "fuse.rclone", "fuse.s3fs", "fuse.gcsfuse",
-     "fuse.juicefs", "virtiofs"}  # fmt: skip
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "9p",
+        "afs",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "fuse.sshfs",
+        "sshfs",
+        "davfs",
+        "fuse.davfs2",
+        "fuse.rclone",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+        "fuse.juicefs",
+        "virtiofs",
+    }
 )
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -114,8 +132,11 @@ def sqlite_engine(
     synchronous = "FULL" if durability == "power" else "NORMAL"
     engine = create_engine(
         url.set(database=str(path)),
-        connect_args={"timeout": busy_timeout, "isolation_level": None,
-                      "check_same_thread": False},  # fmt: skip
+        connect_args={
+            "timeout": busy_timeout,
+            "isolation_level": None,
+            "check_same_thread": False,
+        },
     )
 
     @event.listens_for(engine, "connect")
@@ -187,8 +208,9 @@ def make_engine(
         if schema is not None:
             raise ConfigurationError("schema= applies to PostgreSQL ledgers only")
         return sqlite_engine(
-            url, durability=durability, busy_timeout=busy_timeout,
+            url,
+            durability=durability,
+            busy_timeout=busy_timeout,
             allow_network_fs=allow_network_fs,
-        )  # fmt: skip
+        )
     return postgres_engine(url, durability=durability, schema=schema)
-

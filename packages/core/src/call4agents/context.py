@@ -57,7 +57,7 @@ def check_run_id(run_id: object) -> str:
     return run_id
 
 
-class run:  # noqa: N801 - used like a function: `with c4a.run("ticket-1")`
+class run:
     """Everything called inside belongs to run ``run_id``, the id that survives resumes.
 
     Works with ``with`` and ``async with``. Nesting replaces the run for the inner block.
@@ -95,7 +95,7 @@ class run:  # noqa: N801 - used like a function: `with c4a.run("ticket-1")`
         self.__exit__(exc_type, exc, tb)
 
 
-class tool_call:  # noqa: N801 - a context manager used like a function
+class tool_call:
     """Mark the framework's stable id of one tool call, for tools declared ``scope="call"``."""
 
     def __init__(self, call_id: str) -> None:

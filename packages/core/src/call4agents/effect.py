@@ -17,6 +17,7 @@ import time
 import types
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from . import _owner
@@ -190,8 +191,9 @@ def prepare(
     if options.key is not None:
         material = "key:" + canonical_json(tool, options.key(**arguments))
     key = action_key(run_id, tool, call_id if options.scope == "call" else None, material)
-    return Action(ledger, tool, options, arguments, run_id, call_id, key, canon.display,
-                  canon.secrets)  # fmt: skip
+    return Action(
+        ledger, tool, options, arguments, run_id, call_id, key, canon.display, canon.secrets
+    )
 
 
 def _canonicalise(
@@ -253,19 +255,23 @@ def _wait_while_live(action: Action, row: Row) -> Row:
     while row.state == "started":
         if owner_is_gone(row):
             store.mark_in_doubt(
-                action.key, row.attempt,
+                action.key,
+                row.attempt,
                 f"its worker ({_owner.describe(row.owner)}) died while running it",
                 only_if_expired=False,
-            )  # fmt: skip
+            )
         elif not row.lease_live:
             store.mark_in_doubt(
                 action.key, row.attempt, "its lease expired with no result", only_if_expired=True
             )
         elif time.monotonic() >= deadline:
             raise EffectInProgress(
-                key=action.key, run_id=action.run_id, tool=action.tool,
-                owner=_owner.describe(row.owner), waited=wait,
-            )  # fmt: skip
+                key=action.key,
+                run_id=action.run_id,
+                tool=action.tool,
+                owner=_owner.describe(row.owner),
+                waited=wait,
+            )
         else:
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 2, 0.25)
@@ -295,18 +301,23 @@ def _recorded_result(action: Action, row: Row) -> Any:
         raise ResultPruned(key=action.key, run_id=action.run_id, tool=action.tool)
     if row.result is None:
         raise ResultNotStored(
-            key=action.key, run_id=action.run_id, tool=action.tool,
+            key=action.key,
+            run_id=action.run_id,
+            tool=action.tool,
             why=(row.note or "no result was recorded"),
-        )  # fmt: skip
+        )
     action.ledger._remember(action.key, row.result)
     return decode_result(row.result)
 
 
 def in_doubt_error(action: Action, row: Row) -> EffectInDoubt:
     return EffectInDoubt(
-        key=action.key, run_id=action.run_id, tool=action.tool,
-        reason=row.note or row.error or "it was interrupted", attempt=row.attempt,
-    )  # fmt: skip
+        key=action.key,
+        run_id=action.run_id,
+        tool=action.tool,
+        reason=row.note or row.error or "it was interrupted",
+        attempt=row.attempt,
+    )
 
 
 def apply_verdict(action: Action, row: Row, verdict: Any) -> Any:
@@ -319,13 +330,25 @@ def apply_verdict(action: Action, row: Row, verdict: Any) -> Any:
             raise ResultNotStored(
                 key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
             ) from exc
-        store.resolve(action.key, happened=True, result=encoded, by="check",
-                      note="check= found it happened", expect_attempt=row.attempt)  # fmt: skip
+        store.resolve(
+            action.key,
+            happened=True,
+            result=encoded,
+            by="check",
+            note="check= found it happened",
+            expect_attempt=row.attempt,
+        )
         fresh = store.get(action.key)
         return settle_found(action, fresh) if fresh else _AGAIN
     if isinstance(verdict, DidNotHappen):
-        store.resolve(action.key, happened=False, result=None, by="check",
-                      note="check= found it did not happen", expect_attempt=row.attempt)  # fmt: skip
+        store.resolve(
+            action.key,
+            happened=False,
+            result=None,
+            by="check",
+            note="check= found it did not happen",
+            expect_attempt=row.attempt,
+        )
         return _AGAIN
     if verdict is not None:
         raise ConfigurationError(
@@ -338,14 +361,16 @@ def apply_verdict(action: Action, row: Row, verdict: Any) -> Any:
 def is_in_doubt_error(exc: BaseException, options: EffectOptions) -> bool:
     if not isinstance(exc, Exception):
         return True
-    return isinstance(exc, IN_DOUBT_ERRORS) or isinstance(exc, options.in_doubt_on)
+    return isinstance(exc, (IN_DOUBT_ERRORS, options.in_doubt_on))
 
 
 def record_error(action: Action, attempt: int, exc: BaseException) -> None:
     state: Literal["failed", "in_doubt"] = (
         "in_doubt" if is_in_doubt_error(exc, action.options) else "failed"
     )
-    note = "the tool raised an error that may have left it half done" if state == "in_doubt" else None
+    note = (
+        "the tool raised an error that may have left it half done" if state == "in_doubt" else None
+    )
     action.ledger.store.finish(
         action.key, attempt, state=state, error=action.error_text(exc), note=note
     )
@@ -357,8 +382,9 @@ def record_result(action: Action, attempt: int, result: Any) -> Any:
     try:
         encoded = encode_result(result, max_bytes=ledger.max_result_bytes)
     except ResultEncodingError as exc:
-        ledger.store.finish(action.key, attempt, state="succeeded", result=None,
-                            note=f"result not stored: {exc}")  # fmt: skip
+        ledger.store.finish(
+            action.key, attempt, state="succeeded", result=None, note=f"result not stored: {exc}"
+        )
         raise ResultNotStored(
             key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
         ) from None
@@ -483,8 +509,8 @@ def tool_name(fn: Callable[..., Any], explicit: str | None) -> str:
         if not explicit.strip():
             raise ConfigurationError("name= must be a non-empty string")
         return explicit
-    qualname = getattr(fn, "__qualname__", None)
-    module = getattr(fn, "__module__", None)
+    qualname: str | None = getattr(fn, "__qualname__", None)
+    module: str | None = getattr(fn, "__module__", None)
     if not qualname or not module or "<lambda>" in qualname:
         raise ConfigurationError(
             f"cannot derive a stable tool name for {fn!r}: give @c4a.effect(name='send_email'), "
@@ -503,11 +529,9 @@ def _main_module_name() -> str:
     spec = getattr(main, "__spec__", None)
     if spec is not None and spec.name:
         return str(spec.name)
-    path = getattr(main, "__file__", None)
+    path: str | None = getattr(main, "__file__", None)
     if path:
-        import os
-
-        return os.path.splitext(os.path.basename(path))[0]
+        return Path(path).stem
     raise ConfigurationError(
         "a tool defined in an interactive session has no stable module name: give it name="
     )

@@ -13,7 +13,7 @@ class Call4AgentsError(Exception):
 
 
 class LedgerError(Call4AgentsError):
-    """The ledger cannot be used as asked: bad URL, newer schema, unsafe location, database fault."""
+    """The ledger cannot be used as asked: newer schema, unsafe location, database fault."""
 
 
 class ConfigurationError(Call4AgentsError):
@@ -32,9 +32,17 @@ class UnstableArguments(ConfigurationError):
         self.reason = reason
         super().__init__(
             f"{tool}: argument {path!r} {reason}. Nothing was written or run. Pass a value with a "
-            f"stable form, drop the field from the key with ignore=({path.split('.')[0]!r},), "
+            f"stable form, drop the field from the key with ignore=({_top(path)!r},), "
             "or name the action yourself with key=."
         )
+
+
+def _top(path: str) -> str:
+    """The argument name that starts an error path such as ``items[2].price``."""
+    for i, ch in enumerate(path):
+        if ch in ".[":
+            return path[:i]
+    return path
 
 
 class _EffectError(Call4AgentsError):
@@ -103,7 +111,7 @@ class ResultNotStored(_EffectError):
 
 
 class ResultPruned(_EffectError):
-    """The action ran long ago; ``gc`` removed its result but kept a tombstone so it never re-runs."""
+    """The action ran; ``gc`` removed its result but kept a tombstone so it never re-runs."""
 
     def __init__(self, *, key: str, run_id: str, tool: str) -> None:
         super().__init__(
@@ -131,7 +139,7 @@ class ApprovalDenied(_EffectError):
         super().__init__(message, key=key, run_id=run_id, tool=tool)
 
 
-class OutcomeUnknown(Exception):  # noqa: N818 - reads as a statement, raised by tools
+class OutcomeUnknown(Exception):
     """Raise from a tool when it cannot tell whether the outside world acted.
 
     The action is then recorded as in doubt instead of failed, and is never re-run blindly.

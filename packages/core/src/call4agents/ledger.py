@@ -240,6 +240,12 @@ class Ledger:
                 with self.engine.connect() as conn:
                     version = current_version(conn, self.schema)
                 refuse_newer(version)
+                if version == 0:
+                    raise LedgerError(
+                        f"there is no Call4Agents ledger at {self.url}"
+                        + (f" (schema {self.schema})" if self.schema else "")
+                        + ": check the URL, or create one with `call4agents migrate`"
+                    )
                 if version < CURRENT:
                     raise LedgerError(
                         f"the ledger is at schema version {version}, this version needs {CURRENT}:"
@@ -278,6 +284,19 @@ class Ledger:
 
     # -- secret ---------------------------------------------------------------------------------
 
+    def secret_source(self) -> str | None:
+        """Where the secret would come from, without creating anything; None if nowhere."""
+        if self._secret_given:
+            return "given to Ledger(secret=...)"
+        if os.environ.get("CALL4AGENTS_SECRET"):
+            return "CALL4AGENTS_SECRET"
+        if os.environ.get("CALL4AGENTS_SECRET_FILE"):
+            return "CALL4AGENTS_SECRET_FILE"
+        if self._url.get_backend_name() == "sqlite":
+            path = Path(self._url.database or "").expanduser().parent / "secret"
+            return f"{path} ({'exists' if path.exists() else 'made on first use'})"
+        return None
+
     @property
     def secret(self) -> bytes:
         if self._secret is None:
@@ -305,14 +324,14 @@ class Ledger:
             stmt = stmt.where(effects.c.run_id == run_id)
         if limit is not None:
             stmt = stmt.limit(limit)
-        with self.engine.connect() as conn:
+        with self.store.read() as conn:
             return [_record(r) for r in conn.execute(stmt).mappings()]
 
     def effect(self, key: str) -> EffectRecord:
         """One action by its key or a unique prefix of it (at least 6 characters)."""
         if len(key) < 6:
             raise ConfigurationError("give at least 6 characters of the action key")
-        with self.engine.connect() as conn:
+        with self.store.read() as conn:
             found = list(
                 conn.execute(
                     select(effects).where(effects.c.key.startswith(key, autoescape=True)).limit(2)
@@ -327,7 +346,7 @@ class Ledger:
     def in_doubt(self) -> list[EffectRecord]:
         """Every action in doubt, after judging lapsed leases and dead local owners."""
         self.sweep()
-        with self.engine.connect() as conn:
+        with self.store.read() as conn:
             rows = conn.execute(
                 select(effects).where(effects.c.state == "in_doubt").order_by(effects.c.seq)
             ).mappings()
@@ -336,7 +355,7 @@ class Ledger:
     def sweep(self) -> int:
         """Mark in doubt every started action whose lease lapsed or whose local owner died."""
         now = now_sql(self.dialect)
-        with self.engine.connect() as conn:
+        with self.store.read() as conn:
             started = conn.execute(
                 select(
                     effects.c.key,
@@ -353,9 +372,11 @@ class Ledger:
                 )
             elif _owner.is_dead_local(owner):
                 moved += self.store.mark_in_doubt(
-                    key, attempt, f"its worker ({_owner.describe(owner)}) died while running it",
+                    key,
+                    attempt,
+                    f"its worker ({_owner.describe(owner)}) died while running it",
                     only_if_expired=False,
-                )  # fmt: skip
+                )
         return moved
 
     def runs(self, *, limit: int = 100) -> list[RunSummary]:
@@ -379,9 +400,11 @@ class Ledger:
             .order_by(func.max(effects.c.updated_at).desc())
             .limit(limit)
         )
-        with self.engine.connect() as conn:
-            return [RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7])) for r in
-                    conn.execute(stmt).all()]  # fmt: skip
+        with self.store.read() as conn:
+            return [
+                RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7]))
+                for r in conn.execute(stmt).all()
+            ]
 
     # -- settling -------------------------------------------------------------------------------
 
@@ -434,11 +457,13 @@ class Ledger:
             raise ConfigurationError("older_than must not be negative")
         cutoff = self.store.now() - seconds
         pruned = self._gc_batches(
-            and_(effects.c.state == "succeeded", effects.c.pruned_at.is_(None)), cutoff, batch,
+            and_(effects.c.state == "succeeded", effects.c.pruned_at.is_(None)),
+            cutoff,
+            batch,
             prune=True,
-        )  # fmt: skip
+        )
         deleted = self._gc_batches(effects.c.state == "failed", cutoff, batch, prune=False)
-        with self.engine.connect() as conn:
+        with self.store.read() as conn:
             kept = conn.execute(
                 select(func.count()).where(
                     effects.c.state.in_(("started", "in_doubt")), effects.c.updated_at < cutoff
@@ -452,7 +477,9 @@ class Ledger:
             with self.store.tx() as conn:
                 keys = list(
                     conn.execute(
-                        select(effects.c.seq).where(cond, effects.c.updated_at < cutoff).limit(batch)
+                        select(effects.c.seq)
+                        .where(cond, effects.c.updated_at < cutoff)
+                        .limit(batch)
                     ).scalars()
                 )
                 if not keys:
@@ -462,8 +489,9 @@ class Ledger:
                     conn.execute(
                         update(effects)
                         .where(target)
-                        .values(args="{}", result=None, evidence=None,
-                                pruned_at=now_sql(self.dialect))  # fmt: skip
+                        .values(
+                            args="{}", result=None, evidence=None, pruned_at=now_sql(self.dialect)
+                        )
                     )
                 else:
                     conn.execute(delete(effects).where(target))

@@ -35,9 +35,7 @@ def current_version(conn: Connection, schema: str | None = None) -> int:
     return int(found or 0)
 
 
-def migrate(
-    engine: Engine, *, schema: str | None = None, target: int = CURRENT
-) -> tuple[int, int]:
+def migrate(engine: Engine, *, schema: str | None = None, target: int = CURRENT) -> tuple[int, int]:
     """Bring the ledger to ``target``; returns (version before, version after)."""
     with engine.begin() as conn:  # BEGIN IMMEDIATE on SQLite: the lock for the whole run
         if engine.dialect.name == "postgresql":

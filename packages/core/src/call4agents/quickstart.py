@@ -76,8 +76,21 @@ class Row:
 
 
 def _spawn(mode: str, workdir: Path, url: str, run_id: str, crash: str) -> int:
-    argv = [sys.executable, "-m", "call4agents.quickstart", "--child", mode, "--dir",
-            str(workdir), "--url", url, "--run", run_id, "--crash", crash]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "call4agents.quickstart",
+        "--child",
+        mode,
+        "--dir",
+        str(workdir),
+        "--url",
+        url,
+        "--run",
+        run_id,
+        "--crash",
+        crash,
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     if done.returncode not in (_DONE, _IN_DOUBT, -signal.SIGKILL):
         raise RuntimeError(f"the quickstart agent failed unexpectedly:\n{done.stderr}")
@@ -93,7 +106,8 @@ def _scenario_after(workdir: Path, url: str, mode: str) -> Row:
     run_id = f"quickstart-{uuid.uuid4().hex[:8]}"
     killed = _spawn(mode, workdir, url, run_id, crash="after")
     resumed = _spawn(mode, workdir, url, run_id, crash="none")
-    assert killed == -signal.SIGKILL and resumed == _DONE
+    assert killed == -signal.SIGKILL
+    assert resumed == _DONE
     n = _emails(workdir, mode)
     if mode == "plain":
         return Row("killed right after sending, without Call4Agents", n, "sent again on resume")
@@ -110,12 +124,16 @@ def _scenario_inside(workdir: Path, url: str) -> Row:
     with c4a.Ledger(url) as ledger:
         [doubt] = [r for r in ledger.in_doubt() if r.run_id == run_id]
         # A person looks in the outbox, finds the email, and records that it happened.
-        ledger.resolve(doubt.key, happened=True, result="msg-1", by="quickstart",
-                       note="found in the outbox")  # fmt: skip
+        ledger.resolve(
+            doubt.key, happened=True, result="msg-1", by="quickstart", note="found in the outbox"
+        )
     resumed = _spawn(mode, workdir, url, run_id, crash="none")
     assert resumed == _DONE
-    return Row("killed inside the tool, with Call4Agents", _emails(workdir, mode),
-               "in doubt, not re-sent; resolved by a person; resumed")  # fmt: skip
+    return Row(
+        "killed inside the tool, with Call4Agents",
+        _emails(workdir, mode),
+        "in doubt, not re-sent; resolved by a person; resumed",
+    )
 
 
 def _print(rows: list[Row], seconds: float) -> None:

@@ -6,7 +6,7 @@ lost its lease can never overwrite what happened after it.
 
     claim        intent durable before the tool runs (INSERT ... ON CONFLICT DO NOTHING)
     finish       result or failure of *this* attempt; a fenced-off late result becomes evidence
-    mark_in_doubt  a started attempt whose owner died, whose lease expired, or that raised ambiguously
+    mark_in_doubt  a started attempt whose owner died or whose lease lapsed
     take_over    an in-doubt action re-sent (retry_in_doubt) or declared not to have happened
     resolve      a person's or a reconciler's answer to an in-doubt action
     renew        the heartbeat that keeps a long call's lease alive
@@ -127,12 +127,21 @@ class Store:
         except (OperationalError, DBAPIError) as exc:
             raise LedgerError(f"the ledger database failed: {_short(exc)}") from exc
 
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        """A connection for reads, database faults as LedgerError."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except (OperationalError, DBAPIError) as exc:
+            raise LedgerError(f"the ledger database failed: {_short(exc)}") from exc
+
     def _row(self, conn: Connection, key: str, *, lock: bool = False) -> Row | None:
         stmt = self._select_row
         if lock and self.dialect == "postgresql":
             stmt = stmt.with_for_update()
         found = conn.execute(stmt, {"k": key}).first()
-        return Row(*found) if found is not None else None
+        return Row(**found._asdict()) if found is not None else None
 
     # -- primitives ---------------------------------------------------------------------------
 
@@ -156,8 +165,15 @@ class Store:
         with self.tx() as conn:
             inserted = conn.execute(
                 self._insert_intent,
-                {"key": key, "run_id": run_id, "tool": tool, "kind": kind, "args": args,
-                 "owner": owner, "ttl": ttl},  # fmt: skip
+                {
+                    "key": key,
+                    "run_id": run_id,
+                    "tool": tool,
+                    "kind": kind,
+                    "args": args,
+                    "owner": owner,
+                    "ttl": ttl,
+                },
             )
             if inserted.first() is not None:
                 return Claim("run", 1)
@@ -187,6 +203,9 @@ class Store:
             .values(
                 state="started",
                 attempt=attempt,
+                error=None,  # the old attempt's error must not be read as this one's
+                note=None,
+                resolved_by=None,
                 owner=owner,
                 lease_expires_at=self._now + ttl,
                 updated_at=self._now,
@@ -195,7 +214,7 @@ class Store:
         return done.rowcount == 1
 
     def get(self, key: str) -> Row | None:
-        with self.engine.connect() as conn:
+        with self.read() as conn:
             return self._row(conn, key)
 
     def finish(
@@ -236,6 +255,8 @@ class Store:
             if done.rowcount == 1:
                 return True
             self._add_evidence(conn, key, attempt, state, result, error)
+            if state == "succeeded":
+                self._reopen_contradiction(conn, key)
             return False
 
     def _add_evidence(
@@ -252,11 +273,32 @@ class Store:
             return
         items: list[Any] = json.loads(found[0]) if found[0] else []
         items.append(
-            {"attempt": attempt, "state": state, "result": result, "error": error,
-             "at": time.time()}  # fmt: skip
+            {
+                "attempt": attempt,
+                "state": state,
+                "result": result,
+                "error": error,
+                "at": time.time(),
+            }
         )
+        conn.execute(update(effects).where(effects.c.key == key).values(evidence=json.dumps(items)))
+
+    def _reopen_contradiction(self, conn: Connection, key: str) -> None:
+        # It was settled as "did not happen" and nothing ran since, yet a late success arrived:
+        # running it again now would likely be a duplicate, so it goes back to in doubt.
         conn.execute(
-            update(effects).where(effects.c.key == key).values(evidence=json.dumps(items))
+            update(effects)
+            .where(
+                effects.c.key == key,
+                effects.c.state == "failed",
+                effects.c.resolved_by.is_not(None),
+            )
+            .values(
+                state="in_doubt",
+                note="a late success arrived after it was resolved as not happened: check the "
+                "evidence and resolve again",
+                updated_at=self._now,
+            )
         )
 
     def mark_in_doubt(self, key: str, attempt: int, note: str, *, only_if_expired: bool) -> bool:
@@ -341,7 +383,7 @@ class Store:
         return lost
 
     def now(self) -> float:
-        with self.engine.connect() as conn:
+        with self.read() as conn:
             return float(conn.execute(select(self._now)).scalar_one())
 
 
