@@ -1,0 +1,96 @@
+"""What integration packages build on: one framework tool call run through the ledger.
+
+Each integration (LangGraph, Pydantic AI, the Agents SDK, MCP) finds the run id and the call id
+in its framework's own objects, then calls :func:`run_tool` or :func:`arun_tool`. Outcomes that
+are not a result (in doubt, in progress, denied, approval needed) are Call4AgentsErrors; turn them
+into the framework's tool-error shape with :func:`message_for_model`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from .effect import Action, EffectOptions, aperform, perform, prepare
+from .errors import (
+    ApprovalDenied,
+    ApprovalRequired,
+    Call4AgentsError,
+    EffectInDoubt,
+    EffectInProgress,
+    ResultNotStored,
+    ResultPruned,
+)
+from .ledger import Ledger
+
+T = TypeVar("T")
+
+ToolOptions = Mapping[str, EffectOptions | Mapping[str, Any]]
+
+
+def options_for(tool: str, per_tool: ToolOptions | None, default: EffectOptions) -> EffectOptions:
+    """The options of one tool: the integration's default, overridden per tool name."""
+    found = (per_tool or {}).get(tool)
+    if found is None:
+        return default if default.name else replace(default, name=tool)
+    if isinstance(found, EffectOptions):
+        return found if found.name else replace(found, name=tool)
+    return replace(default, **{"name": tool, **dict(found)})
+
+
+def action_for(
+    tool: str,
+    arguments: Mapping[str, Any],
+    options: EffectOptions,
+    *,
+    run_id: str,
+    call_id: str | None = None,
+    ledger: Ledger | None = None,
+) -> Action:
+    """Key one tool call; raises UnstableArguments/ConfigurationError before anything runs."""
+    return prepare(options.name or tool, arguments, options, run_id=run_id, call_id=call_id,
+                   ledger=ledger)  # fmt: skip
+
+
+def run_tool(action: Action, call: Callable[[], T]) -> T:
+    """Run a sync tool call once for ``action``; a repeat returns the recorded result."""
+    return call() if not action.options.recorded else perform(action, call)
+
+
+async def arun_tool(action: Action, call: Callable[[], Awaitable[T]]) -> T:
+    """Run an async tool call once for ``action``; ledger I/O stays off the event loop."""
+    return await call() if not action.options.recorded else await aperform(action, call)
+
+
+def message_for_model(exc: Call4AgentsError) -> str:
+    """A tool-error text for the model: what happened and that it must not simply retry."""
+    if isinstance(exc, EffectInDoubt):
+        return (
+            f"Tool {exc.tool} may or may not have run ({exc.reason}); it was NOT run again. "
+            "Do not call it again: tell the user it needs checking by a person (run "
+            f"{exc.run_id!r}, action {exc.key[:12]})."
+        )
+    if isinstance(exc, EffectInProgress):
+        return (
+            f"Tool {exc.tool} is still running in another worker; it was not started again. "
+            "Wait and ask for its result later rather than calling it with new arguments."
+        )
+    if isinstance(exc, ApprovalDenied):
+        return f"Tool {exc.tool} was not run: {exc.reason}. Do not retry it."
+    if isinstance(exc, ApprovalRequired):
+        return f"Tool {exc.tool} needs a person's approval before it runs; it has not run."
+    if isinstance(exc, (ResultNotStored, ResultPruned)):
+        return f"Tool {exc.tool} already ran; its result is not available. Do not run it again."
+    return f"Tool call refused by Call4Agents: {exc}"
+
+
+_warned: set[str] = set()
+
+
+def warn_once(topic: str, message: str) -> None:
+    """A warning shown once per process per topic (e.g. a side-effect tool with no stable run id)."""
+    if topic not in _warned:
+        _warned.add(topic)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
