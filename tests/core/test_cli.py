@@ -13,6 +13,7 @@ import pytest
 
 import call4agents as c4a
 from call4agents.cli import main, parse_age
+from call4agents.migrations import CURRENT
 
 Cli = Callable[..., tuple[int, str, str]]
 UNREACHABLE = "postgresql+psycopg://app:Sup3rSecret@127.0.0.1:1/x"
@@ -228,9 +229,9 @@ def test_migrate(target: Any, cli: Cli) -> None:
     code, out, _ = cli(target, "migrate")
     assert code == 0
     assert out.startswith(f"Ledger at {target.url}")  # the test URLs have no password to mask
-    assert out.endswith(": schema version 0 -> 1\n")
-    assert cli(target, "migrate")[1].endswith(": already at version 1\n")
-    assert json.loads(cli(target, "migrate", "--json")[1])["after"] == 1
+    assert out.endswith(f": schema version 0 -> {CURRENT}\n")
+    assert cli(target, "migrate")[1].endswith(f": already at version {CURRENT}\n")
+    assert json.loads(cli(target, "migrate", "--json")[1])["after"] == CURRENT
     assert cli(target, "doubt") == (0, "No actions in doubt.\n", "")
 
 

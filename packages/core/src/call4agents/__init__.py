@@ -11,13 +11,16 @@ with c4a.run("ticket-1234"):      # the id the agent resumes with
     send_email("bob@example.com", "Your refund is on its way")
 """
 
+from .approvals import ApprovalRequest
 from .context import EffectContext, bind, current, run, tool_call
 from .effect import (
     DidNotHappen,
     Effect,
     EffectOptions,
     Happened,
+    approve,
     default_ledger,
+    deny,
     effect,
     init,
 )
@@ -42,6 +45,7 @@ __c4a_core__ = True
 
 __all__ = [
     "ApprovalDenied",
+    "ApprovalRequest",
     "ApprovalRequired",
     "Call4AgentsError",
     "ConfigurationError",
@@ -61,9 +65,11 @@ __all__ = [
     "ResultPruned",
     "RunSummary",
     "UnstableArguments",
+    "approve",
     "bind",
     "current",
     "default_ledger",
+    "deny",
     "effect",
     "init",
     "run",

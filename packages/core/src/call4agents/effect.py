@@ -12,6 +12,7 @@ import asyncio
 import functools
 import hashlib
 import inspect
+import os
 import sys
 import time
 import types
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from . import _owner
+from .approvals import ApprovalRequest, Gate, needs_approval
 from .canonical import CanonicalArgs, canonical_args, canonical_json, parse_paths, scrub
 from .codec import ResultEncodingError, decode_result, encode_result
 from .context import EffectContext, _effect, current_run
@@ -79,6 +81,10 @@ class EffectOptions:
     wait: float | None = None
     lease: float | None = None
     ledger: Ledger | None = None
+    approval: bool | Callable[..., bool] | None = None
+    approval_ttl: float | None = None
+    max_per_run: int | None = None
+    credentials: Mapping[str, str | Callable[[], str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -90,6 +96,8 @@ class EffectOptions:
             if isinstance(value, str):  # a lone string is a classic slip: ("a") is not a tuple
                 object.__setattr__(self, name, (value,))
             parse_paths(getattr(self, name))
+        if self.max_per_run is not None and self.max_per_run < 1:
+            raise ConfigurationError("max_per_run must be at least 1")
 
     @property
     def recorded(self) -> bool:
@@ -139,6 +147,7 @@ class Action:
     key: str
     args_display: str
     secrets: tuple[str, ...] = field(default=())
+    needs_approval: bool = False
 
     def context(self, attempt: int) -> EffectContext:
         return EffectContext(
@@ -191,8 +200,18 @@ def prepare(
     if options.key is not None:
         material = "key:" + canonical_json(tool, options.key(**arguments))
     key = action_key(run_id, tool, call_id if options.scope == "call" else None, material)
+    approval = needs_approval(options.approval, arguments, options.kind, ledger.approval_for)
     return Action(
-        ledger, tool, options, arguments, run_id, call_id, key, canon.display, canon.secrets
+        ledger,
+        tool,
+        options,
+        arguments,
+        run_id,
+        call_id,
+        key,
+        canon.display,
+        canon.secrets,
+        approval,
     )
 
 
@@ -231,19 +250,32 @@ def begin(action: Action) -> _Go | _Found:
     """Claim the action, or wait on a live owner; returns what to do next."""
     store = action.ledger.store
     owner = str(_owner.me())
-    claim = store.claim(
-        key=action.key,
-        run_id=action.run_id,
-        tool=action.tool,
-        kind=action.options.kind,
-        args=action.args_display,
-        owner=owner,
-        ttl=action.ttl,
-    )
-    if claim.outcome == "run":
-        return _Go(claim.attempt)
-    assert claim.row is not None
-    return _Found(_wait_while_live(action, claim.row))
+    gate = _gate(action)
+    while True:
+        claim = store.claim(
+            key=action.key,
+            run_id=action.run_id,
+            tool=action.tool,
+            kind=action.options.kind,
+            args=action.args_display,
+            owner=owner,
+            ttl=action.ttl,
+            gate=gate,
+        )
+        if claim.outcome == "run":
+            return _Go(claim.attempt)
+        if claim.refusal is not None:
+            raise claim.refusal
+        if claim.row is not None:
+            return _Found(_wait_while_live(action, claim.row))
+
+
+def _gate(action: Action) -> Gate | None:
+    options = action.options
+    if not action.needs_approval and options.max_per_run is None:
+        return None
+    ttl = options.approval_ttl or action.ledger.approval_ttl
+    return Gate(action.ledger, action, action.needs_approval, options.max_per_run, ttl)
 
 
 def _wait_while_live(action: Action, row: Row) -> Row:
@@ -500,7 +532,58 @@ async def _aexecute(action: Action, attempt: int, call: Callable[[], Awaitable[T
     return cast(T, await asyncio.to_thread(record_result, action, attempt, result))
 
 
+# -- a person's decision in code ---------------------------------------------------------------
+
+
+def approve(
+    tool: Effect[..., Any], /, *args: Any, by: str, reason: str | None = None, **kwargs: Any
+) -> ApprovalRequest | None:
+    """A person's yes to exactly ``tool(*args, **kwargs)`` in the current run.
+
+    ``by`` and ``reason`` are this function's own; for a tool with parameters of those names use
+    ``ledger.approve(ticket, ...)``. Returns None when the action already ran.
+    """
+    action = _action_of(tool, args, kwargs)
+    return action.ledger.approve_action(action, by=by, reason=reason)
+
+
+def deny(
+    tool: Effect[..., Any], /, *args: Any, by: str, reason: str | None = None, **kwargs: Any
+) -> ApprovalRequest | None:
+    """A person's no to exactly ``tool(*args, **kwargs)`` in the current run."""
+    action = _action_of(tool, args, kwargs)
+    return action.ledger.deny_action(action, by=by, reason=reason)
+
+
+def _action_of(tool: Effect[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Action:
+    if not isinstance(tool, Effect):
+        raise ConfigurationError("c4a.approve/deny take a tool decorated with @c4a.effect")
+    return prepare(tool.tool, tool.arguments(args, kwargs), tool.options)
+
+
 # -- the decorator -----------------------------------------------------------------------------
+
+
+def inject_credentials(
+    tool: str, providers: Mapping[str, str | Callable[[], str]], given: Mapping[str, Any]
+) -> dict[str, str]:
+    """Fetch each credential at call time: from the named environment variable, or a callable."""
+    values: dict[str, str] = {}
+    for name, provider in providers.items():
+        if name in given:
+            raise ConfigurationError(
+                f"{tool}: {name} is a credential injected by Call4Agents; do not pass it"
+            )
+        if callable(provider):
+            values[name] = provider()
+        elif provider in os.environ:
+            values[name] = os.environ[provider]
+        else:
+            raise ConfigurationError(
+                f"{tool}: credential {name} comes from the environment variable {provider}, "
+                "which is not set; nothing was run"
+            )
+    return values
 
 
 def tool_name(fn: Callable[..., Any], explicit: str | None) -> str:
@@ -545,7 +628,19 @@ class Effect(Generic[P, T]):
         self.options = options
         self.tool = tool_name(fn, options.name)
         self.is_async = inspect.iscoroutinefunction(fn)
-        self._signature = inspect.signature(fn)
+        signature = inspect.signature(fn)
+        missing = set(options.credentials) - set(signature.parameters)
+        if missing:
+            raise ConfigurationError(
+                f"{self.tool}: credentials= names {sorted(missing)}, which are not parameters of "
+                "the tool"
+            )
+        # Injected credentials are not arguments: callers never pass them and keys never see them.
+        self._signature = signature.replace(
+            parameters=[
+                p for p in signature.parameters.values() if p.name not in options.credentials
+            ]
+        )
         params = list(self._signature.parameters)
         # A method's self/cls is the object, not the action: leave it out of the key.
         self._skip_first = bool(params) and params[0] in ("self", "cls")
@@ -563,13 +658,16 @@ class Effect(Generic[P, T]):
         return found
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
+        fn = cast(Callable[..., Any], self.fn)
+        arguments = self.arguments(args, kwargs)
+        injected = inject_credentials(self.tool, self.options.credentials, kwargs)
         if not self.options.recorded:
-            return self.fn(*args, **kwargs)
-        action = prepare(self.tool, self.arguments(args, kwargs), self.options)
+            return cast(T, fn(*args, **kwargs, **injected))
+        action = prepare(self.tool, arguments, self.options)
+        action.secrets += tuple(v for v in injected.values() if len(v) >= 4)
         if self.is_async:
-            coro_fn = cast(Callable[P, Awaitable[Any]], self.fn)
-            return cast(T, aperform(action, lambda: coro_fn(*args, **kwargs)))
-        return perform(action, lambda: self.fn(*args, **kwargs))
+            return cast(T, aperform(action, lambda: fn(*args, **kwargs, **injected)))
+        return perform(action, lambda: cast(T, fn(*args, **kwargs, **injected)))
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         return self if instance is None else types.MethodType(self, instance)
@@ -595,6 +693,10 @@ def effect(
     wait: float | None = None,
     lease: float | None = None,
     ledger: Ledger | None = None,
+    approval: bool | Callable[..., bool] | None = None,
+    approval_ttl: float | None = None,
+    max_per_run: int | None = None,
+    credentials: Mapping[str, str | Callable[[], str]] = ...,
 ) -> Callable[[Callable[P, T]], Effect[P, T]]: ...
 def effect(fn: Callable[P, T] | None = None, /, **options: Any) -> Any:
     """Make a tool once-only per (run, tool, canonical arguments). See EffectOptions."""

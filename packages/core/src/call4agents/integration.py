@@ -50,8 +50,9 @@ def action_for(
     ledger: Ledger | None = None,
 ) -> Action:
     """Key one tool call; raises UnstableArguments/ConfigurationError before anything runs."""
-    return prepare(options.name or tool, arguments, options, run_id=run_id, call_id=call_id,
-                   ledger=ledger)  # fmt: skip
+    return prepare(
+        options.name or tool, arguments, options, run_id=run_id, call_id=call_id, ledger=ledger
+    )
 
 
 def run_tool(action: Action, call: Callable[[], T]) -> T:
@@ -90,7 +91,7 @@ _warned: set[str] = set()
 
 
 def warn_once(topic: str, message: str) -> None:
-    """A warning shown once per process per topic (e.g. a side-effect tool with no stable run id)."""
+    """A warning shown once per process and topic (e.g. a side-effect tool with no stable run)."""
     if topic not in _warned:
         _warned.add(topic)
         warnings.warn(message, RuntimeWarning, stacklevel=3)

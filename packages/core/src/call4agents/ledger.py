@@ -8,20 +8,27 @@ import json
 import os
 import secrets as _secrets
 import threading
+import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, func, select, update
 
-from . import _db, _owner
+from . import _db, _owner, approvals
+from .approvals import ApprovalRequest, Signer
 from .codec import decode_result, encode_result
 from .errors import ConfigurationError, LedgerError
 from .migrations import CURRENT, current_version, migrate, refuse_newer
 from .store import Store, now_sql
+from .tables import approvals as approvals_table
 from .tables import effects
+
+if TYPE_CHECKING:
+    from .effect import Action
 
 _CACHE_LIMIT = 50_000
 
@@ -191,6 +198,12 @@ class Ledger:
         wait: seconds a second caller waits for a live worker's result before EffectInProgress.
         max_result_bytes: results larger than this are not stored (ResultNotStored).
         allow_network_fs: open an SQLite ledger on NFS/SMB anyway (only one machine may use it).
+        approval_for: side-effect classes that need a person's yes unless a tool says otherwise,
+            e.g. ``("irreversible",)``.
+        approval_ttl: seconds an approval ticket stays open (a tool may set its own).
+        previous_secrets: ``(secret, until_epoch_seconds)`` pairs still accepted for approvals
+            signed before a rotation; also ``$CALL4AGENTS_PREVIOUS_SECRET`` with
+            ``$CALL4AGENTS_PREVIOUS_SECRET_UNTIL`` (ISO date-time).
     """
 
     def __init__(
@@ -206,6 +219,9 @@ class Ledger:
         max_result_bytes: int = 1 << 20,
         allow_network_fs: bool | None = None,
         auto_migrate: bool = True,
+        approval_for: Sequence[str] = (),
+        approval_ttl: float = 24 * 3600.0,
+        previous_secrets: Sequence[tuple[str | bytes, float]] = (),
     ) -> None:
         if lease <= 0 or wait < 0:
             raise ConfigurationError("lease must be > 0 seconds and wait >= 0 seconds")
@@ -225,6 +241,9 @@ class Ledger:
         self.wait = wait
         self.max_result_bytes = max_result_bytes
         self.store = Store(self.engine)
+        self.approval_for = tuple(approval_for)
+        self.approval_ttl = approval_ttl
+        self._previous = [(_bytes(k), until) for k, until in previous_secrets] + _env_previous()
         self._secret_given = secret.encode() if isinstance(secret, str) else secret
         self._secret: bytes | None = None
         self._cache: dict[str, str] = {}
@@ -302,6 +321,9 @@ class Ledger:
         if self._secret is None:
             self._secret = self._secret_given or _load_secret(self._url)
         return self._secret
+
+    def signer(self) -> Signer:
+        return Signer(self.secret, self._previous, time.time())
 
     def digest(self, data: bytes) -> str:
         """HMAC-SHA256 with the ledger secret: used where a plain hash would leak a value."""
@@ -443,6 +465,53 @@ class Ledger:
             )
         return self.effect(record.key)
 
+    # -- approvals ------------------------------------------------------------------------------
+
+    def approve(self, ticket: str, *, by: str, reason: str | None = None) -> ApprovalRequest:
+        """A person's yes to the exact call a ticket shows; spent by one execution."""
+        return approvals.decide(self, ticket, approve=True, by=by, reason=reason)
+
+    def deny(self, ticket: str, *, by: str, reason: str | None = None) -> ApprovalRequest:
+        """A person's no; it wins over an earlier yes that was not yet used."""
+        return approvals.decide(self, ticket, approve=False, by=by, reason=reason)
+
+    def approve_action(
+        self, action: Action, *, by: str, reason: str | None = None
+    ) -> ApprovalRequest | None:
+        """A yes to exactly this prepared call (e.g. arguments a person edited)."""
+        ttl = action.options.approval_ttl or self.approval_ttl
+        return approvals.decide_action(self, action, approve=True, by=by, reason=reason, ttl=ttl)
+
+    def deny_action(
+        self, action: Action, *, by: str, reason: str | None = None
+    ) -> ApprovalRequest | None:
+        ttl = action.options.approval_ttl or self.approval_ttl
+        return approvals.decide_action(self, action, approve=False, by=by, reason=reason, ttl=ttl)
+
+    def approvals(
+        self, run_id: str | None = None, *, state: str | None = None
+    ) -> list[ApprovalRequest]:
+        """Approval tickets, oldest first; ``state="pending"`` for those waiting on a person."""
+        return approvals.list_requests(self, run_id=run_id, state=state)
+
+    # -- forgetting -----------------------------------------------------------------------------
+
+    def delete_run(self, run_id: str) -> int:
+        """Remove a run's records (e.g. with its checkpoints); refused while any is open."""
+        with self.store.tx() as conn:
+            open_ = conn.execute(
+                select(func.count()).where(
+                    effects.c.run_id == run_id, effects.c.state.in_(("started", "in_doubt"))
+                )
+            ).scalar_one()
+            if open_:
+                raise LedgerError(
+                    f"run {run_id!r} has {open_} action(s) running or in doubt: settle them "
+                    "(`call4agents doubt`, `call4agents resolve`) before deleting the run"
+                )
+            conn.execute(delete(approvals_table).where(approvals_table.c.run_id == run_id))
+            return int(conn.execute(delete(effects).where(effects.c.run_id == run_id)).rowcount)
+
     # -- retention ------------------------------------------------------------------------------
 
     def gc(self, older_than: float | timedelta, *, batch: int = 1000) -> GcReport:
@@ -560,3 +629,28 @@ def _read_or_create_secret(path: Path) -> bytes:
     if len(value) < 32:
         raise LedgerError(f"the secret file {path} is too short; remove it to make a new one")
     return value.encode()
+
+
+def _bytes(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+def _env_previous() -> list[tuple[bytes, float]]:
+    old = os.environ.get("CALL4AGENTS_PREVIOUS_SECRET")
+    until = os.environ.get("CALL4AGENTS_PREVIOUS_SECRET_UNTIL")
+    if not old:
+        return []
+    if not until:
+        raise ConfigurationError(
+            "CALL4AGENTS_PREVIOUS_SECRET needs CALL4AGENTS_PREVIOUS_SECRET_UNTIL (an ISO date-time "
+            "with a time zone) saying until when approvals signed with it stay valid"
+        )
+    try:
+        moment = datetime.fromisoformat(until)
+    except ValueError as exc:
+        raise ConfigurationError(f"CALL4AGENTS_PREVIOUS_SECRET_UNTIL={until!r} is not ISO") from exc
+    if moment.tzinfo is None:
+        raise ConfigurationError(
+            "CALL4AGENTS_PREVIOUS_SECRET_UNTIL needs a time zone (e.g. +00:00)"
+        )
+    return [(old.encode(), moment.timestamp())]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine, inspect, select, text
 
 from .errors import LedgerError
-from .tables import effects, schema_version
+from .tables import approvals, effects, schema_version
 
 # Arbitrary constant that names "Call4Agents migrations" among other users of advisory locks.
 _PG_LOCK_ID = 0x0C4A_0001
@@ -24,7 +24,11 @@ def _v1(conn: Connection) -> None:
     effects.create(conn)  # with its indexes
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1]
+def _v2(conn: Connection) -> None:
+    approvals.create(conn)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]
 CURRENT = len(MIGRATIONS)
 
 

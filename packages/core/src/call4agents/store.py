@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,7 +27,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.sql.elements import ColumnElement
 
 from . import _owner
-from .errors import LedgerError
+from .errors import Call4AgentsError, LedgerError
 from .tables import effects
 
 OPEN_STATES = ("started", "in_doubt")
@@ -66,11 +66,20 @@ class Row:
 
 @dataclass(frozen=True)
 class Claim:
-    """What ``claim`` found: run it now (``run``), or an existing row to act on."""
+    """What ``claim`` found: run it now, an existing row to act on, a refusal, or try again."""
 
-    outcome: Literal["run", "existing"]
+    outcome: Literal["run", "existing", "refused", "again"]
     attempt: int
     row: Row | None = None
+    refusal: Call4AgentsError | None = None
+
+
+# Asked inside the claim transaction before a new attempt starts; returns a refusal or None.
+Gate = Callable[[Connection, int], "Call4AgentsError | None"]
+
+
+class _Retry(Exception):  # internal control flow: roll back the claim and try again
+    pass
 
 
 _ROW_COLUMNS = (
@@ -155,36 +164,62 @@ class Store:
         args: str,
         owner: str,
         ttl: float,
+        gate: Gate | None = None,
     ) -> Claim:
         """Write the intent (``started``, attempt 1) unless the action exists.
 
         Closes: two workers starting the same action at once. The unique key makes exactly one
         INSERT win; the loser reads the winner's row in the same transaction. A ``failed`` row is
         taken as a new attempt here, inside the same lock, so two retries cannot both run it.
+        ``gate`` (approvals, limits) is asked inside the same transaction before a new attempt.
         """
-        with self.tx() as conn:
-            inserted = conn.execute(
-                self._insert_intent,
-                {
-                    "key": key,
-                    "run_id": run_id,
-                    "tool": tool,
-                    "kind": kind,
-                    "args": args,
-                    "owner": owner,
-                    "ttl": ttl,
-                },
+        params = {
+            "key": key,
+            "run_id": run_id,
+            "tool": tool,
+            "kind": kind,
+            "args": args,
+            "owner": owner,
+            "ttl": ttl,
+        }
+        try:
+            with self.tx() as conn:
+                if gate is not None:
+                    return self._claim_gated(conn, params, gate)
+                if conn.execute(self._insert_intent, params).first() is not None:
+                    return Claim("run", 1)
+                return self._claim_existing(conn, key, owner, ttl)
+        except _Retry:
+            return Claim("again", 0)
+
+    def _claim_existing(self, conn: Connection, key: str, owner: str, ttl: float) -> Claim:
+        row = self._row(conn, key, lock=True)
+        if row is None:  # pragma: no cover - a concurrent gc between the two statements
+            raise LedgerError("the action vanished while it was being claimed; call again")
+        if row.state == "failed":
+            attempt = row.attempt + 1
+            self._restart(conn, key, row.attempt, attempt, owner, ttl, from_state="failed")
+            return Claim("run", attempt)
+        return Claim("existing", row.attempt, row)
+
+    def _claim_gated(self, conn: Connection, params: dict[str, Any], gate: Gate) -> Claim:
+        key = params["key"]
+        row = self._row(conn, key, lock=True)
+        if row is not None and row.state != "failed":
+            return Claim("existing", row.attempt, row)  # a repeat needs no new yes
+        attempt = 1 if row is None else row.attempt + 1
+        refusal = gate(conn, attempt)
+        if refusal is not None:
+            return Claim("refused", attempt, refusal=refusal)
+        if row is not None:
+            self._restart(
+                conn, key, row.attempt, attempt, params["owner"], params["ttl"], from_state="failed"
             )
-            if inserted.first() is not None:
-                return Claim("run", 1)
-            row = self._row(conn, key, lock=True)
-            if row is None:  # pragma: no cover - a concurrent gc between the two statements
-                raise LedgerError("the action vanished while it was being claimed; call again")
-            if row.state == "failed":
-                attempt = row.attempt + 1
-                self._restart(conn, key, row.attempt, attempt, owner, ttl, from_state="failed")
-                return Claim("run", attempt)
-            return Claim("existing", row.attempt, row)
+            return Claim("run", attempt)
+        if conn.execute(self._insert_intent, params).first() is None:
+            # Another worker inserted it meanwhile (PostgreSQL): undo what the gate spent.
+            raise _Retry
+        return Claim("run", 1)
 
     def _restart(
         self,

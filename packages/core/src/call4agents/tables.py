@@ -66,3 +66,28 @@ Index(
     postgresql_where=effects.c.state.in_(("started", "in_doubt")),
 )
 Index("c4a_effects_updated", effects.c.updated_at)
+
+# Approval tickets (schema version 2). One row is one decision and its spending: see approvals.py
+# for why deleting or restoring a row can never grant anything.
+approvals = Table(
+    "c4a_approvals",
+    metadata,
+    Column("ticket", String(40), primary_key=True),
+    Column("key", String(64), nullable=False),  # the action key the yes is bound to
+    Column("for_attempt", Integer, nullable=False),  # the one attempt this yes may start
+    Column("run_id", Text, nullable=False),
+    Column("tool", Text, nullable=False),
+    Column("args", Text, nullable=False),  # exactly what will run, redacted values masked
+    # pending | approved | denied | spent
+    Column("state", String(16), nullable=False),
+    Column("requested_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("decided_by", Text),
+    Column("decided_at", Float),
+    Column("reason", Text),
+    Column("spent_at", Float),
+    Column("signature", Text, nullable=False),
+)
+
+Index("c4a_approvals_key", approvals.c.key, approvals.c.for_attempt)
+Index("c4a_approvals_run", approvals.c.run_id, approvals.c.state)

@@ -1,0 +1,388 @@
+"""A person's "yes" bound to exactly one action, and the gate that spends it with the intent.
+
+An approval is a ticket row: (ticket, action key, the attempt it would start, state, who decided).
+The action key already hashes run, tool and canonical arguments, so a yes for one call is no yes
+for another. Every state a ticket reaches is signed with the ledger secret over the whole row, so
+a row copied, edited or written by hand verifies as nothing. The decision and its spending are one
+record: deleting a "spent" or "denied" ticket leaves no approval at all, and an old "approved"
+row restored from a backup names an attempt that has already been started, so it cannot be spent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, func, select, text, update
+
+from .errors import ApprovalDenied, ApprovalRequired, Call4AgentsError, LedgerError
+from .store import now_sql
+from .tables import approvals, effects
+
+if TYPE_CHECKING:
+    from .effect import Action
+    from .ledger import Ledger
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """What a person is asked to approve: exactly what will run, redacted values masked."""
+
+    ticket: str
+    run_id: str
+    tool: str
+    key: str
+    args: dict[str, Any]
+    state: str
+    requested_at: float
+    expires_at: float
+    decided_by: str | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ticket": self.ticket,
+            "run_id": self.run_id,
+            "tool": self.tool,
+            "args": self.args,
+            "state": self.state,
+            "action_key": self.key,
+            "requested_at": self.requested_at,
+            "expires_at": self.expires_at,
+            "decided_by": self.decided_by,
+            "reason": self.reason,
+        }
+
+
+class Signer:
+    """HMAC signatures with key ids, so a rotated-out secret still verifies until its end date."""
+
+    def __init__(self, current: bytes, previous: Sequence[tuple[bytes, float]], now: float) -> None:
+        self._current = current
+        self._keys = {_kid(current): current}
+        for secret, until in previous:
+            if until > now:
+                self._keys.setdefault(_kid(secret), secret)
+
+    def sign(self, fields: Sequence[Any]) -> str:
+        return _kid(self._current) + ":" + _mac(self._current, fields)
+
+    def verify(self, fields: Sequence[Any], signature: str | None) -> bool:
+        kid, _, mac = (signature or "").partition(":")
+        secret = self._keys.get(kid)
+        return secret is not None and hmac.compare_digest(mac, _mac(secret, fields))
+
+
+def _kid(secret: bytes) -> str:
+    return hashlib.sha256(b"c4a-kid|" + secret).hexdigest()[:8]
+
+
+def _mac(secret: bytes, fields: Sequence[Any]) -> str:
+    payload = json.dumps(list(fields), separators=(",", ":"), ensure_ascii=True)
+    return hmac.new(secret, payload.encode(), hashlib.sha256).hexdigest()
+
+
+_SIGNED = (
+    "ticket",
+    "key",
+    "for_attempt",
+    "run_id",
+    "tool",
+    "args",
+    "state",
+    "expires_at",
+    "decided_by",
+)
+
+
+def _fields(row: Mapping[str, Any]) -> list[Any]:
+    return [row[name] for name in _SIGNED]
+
+
+def _request(row: Mapping[str, Any]) -> ApprovalRequest:
+    return ApprovalRequest(
+        ticket=row["ticket"],
+        run_id=row["run_id"],
+        tool=row["tool"],
+        key=row["key"],
+        args=json.loads(row["args"]),
+        state=row["state"],
+        requested_at=row["requested_at"],
+        expires_at=row["expires_at"],
+        decided_by=row["decided_by"],
+        reason=row["reason"],
+    )
+
+
+# -- the gate: runs inside the claim transaction --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What must hold before a new attempt of an action may start."""
+
+    ledger: Ledger
+    action: Action
+    approval: bool
+    max_per_run: int | None
+    ttl: float
+
+    def __call__(self, conn: Connection, attempt: int) -> Call4AgentsError | None:
+        """Spend a valid yes for ``attempt`` (or check the limit); else the refusal to raise.
+
+        Runs in the same transaction as the intent's INSERT, so a crash can neither burn a yes
+        without the intent nor leave the intent without its yes being spent.
+        """
+        refusal = self._over_limit(conn)
+        if refusal is not None or not self.approval:
+            return refusal
+        return _spend_or_ask(self, conn, attempt)
+
+    def _over_limit(self, conn: Connection) -> Call4AgentsError | None:
+        if self.max_per_run is None:
+            return None
+        action = self.action
+        if conn.dialect.name == "postgresql":  # count and insert under one lock per (run, tool)
+            lock_id = int(
+                hashlib.sha256(f"{action.run_id}|{action.tool}".encode()).hexdigest()[:15], 16
+            )
+            conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": lock_id})
+        done = conn.execute(
+            select(func.count()).where(
+                effects.c.run_id == action.run_id,
+                effects.c.tool == action.tool,
+                effects.c.state != "failed",
+            )
+        ).scalar_one()
+        if done < self.max_per_run:
+            return None
+        reason = f"limit reached: at most {self.max_per_run} run(s) of {action.tool} per run"
+        return ApprovalDenied(
+            f"{action.tool} in run {action.run_id!r} was refused ({reason}); it did not run.",
+            key=action.key,
+            run_id=action.run_id,
+            tool=action.tool,
+            reason=reason,
+        )
+
+
+def _latest(conn: Connection, key: str, attempt: int) -> Mapping[str, Any] | None:
+    stmt = (
+        select(approvals, now_sql(conn.dialect.name).label("now"))
+        .where(approvals.c.key == key, approvals.c.for_attempt == attempt)
+        .order_by(approvals.c.requested_at.desc(), approvals.c.ticket)
+    )
+    rows = [dict(r) for r in conn.execute(stmt).mappings()]
+    # A later "no" wins over any "yes", whatever order the rows were written in.
+    for row in rows:
+        if row["state"] == "denied":
+            return row
+    return rows[0] if rows else None
+
+
+def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsError | None:
+    action, signer = gate.action, gate.ledger.signer()
+    row = _latest(conn, action.key, attempt)
+    tampered = row is not None and not signer.verify(_fields(row), row["signature"])
+    if row is not None and not tampered:
+        if row["state"] == "denied":
+            return _denied(action, row)
+        if row["state"] == "approved" and row["expires_at"] > row["now"]:
+            spent = {**row, "state": "spent"}
+            conn.execute(
+                update(approvals)
+                .where(approvals.c.ticket == row["ticket"], approvals.c.state == "approved")
+                .values(
+                    state="spent",
+                    spent_at=now_sql(conn.dialect.name),
+                    signature=signer.sign(_fields(spent)),
+                )
+            )
+            return None
+        if row["state"] == "pending" and row["expires_at"] > row["now"]:
+            return _required(action, _request(row), tampered=False)
+    request = _open_ticket(gate, conn, attempt)
+    return _required(action, request, tampered=tampered)
+
+
+def _open_ticket(gate: Gate, conn: Connection, attempt: int) -> ApprovalRequest:
+    action = gate.action
+    now = now_sql(conn.dialect.name)
+    stamp = conn.execute(select(now)).scalar_one()
+    row = {
+        "ticket": "apr_" + secrets.token_hex(10),
+        "key": action.key,
+        "for_attempt": attempt,
+        "run_id": action.run_id,
+        "tool": action.tool,
+        "args": action.args_display,
+        "state": "pending",
+        "expires_at": float(stamp) + gate.ttl,
+        "decided_by": None,
+    }
+    conn.execute(
+        approvals.insert().values(
+            **row, requested_at=stamp, signature=gate.ledger.signer().sign(_fields(row))
+        )
+    )
+    return _request({**row, "requested_at": stamp, "reason": None})
+
+
+def _required(action: Action, request: ApprovalRequest, *, tampered: bool) -> ApprovalRequired:
+    note = (
+        " (an earlier approval record failed its signature check and was ignored)"
+        if tampered
+        else ""
+    )
+    return ApprovalRequired(
+        f"{action.tool} in run {action.run_id!r} needs a person's approval before it runs{note}. "
+        f"Approve exactly this call with `call4agents approve {request.ticket}` (or "
+        f"ledger.approve({request.ticket!r}, by=...)); it has not run.",
+        key=action.key,
+        run_id=action.run_id,
+        tool=action.tool,
+        request=request,
+    )
+
+
+def _denied(action: Action, row: Mapping[str, Any]) -> ApprovalDenied:
+    reason = f"denied by {row['decided_by']}" + (f": {row['reason']}" if row["reason"] else "")
+    return ApprovalDenied(
+        f"{action.tool} in run {action.run_id!r} was {reason}; it did not run.",
+        key=action.key,
+        run_id=action.run_id,
+        tool=action.tool,
+        reason=reason,
+    )
+
+
+# -- decisions -------------------------------------------------------------------------------------
+
+
+def decide(
+    ledger: Ledger, ticket: str, *, approve: bool, by: str, reason: str | None
+) -> ApprovalRequest:
+    """Record a person's answer to a pending ticket. Twice the same answer is one answer."""
+    _check_by(by)
+    signer = ledger.signer()
+    with ledger.store.tx() as conn:
+        query = select(approvals, now_sql(conn.dialect.name).label("now")).where(
+            approvals.c.ticket == ticket
+        )
+        if conn.dialect.name == "postgresql":
+            query = query.with_for_update()
+        found = conn.execute(query).mappings().first()
+        if found is None:
+            raise LedgerError(f"no approval ticket {ticket!r} in {ledger.url}")
+        row = dict(found)
+        if not signer.verify(_fields(row), row["signature"]):
+            raise LedgerError(
+                f"approval ticket {ticket} fails its signature check: it was written or edited "
+                "without the ledger's secret. Nothing was decided; ask for a new approval."
+            )
+        wanted = "approved" if approve else "denied"
+        if row["state"] == wanted:
+            return _request(row)  # a double click
+        _check_transition(row, approve)
+        decided = {**row, "state": wanted, "decided_by": by}
+        conn.execute(
+            update(approvals)
+            .where(approvals.c.ticket == ticket, approvals.c.state == row["state"])
+            .values(
+                state=wanted,
+                decided_by=by,
+                decided_at=now_sql(conn.dialect.name),
+                reason=reason,
+                signature=signer.sign(_fields(decided)),
+            )
+        )
+        return _request({**decided, "reason": reason})
+
+
+def _check_transition(row: Mapping[str, Any], approve: bool) -> None:
+    ticket, state = row["ticket"], row["state"]
+    if state == "spent":
+        raise LedgerError(f"approval ticket {ticket} was already used: the action has run")
+    if state == "denied":
+        raise LedgerError(
+            f"approval ticket {ticket} was denied by {row['decided_by']}; a no is final. If the "
+            "agent asks again, a new ticket is opened."
+        )
+    if approve and row["expires_at"] <= row["now"]:
+        raise LedgerError(
+            f"approval ticket {ticket} expired; nothing was approved. The next call of the tool "
+            "opens a new ticket."
+        )
+
+
+def decide_action(
+    ledger: Ledger, action: Action, *, approve: bool, by: str, reason: str | None, ttl: float
+) -> ApprovalRequest | None:
+    """A yes (or no) to exactly this call, e.g. an edited one. None if it already ran."""
+    _check_by(by)
+    signer = ledger.signer()
+    with ledger.store.tx() as conn:
+        found = conn.execute(
+            select(effects.c.state, effects.c.attempt).where(effects.c.key == action.key)
+        ).first()
+        if found is not None and found.state != "failed":
+            return None  # it ran (or is running): a repeat returns its result, nothing to decide
+        attempt = 1 if found is None else found.attempt + 1
+        stamp = conn.execute(select(now_sql(conn.dialect.name))).scalar_one()
+        row = {
+            "ticket": "apr_" + secrets.token_hex(10),
+            "key": action.key,
+            "for_attempt": attempt,
+            "run_id": action.run_id,
+            "tool": action.tool,
+            "args": action.args_display,
+            "state": "approved" if approve else "denied",
+            "expires_at": float(stamp) + ttl,
+            "decided_by": by,
+        }
+        conn.execute(
+            approvals.insert().values(
+                **row,
+                requested_at=stamp,
+                decided_at=stamp,
+                reason=reason,
+                signature=signer.sign(_fields(row)),
+            )
+        )
+        return _request({**row, "requested_at": stamp, "reason": reason})
+
+
+def list_requests(
+    ledger: Ledger, *, run_id: str | None, state: str | None
+) -> list[ApprovalRequest]:
+    stmt = select(approvals).order_by(approvals.c.requested_at)
+    if run_id is not None:
+        stmt = stmt.where(approvals.c.run_id == run_id)
+    if state is not None:
+        stmt = stmt.where(approvals.c.state == state)
+    with ledger.store.read() as conn:
+        return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
+
+
+def _check_by(by: str) -> None:
+    if not isinstance(by, str) or not by.strip():
+        raise LedgerError("say who decided: by='name' (it is recorded with the decision)")
+
+
+def needs_approval(
+    approval: bool | Callable[..., bool] | None,
+    arguments: Mapping[str, Any],
+    kind: str,
+    policy: Sequence[str],
+) -> bool:
+    """The tool's own rule if it has one, else the ledger's policy for its side-effect class."""
+    if approval is None:
+        return kind in policy
+    if callable(approval):
+        return bool(approval(**arguments))
+    return bool(approval)
