@@ -69,7 +69,7 @@ class Target:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ, C4A_TEST_URL=self.url, C4A_TEST_SCHEMA=self.schema or "")
-        env.setdefault("CALL4AGENTS_SECRET", "test-secret-" + "x" * 40)
+        env.setdefault("CALL4AGENTS_SECRET", TEST_SECRET)
         return env
 
 
@@ -96,6 +96,15 @@ def make_target(backend: str, tmp_path: Path) -> Iterator[Target]:
             _drop_schema(target.url, target.schema)
 
 
+TEST_SECRET = "test-secret-" + "x" * 40
+
+
+@pytest.fixture(autouse=True)
+def _ledger_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every worker of a PostgreSQL ledger shares one secret; tests play all the workers.
+    monkeypatch.setenv("CALL4AGENTS_SECRET", TEST_SECRET)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     """A fresh, empty ledger location on each backend."""
@@ -113,9 +122,8 @@ def pg_target(tmp_path: Path) -> Iterator[Target]:
 
 
 @pytest.fixture
-def ledger(target: Target, monkeypatch: pytest.MonkeyPatch) -> c4a.Ledger:
+def ledger(target: Target) -> c4a.Ledger:
     """A fresh ledger on each backend, installed as the default for @c4a.effect."""
-    monkeypatch.setenv("CALL4AGENTS_SECRET", "test-secret-" + "x" * 40)
     return c4a.init(target.open(lease=5.0, wait=5.0))
 
 

@@ -171,42 +171,39 @@ class Gate:
         )
 
 
-def _latest(conn: Connection, key: str, attempt: int) -> Mapping[str, Any] | None:
+def _tickets(conn: Connection, key: str, attempt: int) -> list[dict[str, Any]]:
     stmt = (
         select(approvals, now_sql(conn.dialect.name).label("now"))
         .where(approvals.c.key == key, approvals.c.for_attempt == attempt)
         .order_by(approvals.c.requested_at.desc(), approvals.c.ticket)
     )
-    rows = [dict(r) for r in conn.execute(stmt).mappings()]
-    # A later "no" wins over any "yes", whatever order the rows were written in.
-    for row in rows:
-        if row["state"] == "denied":
-            return row
-    return rows[0] if rows else None
+    return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
 def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsError | None:
     action, signer = gate.action, gate.ledger.signer()
-    row = _latest(conn, action.key, attempt)
-    tampered = row is not None and not signer.verify(_fields(row), row["signature"])
-    if row is not None and not tampered:
-        if row["state"] == "denied":
-            return _denied(action, row)
-        if row["state"] == "approved" and row["expires_at"] > row["now"]:
-            spent = {**row, "state": "spent"}
-            conn.execute(
-                update(approvals)
-                .where(approvals.c.ticket == row["ticket"], approvals.c.state == "approved")
-                .values(
-                    state="spent",
-                    spent_at=now_sql(conn.dialect.name),
-                    signature=signer.sign(_fields(spent)),
-                )
+    rows = _tickets(conn, action.key, attempt)
+    valid = [r for r in rows if signer.verify(_fields(r), r["signature"])]
+    tampered = len(valid) < len(rows)
+    live = [r for r in valid if r["expires_at"] > r["now"]]
+    denied = next((r for r in valid if r["state"] == "denied"), None)
+    if denied is not None:  # a no wins over any yes, whatever order they were written in
+        return _denied(action, denied)
+    yes = next((r for r in live if r["state"] == "approved"), None)
+    if yes is not None:
+        spent = {**yes, "state": "spent"}
+        conn.execute(
+            update(approvals)
+            .where(approvals.c.ticket == yes["ticket"], approvals.c.state == "approved")
+            .values(
+                state="spent",
+                spent_at=now_sql(conn.dialect.name),
+                signature=signer.sign(_fields(spent)),
             )
-            return None
-        if row["state"] == "pending" and row["expires_at"] > row["now"]:
-            return _required(action, _request(row), tampered=False)
-    request = _open_ticket(gate, conn, attempt)
+        )
+        return None
+    pending = next((r for r in live if r["state"] == "pending"), None)
+    request = _request(pending) if pending else _open_ticket(gate, conn, attempt)
     return _required(action, request, tampered=tampered)
 
 

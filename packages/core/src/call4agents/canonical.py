@@ -403,7 +403,9 @@ class _Encoder:
                 raise
             raise
         if self.digest is None:  # pragma: no cover - canonical_args checks this up front
-            raise ConfigurationError("redact= needs a ledger secret to compute digests.")
+            raise ConfigurationError(
+                "redact= needs a digest function (redact_digest=) to hide values."
+            )
         self.redactions += 1
         self.secrets.extend(_printed_forms(v))
         return _Redacted(self.digest(data))
@@ -703,8 +705,7 @@ def canonical_args(
         plan = _plan(_as_paths(ignore), _as_paths(redact))
         if plan.has_redact and redact_digest is None:
             raise ConfigurationError(
-                f"{tool}: redact= needs a ledger secret to key redacted values by an HMAC; "
-                "open the ledger with a secret (or drop redact=)."
+                f"{tool}: redact= needs redact_digest= to key redacted values by an HMAC"
             )
         root = plan.root
     encoder = _Encoder(digest=redact_digest)

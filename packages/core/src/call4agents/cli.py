@@ -413,20 +413,14 @@ def _durability_check(engine: Engine, dialect: str) -> Check:
 
 
 def _secret_check(url: URL, schema: str | None) -> Check:
-    try:
-        with Ledger(
-            url.render_as_string(hide_password=False), schema=schema, auto_migrate=False
-        ) as ledger:
-            ledger.secret  # noqa: B018 - loads (or, beside an SQLite ledger, creates) it
-    except ConfigurationError as exc:
-        return Check("secret", "WARN", str(exc))
-    source = (
-        "$CALL4AGENTS_SECRET"
-        if os.environ.get("CALL4AGENTS_SECRET")
-        else "$CALL4AGENTS_SECRET_FILE"
-        if os.environ.get("CALL4AGENTS_SECRET_FILE")
-        else "the file beside the ledger"
-    )
+    with Ledger(
+        url.render_as_string(hide_password=False), schema=schema, auto_migrate=False
+    ) as ledger:
+        source = ledger.secret_source()  # looks only: never creates a secret file
+    if source is None:
+        return Check(
+            "secret", "WARN", "none set: approvals need CALL4AGENTS_SECRET on every worker"
+        )
     return Check("secret", "OK", f"available (from {source})")
 
 

@@ -25,7 +25,7 @@ from .errors import ConfigurationError, LedgerError
 from .migrations import CURRENT, current_version, migrate, refuse_newer
 from .store import Store, now_sql
 from .tables import approvals as approvals_table
-from .tables import effects
+from .tables import effects, meta
 
 if TYPE_CHECKING:
     from .effect import Action
@@ -246,6 +246,7 @@ class Ledger:
         self._previous = [(_bytes(k), until) for k, until in previous_secrets] + _env_previous()
         self._secret_given = secret.encode() if isinstance(secret, str) else secret
         self._secret: bytes | None = None
+        self._salt: bytes | None = None
         self._cache: dict[str, str] = {}
         self._heartbeat = _Heartbeat(self)
         self._open(auto_migrate)
@@ -326,8 +327,14 @@ class Ledger:
         return Signer(self.secret, self._previous, time.time())
 
     def digest(self, data: bytes) -> str:
-        """HMAC-SHA256 with the ledger secret: used where a plain hash would leak a value."""
-        return hmac.new(self.secret, data, hashlib.sha256).hexdigest()
+        """HMAC-SHA256 with the ledger's fixed salt: stands in for a redacted value in keys."""
+        if self._salt is None:
+            with self.store.read() as conn:
+                found = conn.execute(select(meta.c.value).where(meta.c.name == "key_salt")).scalar()
+            if found is None:
+                raise LedgerError("the ledger has no key salt: run `call4agents migrate`")
+            self._salt = found.encode()
+        return hmac.new(self._salt, data, hashlib.sha256).hexdigest()
 
     # -- the in-process cache of finished results ------------------------------------------------
 
@@ -605,7 +612,7 @@ def _load_secret(url: Any) -> bytes:
     if url.get_backend_name() == "sqlite":
         return _read_or_create_secret(Path(url.database).expanduser().parent / "secret")
     raise ConfigurationError(
-        "this ledger needs a secret (for approvals and redacted arguments) and none is set: give "
+        "this ledger needs a secret to sign approvals and none is set: give "
         "every worker the same value in CALL4AGENTS_SECRET (or a file in CALL4AGENTS_SECRET_FILE)"
     )
 

@@ -8,12 +8,13 @@ A migration is never edited once released: a change to ``tables.py`` comes with 
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, inspect, select, text
 
 from .errors import LedgerError
-from .tables import approvals, effects, schema_version
+from .tables import approvals, effects, meta, schema_version
 
 # Arbitrary constant that names "Call4Agents migrations" among other users of advisory locks.
 _PG_LOCK_ID = 0x0C4A_0001
@@ -26,6 +27,8 @@ def _v1(conn: Connection) -> None:
 
 def _v2(conn: Connection) -> None:
     approvals.create(conn)
+    meta.create(conn)
+    conn.execute(meta.insert().values(name="key_salt", value=secrets.token_hex(32)))
 
 
 MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]

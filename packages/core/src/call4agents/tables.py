@@ -67,6 +67,16 @@ Index(
 )
 Index("c4a_effects_updated", effects.c.updated_at)
 
+# Settings a ledger keeps for its whole life (schema version 2), such as the salt that hides
+# redacted argument values inside action keys: unlike the secret it is never rotated, because a
+# changed salt would change those keys and make finished actions look new.
+meta = Table(
+    "c4a_meta",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
 # Approval tickets (schema version 2). One row is one decision and its spending: see approvals.py
 # for why deleting or restoring a row can never grant anything.
 approvals = Table(
