@@ -5,7 +5,8 @@ Usage: agent_child.py POINT RUN_ID OUTBOX [KEY ...]
 The "provider" is the OUTBOX file: one line per delivered email, written and fsynced by the tool,
 outside the ledger. With RETRY_IN_DOUBT=1 the provider drops a line whose idempotency key it has
 seen, as Stripe-like APIs do, and the tool is declared retry_in_doubt=True.
-Exit codes: 0 done, 3 EffectInDoubt, 4 EffectInProgress; SIGKILL at POINT.
+With APPROVAL=1 the tool needs a person's yes.
+Exit codes: 0 done, 3 EffectInDoubt, 4 EffectInProgress, 5 ApprovalRequired; SIGKILL at POINT.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ point, run_id, outbox = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 keys = sys.argv[4:] or ["bob@example.com"]
 retry = os.environ.get("RETRY_IN_DOUBT") == "1"
 tool_seconds = float(os.environ.get("TOOL_SECONDS", "0"))
+approval = os.environ.get("APPROVAL") == "1"
 ledger = c4a.init(
     os.environ["C4A_TEST_URL"],
     schema=os.environ.get("C4A_TEST_SCHEMA") or None,
@@ -57,7 +59,7 @@ def deliver(to: str, key: str) -> bool:
     return True
 
 
-@c4a.effect(name="send_email", retry_in_doubt=retry)
+@c4a.effect(name="send_email", retry_in_doubt=retry, approval=approval)
 def send_email(to: str) -> dict[str, Any]:
     ctx = c4a.current()
     if point == "after_intent":
@@ -84,4 +86,7 @@ except c4a.EffectInDoubt as exc:
 except c4a.EffectInProgress as exc:
     print(json.dumps({"in_progress": str(exc)}))
     sys.exit(4)
+except c4a.ApprovalRequired as exc:
+    print(json.dumps({"approval": exc.request.as_dict()}))
+    sys.exit(5)
 print(json.dumps({"results": results}))

@@ -240,6 +240,53 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _decider(args: argparse.Namespace) -> str:
+    by = args.by or os.environ.get("USER") or os.environ.get("LOGNAME")
+    if not by:
+        raise ConfigurationError("say who decides with --by NAME ($USER is not set)")
+    return str(by)
+
+
+def cmd_decide(args: argparse.Namespace) -> int:
+    approve = args.command == "approve"
+    by = _decider(args)
+    with _open(args) as ledger:
+        decide = ledger.approve if approve else ledger.deny
+        request = decide(args.ticket, by=by, reason=args.reason)
+    if args.json:
+        _print_json(request.as_dict())
+    else:
+        args_text = json.dumps(request.args, separators=(",", ":"))
+        verb = "Approved" if approve else "Denied"
+        print(f"{verb} {request.tool}({_trim(args_text, 80)}) in run {request.run_id} (by {by})")
+    return EXIT_OK
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    state = None if args.all else "pending"
+    with _open(args) as ledger:
+        found = ledger.approvals(args.run, state=state)
+    if args.json:
+        _print_json([r.as_dict() for r in found])
+    elif not found:
+        print("No approvals waiting." if state else "No approval tickets.")
+    else:
+        now = time.time()
+        rows = [
+            [
+                r.ticket,
+                r.run_id,
+                r.tool,
+                _trim(json.dumps(r.args, separators=(",", ":")), 60),
+                r.state,
+                _ago(r.requested_at, now),
+            ]
+            for r in found
+        ]
+        print(_table(["TICKET", "RUN", "TOOL", "ARGS", "STATE", "ASKED"], rows))
+    return EXIT_OK
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise ConfigurationError("--limit must be at least 1")
@@ -590,6 +637,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--result", metavar="JSON", help="the result it had, as JSON (with --happened)")
     p.add_argument("--by", metavar="WHO", help="who found this out (default: $USER)")
     p.add_argument("--note", metavar="TEXT", help="how it was found out")
+
+    for name, verb in (("approve", "a yes to"), ("deny", "a no to")):
+        p = command(name, cmd_decide, f"record {verb} the exact call an approval ticket shows")
+        p.add_argument("ticket", help="the ticket id (apr_...)")
+        p.add_argument("--by", metavar="WHO", help="who decides (default: $USER)")
+        p.add_argument("--reason", metavar="TEXT", help="why (recorded with the decision)")
+
+    p = command("approvals", cmd_approvals, "list approval tickets waiting for a person")
+    p.add_argument("--run", metavar="RUN", help="only this run")
+    p.add_argument("--all", action="store_true", help="every ticket, not only pending ones")
 
     p = command("runs", cmd_runs, "list the most recently active runs")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs (default 20)")

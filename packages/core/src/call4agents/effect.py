@@ -659,8 +659,8 @@ class Effect(Generic[P, T]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
         fn = cast(Callable[..., Any], self.fn)
-        arguments = self.arguments(args, kwargs)
         injected = inject_credentials(self.tool, self.options.credentials, kwargs)
+        arguments = self.arguments(args, kwargs)
         if not self.options.recorded:
             return cast(T, fn(*args, **kwargs, **injected))
         action = prepare(self.tool, arguments, self.options)
