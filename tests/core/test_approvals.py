@@ -161,8 +161,12 @@ def test_edited_arguments_or_forged_rows_grant_nothing(ledger: c4a.Ledger) -> No
         row = approved(ledger, pay, 10, "alice")
         evil = ask(pay, 9999, "mallory")
         # Point the approved row at the other call and make its shown arguments match.
-        write(ledger, update(approvals).where(approvals.c.ticket == row["ticket"]).values(
-            key=evil.key, args='{"amount":9999,"to":"mallory","card":"***"}'))  # fmt: skip
+        write(
+            ledger,
+            update(approvals)
+            .where(approvals.c.ticket == row["ticket"])
+            .values(key=evil.key, args='{"amount":9999,"to":"mallory","card":"***"}'),
+        )
         with pytest.raises(c4a.ApprovalRequired):
             pay(9999, "mallory")
         forged = {

@@ -28,8 +28,12 @@ def cli(target: Target, *args: str) -> subprocess.CompletedProcess[str]:
     url = ["--url", target.url] + (["--schema", target.schema] if target.schema else [])
     return subprocess.run(
         [sys.executable, "-m", "call4agents.cli", *args, *url],
-        env=target.env(), capture_output=True, text=True, check=False, timeout=60,
-    )  # fmt: skip
+        env=target.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def approve_request(target: Target, outbox: Path, env: dict[str, str]) -> str:
@@ -69,7 +73,7 @@ def test_two_processes_race_for_one_yes(target: Target, tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=60) for p in procs]
