@@ -400,12 +400,8 @@ def record_error(action: Action, attempt: int, exc: BaseException) -> None:
     state: Literal["failed", "in_doubt"] = (
         "in_doubt" if is_in_doubt_error(exc, action.options) else "failed"
     )
-    note = (
-        "the tool raised an error that may have left it half done" if state == "in_doubt" else None
-    )
-    action.ledger.store.finish(
-        action.key, attempt, state=state, error=action.error_text(exc), note=note
-    )
+    # The error itself (e.g. "TimeoutError: read timed out") is the reason shown for a doubt.
+    action.ledger.store.finish(action.key, attempt, state=state, error=action.error_text(exc))
 
 
 def record_result(action: Action, attempt: int, result: Any) -> Any:
