@@ -53,10 +53,8 @@ with c4a.run(f"order-{uuid.uuid4().hex[:6]}"):
         charge(500)
     except TimeoutError:
         print("charge(500) timed out: in doubt")
-    charge_id = charge(500)
-    print(
-        f"retried with the same key: {charge_id}; charges at the provider: {len(stripe_like.charges)}"
-    )
+    charge_id, count = charge(500), len(stripe_like.charges)
+    print(f"retried with the same key: {charge_id}; charges at the provider: {count}")
 
     stripe_like.drop_next_answer = True
     try:
