@@ -126,3 +126,35 @@ def test_eight_processes_open_a_brand_new_ledger_at_once(tmp_path: Path) -> None
     ledger = c4a.Ledger(f"sqlite:///{db}")
     assert len(ledger.runs()) == 8
     ledger.close()
+
+
+def test_tool_name_is_the_same_as_script_and_as_module(tmp_path: Path) -> None:
+    # `python mailer.py` runs it as __main__; another program imports it as `mailer`.
+    (tmp_path / "mailer.py").write_text(
+        textwrap.dedent(
+            f"""
+            import call4agents as c4a
+            c4a.init({f"sqlite:///{tmp_path / 'l.db'}"!r})
+
+            @c4a.effect
+            def send(to):
+                with open({str(tmp_path / "outbox")!r}, "a") as f:
+                    f.write(to + "\\n")
+                return to
+
+            if __name__ == "__main__":
+                with c4a.run("r"):
+                    print(send.tool, send("bob"))
+            """
+        )
+    )
+    (tmp_path / "other.py").write_text(
+        "import call4agents as c4a, mailer\nwith c4a.run('r'):\n    print(mailer.send.tool, "
+        "mailer.send('bob'))\n"
+    )
+    for script in ("mailer.py", "other.py"):
+        done = subprocess.run(
+            [sys.executable, script], cwd=tmp_path, capture_output=True, text=True, check=False
+        )
+        assert done.stdout.strip() == "mailer.send bob", done.stderr
+    assert (tmp_path / "outbox").read_text() == "bob\n"
