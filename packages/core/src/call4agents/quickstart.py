@@ -7,6 +7,7 @@ is killed with SIGKILL at the named moment and a fresh child resumes the same ru
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,6 +138,26 @@ def _scenario_inside(workdir: Path, url: str) -> Row:
     )
 
 
+# Each installed integration adds its own rows, measured from its framework's real agent.
+_INTEGRATIONS = (
+    "call4agents_langgraph",
+    "call4agents_pydantic_ai",
+    "call4agents_openai_agents",
+    "call4agents_mcp",
+)
+
+
+def _integration_scenarios() -> list[Callable[[Path, str], list[tuple[str, int, str]]]]:
+    found = []
+    for package in _INTEGRATIONS:
+        try:
+            module = importlib.import_module(f"{package}.quickstart")
+        except ImportError:
+            continue  # not installed (or its framework is not): no row for it
+        found.append(module.scenario)
+    return found
+
+
 def _print(rows: list[Row], seconds: float) -> None:
     width = max(len(r.label) for r in rows)
     print("Call4Agents quickstart: an agent emails a customer and is killed with SIGKILL.")
@@ -166,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
             _scenario_after(workdir, url, "ledger"),
             _scenario_inside(workdir, url),
         ]
+        for scenario in _integration_scenarios():
+            folder = workdir / scenario.__module__.split(".")[0]
+            folder.mkdir()
+            rows += [Row(*row) for row in scenario(folder, url)]
     _print(rows, time.monotonic() - started)
     return 0
 
