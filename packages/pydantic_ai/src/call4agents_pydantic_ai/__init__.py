@@ -1,1 +1,34 @@
-"""Placeholder: filled by its issue."""
+"""Once-only tool calls for Pydantic AI agents, as a capability.
+
+    from call4agents_pydantic_ai import OnceOnly
+
+    agent = Agent(model, tools=[send_email], capabilities=[OnceOnly()])
+    agent.run_sync("...", conversation_id="ticket-1234")
+
+Every tool call goes through the Call4Agents ledger, keyed by the run's ``conversation_id``: a
+resumed or replayed conversation gets the recorded result instead of running the tool again.
+"""
+
+from __future__ import annotations
+
+_FIX = 'pip install "call4agents[pydantic-ai]"'
+
+try:
+    import pydantic_ai.capabilities  # noqa: F401  (the extension point OnceOnly plugs into)
+except ImportError as exc:  # pragma: no cover - exercised only without the framework
+    raise ImportError(
+        "call4agents_pydantic_ai needs Pydantic AI 2.x (pydantic-ai-slim with capabilities), "
+        f"which is not installed or too old: {_FIX}"
+    ) from exc
+
+import call4agents as _core  # noqa: E402  (only after the framework check above)
+
+if not getattr(_core, "__c4a_core__", False):  # pragma: no cover - a foreign `call4agents`
+    raise ImportError(
+        "the installed `call4agents` package is not Call4Agents' core (PyPI has an unrelated "
+        f"project of that name): uninstall it, then {_FIX}"
+    )
+
+from ._capability import OnceOnly  # noqa: E402
+
+__all__ = ["OnceOnly"]
