@@ -283,3 +283,19 @@ def test_per_run_limit_is_a_denial_not_a_crash(ledger: c4a.Ledger) -> None:
     assert len(ledger.effects("r")) == 2
     with pytest.raises(c4a.ConfigurationError, match="at least 1"):
         c4a.effect(max_per_run=0)
+
+
+def test_request_approval_opens_one_ticket_without_claiming(ledger: c4a.Ledger) -> None:
+    from call4agents.integration import action_for
+
+    bank = Payments()
+    pay = bank.tool()
+    with c4a.run("r"):
+        action = action_for("pay", pay.arguments((3, "al"), {}), pay.options, run_id="r")
+        first = ledger.request_approval(action)
+        assert first is not None
+        assert ledger.request_approval(action) == first  # the same open ticket
+        assert ledger.effects("r") == []
+        ledger.approve(first.ticket, by="ann")
+        assert pay(3, "al") == "paid 3 to al"
+        assert ledger.request_approval(action) is None  # it ran: nothing left to ask

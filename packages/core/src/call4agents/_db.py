@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import sqlite3
 import time
 from pathlib import Path
@@ -11,8 +12,9 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, InvalidatePoolError
 
+from . import _pg
 from .errors import ConfigurationError, LedgerError
 
 Durability = Literal["power", "process"]
@@ -44,6 +46,25 @@ NETWORK_FS = frozenset(
     }
 )
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# What a parsed host may look like: a name, an IPv4 address or empty (a socket given in ?host=).
+# Anything else means the URL was split in the wrong place, nearly always at an "@" of a password
+# that was not percent-encoded; the pieces of that password would then show in every message.
+_HOST = re.compile(r"[A-Za-z0-9._~%-]*")
+_QUERY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENCODE_HINT = (
+    "if the password holds characters such as @ : / ? # [ ] %, percent-encode it "
+    "(Python: urllib.parse.quote(password, safe=''))"
+)
+# libpq settings a shared ledger wants unless the URL says otherwise: a server that does not
+# answer fails a call within seconds instead of hanging it, and a silently dropped connection
+# (NAT, failover) is noticed by TCP keepalives rather than after the kernel's two hours.
+_PG_CONNECT_DEFAULTS = {
+    "connect_timeout": "10",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "application_name": "call4agents",
+}
 
 
 def parse_url(url: str | None) -> URL:
@@ -64,7 +85,21 @@ def parse_url(url: str | None) -> URL:
             f"unsupported ledger URL scheme {parsed.drivername!r}: use sqlite:///path/to/ledger.db "
             "or postgresql+psycopg://user:password@host/db"
         )
+    if parsed.drivername == "postgresql+psycopg":
+        _check_split(parsed)
     return parsed
+
+
+def _check_split(url: URL) -> None:
+    """Refuse a PostgreSQL URL that was cut apart inside its password, without echoing it."""
+    host_ok = url.host is None or bool(_HOST.fullmatch(url.host)) or ":" in url.host  # IPv6
+    odd_key = any(not _QUERY_KEY.fullmatch(k) for k in url.query)
+    if not host_ok or odd_key or "@" in (url.database or ""):
+        raise ConfigurationError(
+            "cannot read the PostgreSQL ledger URL: it does not split into user, password, host "
+            f"and database as expected; {_ENCODE_HINT}. (The URL is not shown, as it may hold "
+            "the password.)"
+        )
 
 
 def safe_url(url: str | URL) -> str:
@@ -74,7 +109,8 @@ def safe_url(url: str | URL) -> str:
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
-        return re.sub(r"//[^@/]*@", "//***@", url)
+        # Up to the last "@": an unencoded password may itself hold "@" or "/".
+        return re.sub(r"//.*@", "//***@", url)
 
 
 def mount_fs_type(path: Path, mounts_text: str | None = None) -> str | None:
@@ -179,16 +215,58 @@ def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> 
         raise ConfigurationError(
             f"schema name {schema!r} is not a plain identifier: use letters, digits and _"
         )
-    options = [] if durability == "power" else ["-c synchronous_commit=off"]
     engine = create_engine(
         url,
         pool_size=8,
         max_overflow=8,
-        pool_pre_ping=True,
-        connect_args={"options": " ".join(options)} if options else {},
+        connect_args=pg_connect_args(url, durability),
         execution_options={"schema_translate_map": {None: schema}} if schema else {},
     )
+    # Instead of pool_pre_ping, which costs a round trip on every checkout: a connection the
+    # server dropped (restart, failover, idle timeout) has its goodbye or EOF waiting on the
+    # socket, so only a connection with unread input is pinged; a dead one makes the pool drop
+    # every connection older than now and open a fresh one for this checkout.
+    event.listen(engine, "checkout", _check_alive)
+    _, params = engine.dialect.create_connect_args(engine.url)
+    params.pop("context", None)  # SQLAlchemy's type adapters: the listener needs none
+    _pg.register(engine, {**params, **pg_connect_args(url, durability)}, schema)
     return engine
+
+
+def pg_connect_args(url: URL, durability: Durability) -> dict[str, str]:
+    """libpq settings for every connection of this ledger; the URL's own settings win."""
+    args = {k: v for k, v in _PG_CONNECT_DEFAULTS.items() if k not in url.query}
+    if durability == "process":
+        given = url.query.get("options", "")
+        given = given if isinstance(given, str) else " ".join(given)
+        args["options"] = (given + " -c synchronous_commit=off").strip()
+    return args
+
+
+def _check_alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+    if getattr(dbapi_conn, "closed", False) or getattr(dbapi_conn, "broken", False):
+        raise InvalidatePoolError("the connection was closed")
+    pgconn = getattr(dbapi_conn, "pgconn", None)
+    if pgconn is None or not _has_input(pgconn.socket):
+        return
+    try:
+        with dbapi_conn.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        dbapi_conn.rollback()
+    except Exception as exc:
+        raise InvalidatePoolError(f"the server closed the connection: {exc}") from exc
+
+
+def _has_input(fd: int) -> bool:
+    """True if the socket has something to read (or is at EOF); never blocks."""
+    try:
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+            return bool(poller.poll(0))
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True  # cannot tell: let the ping decide
 
 
 def make_engine(

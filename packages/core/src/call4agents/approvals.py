@@ -354,6 +354,27 @@ def decide_action(
         return _request({**row, "requested_at": stamp, "reason": reason})
 
 
+def request(ledger: Ledger, action: Action, *, ttl: float) -> ApprovalRequest | None:
+    """Open (or return the open) ticket for this exact call, without claiming or spending.
+
+    For frameworks that decide to ask before the call reaches the ledger. None if it already ran.
+    """
+    signer = ledger.signer()
+    with ledger.store.tx() as conn:
+        found = conn.execute(
+            select(effects.c.state, effects.c.attempt).where(effects.c.key == action.key)
+        ).first()
+        if found is not None and found.state != "failed":
+            return None
+        attempt = 1 if found is None else found.attempt + 1
+        for row in _tickets(conn, action.key, attempt):
+            live = row["expires_at"] > row["now"] and row["state"] in ("pending", "approved")
+            if live and signer.verify(_fields(row), row["signature"]):
+                return _request(row)
+        gate = Gate(ledger, action, approval=True, max_per_run=None, ttl=ttl)
+        return _open_ticket(gate, conn, attempt)
+
+
 def list_requests(
     ledger: Ledger, *, run_id: str | None, state: str | None
 ) -> list[ApprovalRequest]:

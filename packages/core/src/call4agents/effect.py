@@ -30,6 +30,7 @@ from .errors import (
     ConfigurationError,
     EffectInDoubt,
     EffectInProgress,
+    LedgerError,
     OutcomeUnknown,
     ResultNotStored,
     ResultPruned,
@@ -279,39 +280,61 @@ def _gate(action: Action) -> Gate | None:
 
 
 def _wait_while_live(action: Action, row: Row) -> Row:
-    """Wait (bounded) while another live worker runs the action; a dead one's lease is doubt."""
+    """Wait (bounded) while another live worker runs the action; a dead one's lease is doubt.
+
+    On PostgreSQL the outcome wakes the wait (LISTEN/NOTIFY, see _pg), and the row is read again
+    when the lease would end and every few seconds in case a wake-up went missing. Until the
+    database has promised to wake us, and on SQLite, it polls with backoff.
+    """
+    if row.state != "started":
+        return row
     store = action.ledger.store
     wait = action.options.wait if action.options.wait is not None else action.ledger.wait
     deadline = time.monotonic() + wait
     pause = 0.005
-    while row.state == "started":
-        if owner_is_gone(row):
-            store.mark_in_doubt(
-                action.key,
-                row.attempt,
-                f"its worker ({_owner.describe(row.owner)}) died while running it",
-                only_if_expired=False,
-            )
-        elif not row.lease_live:
-            store.mark_in_doubt(
-                action.key, row.attempt, "its lease expired with no result", only_if_expired=True
-            )
-        elif time.monotonic() >= deadline:
-            raise EffectInProgress(
-                key=action.key,
-                run_id=action.run_id,
-                tool=action.tool,
-                owner=_owner.describe(row.owner),
-                waited=wait,
-            )
-        else:
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-            pause = min(pause * 2, 0.25)
-        fresh = store.get(action.key)
-        if fresh is None:  # removed under us (gc of a failed row): claim afresh
-            return row
-        row = fresh
+    with store.watch(action.key, listen=wait > 0) as watch:
+        told = False  # the last read came after a finisher was bound to wake us
+        while row.state == "started":
+            if owner_is_gone(row):
+                store.mark_in_doubt(
+                    action.key,
+                    row.attempt,
+                    f"its worker ({_owner.describe(row.owner)}) died while running it",
+                    only_if_expired=False,
+                )
+            elif not row.lease_live:
+                store.mark_in_doubt(
+                    action.key,
+                    row.attempt,
+                    "its lease expired with no result",
+                    only_if_expired=True,
+                )
+            elif time.monotonic() >= deadline:
+                raise EffectInProgress(
+                    key=action.key,
+                    run_id=action.run_id,
+                    tool=action.tool,
+                    owner=_owner.describe(row.owner),
+                    waited=wait,
+                )
+            elif told:
+                # Both ends of the lease are the database's clock: only their difference is used.
+                lease_left = (row.lease_expires_at or row.now) - row.now
+                left = deadline - time.monotonic()
+                watch.wait(min(left, lease_left + 0.01, _RECHECK_WHILE_TOLD))
+            else:
+                watch.wait(min(pause, deadline - time.monotonic()))
+                pause = min(pause * 2, 0.25)
+            told = watch.guarded
+            fresh = store.get(action.key)
+            if fresh is None:  # removed under us (gc of a failed row): claim afresh
+                return row
+            row = fresh
     return row
+
+
+# How often a waiter that will be woken by the outcome reads the row anyway.
+_RECHECK_WHILE_TOLD = 5.0
 
 
 def settle_found(action: Action, row: Row) -> Any:
@@ -467,15 +490,36 @@ def _execute(action: Action, attempt: int, call: Callable[[], T]) -> T:
     heartbeat.hold(action.key, attempt, action.ttl)
     token = _effect.set(action.context(attempt))
     try:
-        result = call()
-    except BaseException as exc:
+        try:
+            result = call()
+        except BaseException as exc:
+            _effect.reset(token)
+            try:
+                record_error(action, attempt, exc)
+            except LedgerError as lost:
+                if isinstance(exc, Exception):  # never swallow a KeyboardInterrupt or exit
+                    raise _unrecorded(action, attempt, lost) from exc
+            raise
         _effect.reset(token)
+        try:
+            return cast(T, record_result(action, attempt, result))
+        except LedgerError as lost:
+            raise _unrecorded(action, attempt, lost) from lost
+    finally:
+        # Held until the outcome is written (retried while the database is away), so that
+        # others keep waiting for it rather than judge the action in doubt.
         heartbeat.release(action.key)
-        record_error(action, attempt, exc)
-        raise
-    _effect.reset(token)
-    heartbeat.release(action.key)
-    return cast(T, record_result(action, attempt, result))
+
+
+def _unrecorded(action: Action, attempt: int, lost: LedgerError) -> EffectInDoubt:
+    """The tool ran but its outcome could not be written: the action will be in doubt."""
+    return EffectInDoubt(
+        key=action.key,
+        run_id=action.run_id,
+        tool=action.tool,
+        reason=f"it ran, but its outcome could not be written to the ledger: {lost}",
+        attempt=attempt,
+    )
 
 
 async def aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
@@ -516,16 +560,24 @@ async def _aexecute(action: Action, attempt: int, call: Callable[[], Awaitable[T
     heartbeat.hold(action.key, attempt, action.ttl)
     token = _effect.set(action.context(attempt))
     try:
-        result = await call()
-    except BaseException as exc:
+        try:
+            result = await call()
+        except BaseException as exc:
+            _effect.reset(token)
+            # Cancellation must still leave a durable "in doubt", so shield the write from it.
+            try:
+                await asyncio.shield(asyncio.to_thread(record_error, action, attempt, exc))
+            except LedgerError as lost:
+                if isinstance(exc, Exception):  # never turn a cancellation into an error
+                    raise _unrecorded(action, attempt, lost) from exc
+            raise
         _effect.reset(token)
-        heartbeat.release(action.key)
-        # Cancellation must still leave a durable "in doubt", so shield the write from it.
-        await asyncio.shield(asyncio.to_thread(record_error, action, attempt, exc))
-        raise
-    _effect.reset(token)
-    heartbeat.release(action.key)
-    return cast(T, await asyncio.to_thread(record_result, action, attempt, result))
+        try:
+            return cast(T, await asyncio.to_thread(record_result, action, attempt, result))
+        except LedgerError as lost:
+            raise _unrecorded(action, attempt, lost) from lost
+    finally:
+        heartbeat.release(action.key)  # after the outcome is written, as in _execute
 
 
 # -- a person's decision in code ---------------------------------------------------------------

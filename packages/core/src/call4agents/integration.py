@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from .effect import Action, EffectOptions, aperform, perform, prepare
+from .effect import Action, EffectOptions, aperform, is_in_doubt_error, perform, prepare
 from .errors import (
     ApprovalDenied,
     ApprovalRequired,
@@ -86,6 +86,26 @@ def message_for_model(exc: Call4AgentsError) -> str:
         return f"Tool {exc.tool} already ran; its result is not available. Do not run it again."
     return f"Tool call refused by Call4Agents: {exc}"
 
+
+def failure_message(action: Action, exc: BaseException) -> str:
+    """A tool-error text for a tool that raised an error meaning it did not act."""
+    return (
+        f"Tool {action.tool} failed and did not act: {action.error_text(exc)}. It may be called "
+        "again, with corrected arguments if they were the problem."
+    )
+
+
+__all__ = [
+    "ToolOptions",
+    "action_for",
+    "arun_tool",
+    "failure_message",
+    "is_in_doubt_error",
+    "message_for_model",
+    "options_for",
+    "run_tool",
+    "warn_once",
+]
 
 _warned: set[str] = set()
 

@@ -495,6 +495,11 @@ class Ledger:
         ttl = action.options.approval_ttl or self.approval_ttl
         return approvals.decide_action(self, action, approve=False, by=by, reason=reason, ttl=ttl)
 
+    def request_approval(self, action: Action) -> ApprovalRequest | None:
+        """The open ticket for exactly this call (made if needed); None if the action ran."""
+        ttl = action.options.approval_ttl or self.approval_ttl
+        return approvals.request(self, action, ttl=ttl)
+
     def approvals(
         self, run_id: str | None = None, *, state: str | None = None
     ) -> list[ApprovalRequest]:

@@ -17,16 +17,33 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
-from sqlalchemy import Connection, Engine, Float, and_, bindparam, func, literal, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Executable,
+    Float,
+    Integer,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.elements import ColumnElement
 
-from . import _owner
+from . import _owner, _pg
 from .errors import Call4AgentsError, LedgerError
 from .tables import effects
 
@@ -99,6 +116,9 @@ _ROW_COLUMNS = (
 
 
 class Store:
+    # Seconds an outcome keeps being retried while the database is away (restart, failover).
+    finish_retry: float = 30.0
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
@@ -133,7 +153,7 @@ class Store:
         try:
             with self.engine.begin() as conn:
                 yield conn
-        except (OperationalError, DBAPIError) as exc:
+        except (DBAPIError, PoolTimeout) as exc:
             raise LedgerError(f"the ledger database failed: {_short(exc)}") from exc
 
     @contextmanager
@@ -142,7 +162,7 @@ class Store:
         try:
             with self.engine.connect() as conn:
                 yield conn
-        except (OperationalError, DBAPIError) as exc:
+        except (DBAPIError, PoolTimeout) as exc:
             raise LedgerError(f"the ledger database failed: {_short(exc)}") from exc
 
     def _row(self, conn: Connection, key: str, *, lock: bool = False) -> Row | None:
@@ -268,33 +288,24 @@ class Store:
         may write, and only while the action is open (started, or in doubt because its lease
         lapsed: a late result settles that doubt, since it is what really happened). Anything
         else (a person resolved it, or a retry took over) keeps the late outcome as evidence.
-        """
-        with self.tx() as conn:
-            done = conn.execute(
-                update(effects)
-                .where(
-                    effects.c.key == key,
-                    effects.c.attempt == attempt,
-                    effects.c.state.in_(OPEN_STATES),
-                )
-                .values(
-                    state=state,
-                    result=result,
-                    error=error,
-                    note=note,
-                    owner=None,
-                    lease_expires_at=None,
-                    updated_at=self._now,
-                )
-            )
-            if done.rowcount == 1:
-                return True
-            self._add_evidence(conn, key, attempt, state, result, error)
-            if state == "succeeded":
-                self._reopen_contradiction(conn, key)
-            return False
 
-    def _add_evidence(
+        The outcome is the one thing that cannot be had again, so a database fault is retried
+        for ``finish_retry`` seconds. A try that committed but lost its acknowledgement is
+        recognised by the next try as this attempt's own write, not as a late result.
+        """
+        deadline = time.monotonic() + self.finish_retry
+        pause = 0.05
+        while True:
+            try:
+                with self.tx() as conn:
+                    return self._finish_once(conn, key, attempt, state, result, error, note)
+            except LedgerError as exc:
+                if not self._transient(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    def _finish_once(
         self,
         conn: Connection,
         key: str,
@@ -302,20 +313,115 @@ class Store:
         state: str,
         result: str | None,
         error: str | None,
-    ) -> None:
-        found = conn.execute(select(effects.c.evidence).where(effects.c.key == key)).first()
+        note: str | None,
+    ) -> bool:
+        params: dict[str, Any] = {
+            "k": key,
+            "a": attempt,
+            "st": state,
+            "res": result,
+            "err": error,
+            "nt": note,
+        }
+        if self.dialect == "postgresql":
+            params["lock_id"] = _pg.lock_id(self._schema, key)
+            if conn.execute(self._finish_sql, params).first() is not None:
+                return True
+        elif conn.execute(self._finish_sql, params).rowcount == 1:
+            return True
+        found = conn.execute(
+            select(
+                effects.c.state,
+                effects.c.attempt,
+                effects.c.result,
+                effects.c.error,
+                effects.c.resolved_by,
+                effects.c.evidence,
+                self._now.label("now"),
+            ).where(effects.c.key == key)
+        ).first()
         if found is None:
-            return
-        items: list[Any] = json.loads(found[0]) if found[0] else []
-        items.append(
-            {
-                "attempt": attempt,
-                "state": state,
-                "result": result,
-                "error": error,
-                "at": time.time(),
-            }
+            return False
+        if (found.state, found.attempt, found.result, found.error, found.resolved_by) == (
+            state,
+            attempt,
+            result,
+            error,
+            None,
+        ):
+            return True  # our own earlier try, whose acknowledgement the connection lost
+        late = {"attempt": attempt, "state": state, "result": result, "error": error}
+        self._add_evidence(conn, key, found.evidence, {**late, "at": found.now})
+        if state == "succeeded":
+            self._reopen_contradiction(conn, key)
+        return False
+
+    @cached_property
+    def _schema(self) -> str | None:
+        translate = self.engine.get_execution_options().get("schema_translate_map") or {}
+        schema: str | None = translate.get(None)
+        return schema
+
+    @cached_property
+    def _finish_sql(self) -> Executable:
+        """The UPDATE that records an outcome; on PostgreSQL it also wakes whoever waits."""
+        stmt = (
+            update(effects)
+            .where(
+                effects.c.key == bindparam("k"),
+                effects.c.attempt == bindparam("a"),
+                effects.c.state.in_(OPEN_STATES),
+            )
+            .values(
+                state=bindparam("st"),
+                result=bindparam("res"),
+                error=bindparam("err"),
+                note=bindparam("nt"),
+                owner=None,
+                lease_expires_at=None,
+                updated_at=self._now,
+            )
         )
+        if self.dialect != "postgresql":
+            return stmt
+        # Still one round trip: RETURNING runs only for the row the UPDATE matched.
+        return stmt.returning(effects.c.key, self._wake_waiters())
+
+    def _wake_waiters(self) -> ColumnElement[int]:
+        """NOTIFY the key (bind ``k``), only if a waiter holds its lock (``lock_id``); see _pg."""
+        quiet = func.pg_try_advisory_xact_lock(
+            literal(_pg.LOCK_CLASS, Integer), bindparam("lock_id", type_=Integer)
+        )
+        channel = literal(_pg.channel_for(self._schema))
+        sent = select(literal(1)).select_from(func.pg_notify(channel, bindparam("k")))
+        return case((quiet, literal(0)), else_=sent.scalar_subquery())
+
+    def _announce(self, conn: Connection, key: str) -> None:
+        """Wake whoever waits for ``key`` once this transaction commits (PostgreSQL)."""
+        if self.dialect == "postgresql":
+            lock = _pg.lock_id(self._schema, key)
+            conn.execute(select(self._wake_waiters()), {"k": key, "lock_id": lock})
+
+    def _transient(self, exc: LedgerError) -> bool:
+        """A fault that may pass: the connection or the server went away, a lock was busy."""
+        cause = exc.__cause__
+        if isinstance(cause, PoolTimeout):
+            return True
+        if not isinstance(cause, DBAPIError):
+            return False
+        if cause.connection_invalidated or self.dialect == "postgresql":
+            return isinstance(cause, (OperationalError, InterfaceError))
+        return "locked" in str(cause.orig) or "busy" in str(cause.orig)
+
+    def watch(self, key: str, *, listen: bool = True) -> AbstractContextManager[_pg.Watch]:
+        """Interest in ``key`` while waiting for it; on PostgreSQL its outcome wakes the wait."""
+        return _pg.watch(self.engine, key, listen=listen)
+
+    def _add_evidence(
+        self, conn: Connection, key: str, evidence: str | None, late: dict[str, Any]
+    ) -> None:
+        items: list[Any] = json.loads(evidence) if evidence else []
+        items.append(late)
         conn.execute(update(effects).where(effects.c.key == key).values(evidence=json.dumps(items)))
 
     def _reopen_contradiction(self, conn: Connection, key: str) -> None:
@@ -351,7 +457,10 @@ class Store:
                 .where(and_(*conds))
                 .values(state="in_doubt", note=note, owner=None, updated_at=self._now)
             )
-            return done.rowcount == 1
+            if done.rowcount != 1:
+                return False
+            self._announce(conn, key)
+            return True
 
     def take_over(self, key: str, seen_attempt: int, owner: str, ttl: float) -> int | None:
         """Start a new attempt of an in-doubt action; None if someone else moved it first."""
@@ -396,7 +505,10 @@ class Store:
                     updated_at=self._now,
                 )
             )
-            return done.rowcount == 1
+            if done.rowcount != 1:
+                return False
+            self._announce(conn, key)
+            return True
 
     def renew(self, leases: Sequence[tuple[str, int]], owner: str, ttl: float) -> list[str]:
         """Push out the leases this process still holds; returns the keys it no longer holds."""
@@ -416,6 +528,47 @@ class Store:
                 if done.rowcount != 1:
                     lost.append(key)
         return lost
+
+    def prune(self, cutoff: float, batch: int) -> tuple[int, int]:
+        """Retention: tombstone succeeded actions and delete failed ones not touched since
+        ``cutoff`` (database clock); returns (pruned, deleted). Open actions are never touched.
+
+        Closes: a long lock, and a failed action deleted under the worker that just took it as
+        a new attempt. The table is walked once in ``seq`` order, ``batch`` rows per short
+        transaction (no batch scans past the rows an earlier one handled), and each write
+        re-checks state and age on the row it changes.
+        """
+        old = effects.c.updated_at < cutoff
+        finished = or_(
+            effects.c.state == "failed",
+            and_(effects.c.state == "succeeded", effects.c.pruned_at.is_(None)),
+        )
+        after, pruned, deleted = 0, 0, 0
+        while True:
+            with self.tx() as conn:
+                rows = conn.execute(
+                    select(effects.c.seq, effects.c.state)
+                    .where(effects.c.seq > after, old, finished)
+                    .order_by(effects.c.seq)
+                    .limit(batch)
+                ).all()
+                if not rows:
+                    return pruned, deleted
+                after = rows[-1].seq
+                done = [seq for seq, state in rows if state == "succeeded"]
+                gone = [seq for seq, state in rows if state == "failed"]
+                if done:
+                    pruned += conn.execute(
+                        update(effects)
+                        .where(effects.c.seq.in_(done), old, effects.c.state == "succeeded")
+                        .values(args="{}", result=None, evidence=None, pruned_at=self._now)
+                    ).rowcount
+                if gone:
+                    deleted += conn.execute(
+                        delete(effects).where(
+                            effects.c.seq.in_(gone), old, effects.c.state == "failed"
+                        )
+                    ).rowcount
 
     def now(self) -> float:
         with self.read() as conn:
