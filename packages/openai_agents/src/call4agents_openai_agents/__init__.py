@@ -1,1 +1,36 @@
-"""Placeholder: filled by its issue."""
+"""Once-only function tools for the OpenAI Agents SDK.
+
+    from call4agents_openai_agents import OnceOnly
+
+    once = OnceOnly()
+    agent = once.wrap(agent)
+    await Runner.run(agent, "...", session=once.session(SQLiteSession("ticket-1234")))
+
+Every function tool of the agent (and of the agents it hands off to) goes through the Call4Agents
+ledger, keyed by the run id: a resumed or re-delivered run gets the recorded result instead of a
+second side effect, an interrupted call is reported to the model as in doubt, and approvals are
+SDK interruptions whose answers are recorded in the ledger, bound to the exact arguments.
+"""
+
+from __future__ import annotations
+
+_FIX = 'pip install "call4agents[openai-agents]"'
+
+try:
+    import agents  # noqa: F401  (the OpenAI Agents SDK, whose tools OnceOnly wraps)
+except ImportError as exc:  # pragma: no cover - exercised only without the framework
+    raise ImportError(
+        f"call4agents_openai_agents needs the OpenAI Agents SDK (openai-agents 0.24): {_FIX}"
+    ) from exc
+
+import call4agents as _core  # noqa: E402  (only after the framework check above)
+
+if not getattr(_core, "__c4a_core__", False):  # pragma: no cover - a foreign `call4agents`
+    raise ImportError(
+        "the installed `call4agents` package is not Call4Agents' core (PyPI has an unrelated "
+        f"project of that name): uninstall it, then {_FIX}"
+    )
+
+from ._once import OnceOnly  # noqa: E402
+
+__all__ = ["OnceOnly"]

@@ -1,0 +1,145 @@
+"""Approvals as SDK interruptions, bound in the ledger to the exact call.
+
+1. Before a call runs, the SDK asks the tool's ``needs_approval``. OnceOnly's policy asks the
+   ledger: a call that already ran, or has a recorded yes or no, needs no question (the invoke
+   path returns the result, spends the yes, or reports the no). Otherwise the ledger opens a
+   ticket for exactly this run, tool and arguments, and the SDK pauses with an interruption.
+2. A person answers with ``once.approve(state, item, by=...)`` / ``once.reject(...)``: the
+   answer is written to that ticket (signed, with who decided) and to the ``RunState``. A plain
+   ``state.approve(item)`` is honoured too: when the resumed run invokes the tool, the SDK's yes
+   is written to the ticket the ledger opened for this very call (``by="RunState.approve"``),
+   unless ``OnceOnly(trust_state_approvals=False)``.
+3. The invoke path starts the call only by spending a recorded yes, in the same transaction as
+   the intent. Two workers resuming one saved, approved state spend it once: the second finds
+   the call started or done. A state whose arguments were edited names another call, for which
+   the ledger never asked, so nothing is approved and nothing runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from agents import FunctionTool, RunContextWrapper
+from agents.tool_context import ToolContext
+
+from call4agents import (
+    ApprovalDenied,
+    ApprovalRequest,
+    ApprovalRequired,
+    EffectOptions,
+    LedgerError,
+    UnstableArguments,
+)
+from call4agents.effect import Action
+from call4agents.integration import run_tool
+
+if TYPE_CHECKING:
+    from ._once import OnceOnly
+
+STATE_YES = "RunState.approve (OpenAI Agents SDK)"
+"""Recorded as who decided when a plain ``state.approve(item)`` is carried into the ledger."""
+
+Policy = Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]
+
+
+def policy(once: OnceOnly, tool: FunctionTool, options: EffectOptions) -> Policy:
+    """The wrapped tool's ``needs_approval``: True when a person must decide this call now."""
+
+    async def needs_approval(
+        ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+    ) -> bool:
+        try:
+            action = once.action(options, tool.name, params, ctx, call_id)
+        except UnstableArguments:
+            return False  # refused on invoke, before anything runs, with the reason
+        if not await approval_needed(action, tool, params, ctx, call_id):
+            return False
+        action.needs_approval = True  # the tool's own SDK policy binds to the ledger too
+        return await asyncio.to_thread(ask, action)
+
+    return needs_approval
+
+
+async def approval_needed(
+    action: Action,
+    tool: FunctionTool,
+    params: dict[str, Any],
+    ctx: RunContextWrapper[Any],
+    call_id: str,
+) -> bool:
+    """The ledger's policy (tool options, side-effect class) or the tool's own SDK policy."""
+    if action.needs_approval:
+        return True
+    own = tool.needs_approval
+    if not callable(own):
+        return bool(own)
+    found: Any = own(ctx, params, call_id)
+    if inspect.isawaitable(found):  # the SDK accepts plain functions here too
+        found = await found
+    return bool(found)
+
+
+def ask(action: Action) -> bool:
+    """True if a person must answer first; opens (or finds) the ledger's ticket for the call."""
+    done = _effect_state(action)
+    if done is not None and done != "failed":
+        return False  # it ran, runs, or is in doubt: the invoke path says which
+    tickets = tickets_for(action)
+    if any(t.state == "denied" for t in tickets):
+        return False
+    now = time.time()
+    if any(t.state == "approved" and t.expires_at > now for t in tickets):
+        return False
+    if any(t.state == "pending" and t.expires_at > now for t in tickets):
+        return True
+    try:
+        # With no yes recorded, the ledger's gate opens a ticket and refuses to start the call.
+        run_tool(action, _not_now)
+    except ApprovalRequired:
+        return True
+    except ApprovalDenied:
+        return False
+    except _NotNow:
+        # A yes arrived between the look and the claim and was spent on an attempt that is now
+        # recorded as not done; ask again rather than run outside the SDK's invoke path.
+        return True
+    return False  # another worker finished the call meanwhile; the invoke path returns its result
+
+
+class _NotNow(Exception):
+    """Raised in place of the tool: only asking, not running."""
+
+
+def _not_now() -> Any:
+    raise _NotNow("asked for approval only; the tool was not run")
+
+
+def _effect_state(action: Action) -> str | None:
+    try:
+        return action.ledger.effect(action.key).state
+    except LedgerError:
+        return None  # never attempted
+
+
+def tickets_for(action: Action) -> list[ApprovalRequest]:
+    """The tickets about exactly this call, newest first."""
+    found = [t for t in action.ledger.approvals(action.run_id) if t.key == action.key]
+    return sorted(found, key=lambda t: t.requested_at, reverse=True)
+
+
+def carry_state_yes(action: Action, ctx: ToolContext[Any]) -> None:
+    """Write a plain ``state.approve(item)`` to the ticket the ledger opened for this call."""
+    if ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is not True:
+        return
+    now = time.time()
+    for ticket in tickets_for(action):
+        if ticket.state == "pending" and ticket.expires_at > now:
+            # Decided or expired meanwhile: then the gate judges what is there.
+            with contextlib.suppress(LedgerError):
+                action.ledger.approve(ticket.ticket, by=STATE_YES)
+            return

@@ -1,0 +1,303 @@
+"""``OnceOnly``: the one object a user adds to an Agents SDK agent."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from agents import Agent, FunctionTool, Handoff, RunContextWrapper, RunState, Tool
+from agents.items import ToolApprovalItem
+from agents.tool_context import ToolContext
+
+from call4agents import ApprovalRequest, ConfigurationError, EffectOptions, Ledger
+from call4agents.context import check_run_id, current_run
+from call4agents.effect import Action, default_ledger
+from call4agents.integration import ToolOptions, action_for, options_for, warn_once
+
+from . import _approval, _tools
+from ._run_id import RunIdSource, require_run_id
+from ._session import RunIdSession
+
+if TYPE_CHECKING:
+    from agents.mcp import MCPToolMetaContext
+    from agents.memory import Session
+
+TAgent = TypeVar("TAgent", bound=Agent[Any])
+
+
+class OnceOnly:
+    """Makes the function tools of an Agents SDK agent once-only per run.
+
+    ``agent = OnceOnly().wrap(agent)`` returns a copy of the agent (and of the agents it hands
+    off to) whose function tools go through the Call4Agents ledger: a call repeated in the same
+    run (a resumed ``RunState``, a re-delivered job, a second worker) returns the recorded result
+    instead of running again; a call that was interrupted is reported to the model as in doubt.
+
+    Args:
+        ledger: the ledger to record in; default ``c4a.init()``'s.
+        run_id: the run id when neither the session nor the run context names one: a string, or
+            a function of the ``RunContextWrapper`` returning one.
+        tools: options per tool name (``EffectOptions`` or a dict of its fields), e.g.
+            ``{"lookup": {"kind": "read"}, "refund": {"approval": True}}``.
+        default: options for every tool not named in ``tools``.
+        trust_state_approvals: honour a plain ``state.approve(item)`` for a call the ledger asked
+            about. Set False to accept only answers recorded in the ledger (``once.approve``,
+            ``call4agents approve``), so whoever can edit a saved state cannot approve anything.
+    """
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger | None = None,
+        run_id: RunIdSource = None,
+        tools: ToolOptions | None = None,
+        default: EffectOptions | None = None,
+        trust_state_approvals: bool = True,
+    ) -> None:
+        self._ledger = ledger
+        self._run_id = check_run_id(run_id) if isinstance(run_id, str) else run_id
+        self._tools: ToolOptions = dict(tools or {})
+        self._default = default or EffectOptions()
+        self.trust_state_approvals = trust_state_approvals
+        for name, found in self._tools.items():  # a misspelt option fails here, not mid-run
+            if not isinstance(found, (EffectOptions, Mapping)):
+                raise ConfigurationError(f"tools[{name!r}] must be EffectOptions or a dict")
+            try:
+                options_for(name, self._tools, self._default)
+            except TypeError as exc:
+                raise ConfigurationError(f"tools[{name!r}]: {exc}") from None
+
+    # -- wrapping ---------------------------------------------------------------------------------
+
+    def wrap(self, agent: TAgent) -> TAgent:
+        """A copy of ``agent`` (and of its handoff agents) with once-only function tools."""
+        seen: set[str] = set()
+        wrapped = self._wrap_agent(agent, {}, seen)
+        unknown = sorted(set(self._tools) - seen)
+        if unknown:
+            warn_once(
+                f"oa-unknown-{unknown}",
+                f"OnceOnly(tools=...) names {unknown}, which no function tool of {agent.name!r} "
+                "or its handoff agents has; check the spelling (tool names as the model sees them)",
+            )
+        return wrapped
+
+    def tool(self, tool: FunctionTool, options: EffectOptions | None = None) -> FunctionTool:
+        """One function tool made once-only; also usable as a decorator over ``@function_tool``."""
+        if not isinstance(tool, FunctionTool):
+            raise ConfigurationError(
+                f"OnceOnly.tool takes a FunctionTool (from @function_tool), not {type(tool)!r}"
+            )
+        per_tool: ToolOptions = {tool.name: options} if options is not None else self._tools
+        chosen = options_for(tool.name, per_tool, self._default)
+        if _tools.is_wrapped(tool) or not chosen.recorded:
+            return tool
+        return _tools.build(self, tool, chosen)
+
+    def _wrap_agent(self, agent: TAgent, memo: dict[int, Agent[Any]], seen: set[str]) -> TAgent:
+        if id(agent) in memo:  # handoffs may form a cycle
+            return memo[id(agent)]  # type: ignore[return-value]
+        clone = agent.clone(tools=[self._wrap_tool(t, seen) for t in agent.tools], handoffs=[])
+        memo[id(agent)] = clone
+        clone.handoffs = [self._wrap_handoff(h, memo, seen) for h in agent.handoffs]
+        return cast(TAgent, clone)
+
+    def _wrap_tool(self, tool: Tool, seen: set[str]) -> Tool:
+        if not isinstance(tool, FunctionTool) or _tools.is_wrapped(tool):
+            return tool
+        seen.add(tool.name)
+        if _tools.passes_through(tool, configured=tool.name in self._tools):
+            return tool
+        options = self.options_for(tool.name)
+        return _tools.build(self, tool, options) if options.recorded else tool
+
+    def _wrap_handoff(
+        self, item: Agent[Any] | Handoff[Any, Any], memo: dict[int, Agent[Any]], seen: set[str]
+    ) -> Agent[Any] | Handoff[Any, Any]:
+        if isinstance(item, Agent):
+            return self._wrap_agent(item, memo, seen)
+        return self._checked_handoff(item)
+
+    def _checked_handoff(self, item: Handoff[Any, Any]) -> Handoff[Any, Any]:
+        # A handoff() object does not show its agent, so it cannot be wrapped here. Check the
+        # agent it hands off to instead, and stop the run before an unrecorded tool can act.
+        original = item.on_invoke_handoff
+
+        async def on_invoke_handoff(ctx: RunContextWrapper[Any], args: str) -> Any:
+            target = await original(ctx, args)
+            bare = [t.name for t in self._unwrapped_tools(target)]
+            if bare:
+                raise ConfigurationError(
+                    f"the handoff to {target.name!r} leads to tools {bare} that are not "
+                    "once-only: a handoff() object hides its agent from OnceOnly.wrap, so wrap "
+                    f"the agent first: handoff(once.wrap({target.name}_agent), ...)"
+                )
+            return target
+
+        checked = copy.copy(item)
+        checked.on_invoke_handoff = on_invoke_handoff
+        return checked
+
+    def _unwrapped_tools(self, agent: Agent[Any]) -> list[FunctionTool]:
+        return [
+            t
+            for t in agent.tools
+            if isinstance(t, FunctionTool)
+            and not _tools.is_wrapped(t)
+            and not _tools.passes_through(t, configured=t.name in self._tools)
+            and self.options_for(t.name).recorded
+        ]
+
+    # -- run ids and sessions ---------------------------------------------------------------------
+
+    def session(self, session: Session) -> Session:
+        """``session`` unchanged, except that runs using it take its ``session_id`` as run id."""
+        return RunIdSession(session)
+
+    def action(
+        self,
+        options: EffectOptions,
+        tool: str,
+        arguments: Mapping[str, Any],
+        wrapper: RunContextWrapper[Any],
+        call_id: str | None,
+    ) -> Action:
+        """Key one call; raises ConfigurationError (how to fix it) when the run has no id."""
+        run_id = require_run_id(wrapper, self._run_id, tool)
+        return action_for(
+            tool, arguments, options, run_id=run_id, call_id=call_id, ledger=self._ledger
+        )
+
+    def options_for(self, tool: str) -> EffectOptions:
+        return options_for(tool, self._tools, self._default)
+
+    def ledger_for(self, options: EffectOptions) -> Ledger:
+        return self._ledger or options.ledger or default_ledger()
+
+    # -- approvals --------------------------------------------------------------------------------
+
+    def may_need_approval(self, tool: FunctionTool, options: EffectOptions) -> bool:
+        """Whether a call of ``tool`` can ever need a yes, judged when the tool is wrapped."""
+        if options.approval is not None:
+            return bool(options.approval) or bool(tool.needs_approval)
+        if tool.needs_approval:
+            return True
+        try:
+            return options.kind in self.ledger_for(options).approval_for
+        except ConfigurationError:
+            return False  # no ledger open yet: no class policy to apply
+
+    async def prepare_approval(
+        self, action: Action, tool: FunctionTool, arguments: dict[str, Any], ctx: ToolContext[Any]
+    ) -> None:
+        """Mark a call that needs a yes, and carry the SDK's yes for it into the ledger."""
+        if not await _approval.approval_needed(action, tool, arguments, ctx, ctx.tool_call_id):
+            return
+        action.needs_approval = True
+        if self.trust_state_approvals:
+            await asyncio.to_thread(_approval.carry_state_yes, action, ctx)
+
+    def approve(
+        self,
+        state: RunState[Any, Any],
+        item: ToolApprovalItem,
+        *,
+        by: str,
+        reason: str | None = None,
+        run_id: str | None = None,
+    ) -> ApprovalRequest | None:
+        """A person's yes, recorded in the ledger for exactly this call and given to ``state``.
+
+        The run id is found from the ledger's open ticket for the call; pass ``run_id`` when the
+        same call waits in several runs. Returns the ticket, or None if the call already ran.
+        """
+        decided = self._decide(item, by=by, reason=reason, run_id=run_id, yes=True)
+        state.approve(item)
+        return decided
+
+    def reject(
+        self,
+        state: RunState[Any, Any],
+        item: ToolApprovalItem,
+        *,
+        by: str,
+        reason: str | None = None,
+        run_id: str | None = None,
+    ) -> ApprovalRequest | None:
+        """A person's no, recorded in the ledger and given to ``state``; the model is told."""
+        decided = self._decide(item, by=by, reason=reason, run_id=run_id, yes=False)
+        message = f"{item.tool_name} was not run: {by} said no" + (f" ({reason})" if reason else "")
+        state.reject(item, rejection_message=message + ". Do not retry it.")
+        return decided
+
+    def _decide(
+        self, item: ToolApprovalItem, *, by: str, reason: str | None, run_id: str | None, yes: bool
+    ) -> ApprovalRequest | None:
+        action = self._item_action(item, run_id)
+        ledger = action.ledger
+        now = time.time()
+        for ticket in _approval.tickets_for(action):
+            if ticket.state == "pending" and ticket.expires_at > now:
+                decide = ledger.approve if yes else ledger.deny
+                return decide(ticket.ticket, by=by, reason=reason)
+        # No open ticket (it expired, or the call was never asked about): decide the call itself.
+        decide_action = ledger.approve_action if yes else ledger.deny_action
+        return decide_action(action, by=by, reason=reason)
+
+    def _item_action(self, item: ToolApprovalItem, run_id: str | None) -> Action:
+        name = item.tool_name or ""
+        arguments = _tools.parse_arguments(item.arguments or "")
+        if arguments is None:
+            raise ConfigurationError(f"the approval item for {name} has no JSON object arguments")
+        options = self.options_for(name)
+
+        def keyed(run: str) -> Action:
+            return action_for(
+                name, arguments, options, run_id=run, call_id=item.call_id, ledger=self._ledger
+            )
+
+        chosen = run_id or self._known_run_id() or self._run_of_open_ticket(name, options, keyed)
+        action = keyed(chosen)
+        action.needs_approval = True
+        return action
+
+    def _known_run_id(self) -> str | None:
+        run = current_run()
+        if run is not None:
+            return run.run_id
+        return self._run_id if isinstance(self._run_id, str) else None
+
+    def _run_of_open_ticket(
+        self, name: str, options: EffectOptions, keyed: Callable[[str], Action]
+    ) -> str:
+        tool = options.name or name
+        pending = [t for t in self.ledger_for(options).approvals(state="pending") if t.tool == tool]
+        runs = {t.run_id for t in pending if keyed(t.run_id).key == t.key}
+        if len(runs) == 1:
+            return runs.pop()
+        why = "no open ticket for it" if not runs else f"it waits in several runs {sorted(runs)}"
+        raise ConfigurationError(
+            f"cannot tell which run this {name} call belongs to ({why}): pass run_id="
+        )
+
+    # -- MCP --------------------------------------------------------------------------------------
+
+    def mcp_meta(self, context: MCPToolMetaContext) -> dict[str, Any]:
+        """A ``tool_meta_resolver`` for the SDK's MCP servers: the call's idempotency key.
+
+        ``MCPServerStreamableHttp(params, tool_meta_resolver=once.mcp_meta)`` sends the key in
+        ``_meta["io.call4agents/idempotency-key"]``; a server with ``call4agents_mcp.OnceOnly``
+        answers a repeat of the same call in the same run with its first result.
+        """
+        try:
+            from call4agents_mcp import KEY_META, idempotency_key
+        except ImportError as exc:
+            raise ImportError(
+                'OnceOnly.mcp_meta needs call4agents-mcp: pip install "call4agents[mcp]"'
+            ) from exc
+        run_id = require_run_id(context.run_context, self._run_id, context.tool_name)
+        key = idempotency_key(context.tool_name, context.arguments, run_id=run_id)
+        return {KEY_META: key}

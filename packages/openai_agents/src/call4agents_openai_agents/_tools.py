@@ -1,0 +1,142 @@
+"""One function tool made once-only: a copy of the tool whose invoke path runs through the ledger.
+
+The copy keeps everything the SDK runs around the invoke path (schema, guardrails, timeout,
+hooks). Only two public fields change: ``on_invoke_tool`` (the ledger around the original
+invoker) and, when a call may need a person's yes, ``needs_approval`` (see ``_approval``).
+
+A ``@function_tool`` normally turns the tool's exception into an error text before anything
+outside sees it, which would make a failure look like a result to the ledger. So the ledger runs
+a private copy of the tool that lets the exception through, records the failure, and then applies
+the tool's own failure policy, so the model sees exactly what it would see without Call4Agents.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from agents import FunctionTool, ToolOriginType
+from agents.tool import (
+    get_function_tool_origin,
+    maybe_invoke_function_tool_failure_error_function,
+    set_function_tool_failure_error_function,
+)
+from agents.tool_context import ToolContext
+
+from call4agents import (
+    Call4AgentsError,
+    ConfigurationError,
+    EffectInDoubt,
+    EffectOptions,
+    LedgerError,
+    UnstableArguments,
+)
+from call4agents.effect import Action, is_in_doubt_error
+from call4agents.integration import arun_tool, message_for_model
+
+from ._approval import policy
+
+if TYPE_CHECKING:
+    from ._once import OnceOnly
+
+Invoker = Callable[[ToolContext[Any], str], Awaitable[Any]]
+
+# Set on every invoker OnceOnly builds, so wrapping an agent twice records each call once.
+_MARK = "__call4agents_once_only__"
+
+
+def is_wrapped(tool: FunctionTool) -> bool:
+    return bool(getattr(tool.on_invoke_tool, _MARK, False))
+
+
+def passes_through(tool: FunctionTool, configured: bool) -> bool:
+    """Agents used as tools and MCP tools are left alone unless named in ``tools=``.
+
+    An agent used as a tool pauses and resumes its own run for approvals, so a recorded result
+    would cut that short; its function tools carry their own guarantee when it is wrapped too.
+    """
+    origin = get_function_tool_origin(tool)
+    kind = origin.type if origin is not None else ToolOriginType.FUNCTION
+    return kind != ToolOriginType.FUNCTION and not configured
+
+
+def parse_arguments(args_json: str) -> dict[str, Any] | None:
+    """The model's arguments as a dict, or None when they are not a JSON object."""
+    try:
+        found = json.loads(args_json) if args_json else {}
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def build(once: OnceOnly, tool: FunctionTool, options: EffectOptions) -> FunctionTool:
+    """The once-only copy of ``tool`` (whose options say it is recorded)."""
+    raising = set_function_tool_failure_error_function(copy.copy(tool), None)
+    wrapped = copy.copy(tool)
+    invoke = _invoker(once, tool, raising.on_invoke_tool, options)
+    setattr(invoke, _MARK, True)
+    wrapped.on_invoke_tool = invoke
+    if once.may_need_approval(tool, options):
+        wrapped.needs_approval = policy(once, tool, options)
+    return wrapped
+
+
+def _invoker(
+    once: OnceOnly, tool: FunctionTool, raising: Invoker, options: EffectOptions
+) -> Invoker:
+    async def on_invoke_tool(ctx: ToolContext[Any], args_json: str) -> Any:
+        arguments = parse_arguments(args_json)
+        if arguments is None:  # malformed arguments: the SDK reports them, the tool cannot run
+            return await tool.on_invoke_tool(ctx, args_json)
+        try:
+            action = once.action(options, tool.name, arguments, ctx, ctx.tool_call_id)
+        except UnstableArguments as exc:
+            return message_for_model(exc)
+        await once.prepare_approval(action, tool, arguments, ctx)
+        return await _run(tool, action, ctx, lambda: raising(ctx, args_json))
+
+    return on_invoke_tool
+
+
+async def _run(
+    tool: FunctionTool, action: Action, ctx: ToolContext[Any], call: Callable[[], Awaitable[Any]]
+) -> Any:
+    try:
+        return await arun_tool(action, call)
+    except (ConfigurationError, LedgerError):
+        raise  # a set-up or database fault: fail the run loudly, nothing is hidden from the user
+    except Call4AgentsError as exc:
+        return message_for_model(exc)
+    except Exception as exc:  # noqa: BLE001  (the tool's own error; the ledger recorded how)
+        return await _tool_failed(tool, action, ctx, exc)
+
+
+async def _tool_failed(
+    tool: FunctionTool, action: Action, ctx: ToolContext[Any], exc: Exception
+) -> Any:
+    if is_in_doubt_error(exc, action.options):
+        return message_for_model(
+            EffectInDoubt(
+                key=action.key,
+                run_id=action.run_id,
+                tool=action.tool,
+                reason=f"it raised {type(exc).__name__}",
+                attempt=0,
+            )
+        )
+    if not _sdk_handles_errors(tool):
+        raise exc
+    text = await maybe_invoke_function_tool_failure_error_function(
+        function_tool=tool, context=ctx, error=exc
+    )
+    if text is None:  # the tool was built with failure_error_function=None: the run fails
+        raise exc
+    return text
+
+
+def _sdk_handles_errors(tool: FunctionTool) -> bool:
+    # Invokers made by @function_tool and Agent.as_tool carry this binding hook (FunctionTool's
+    # own __post_init__ looks for it); a hand-built FunctionTool's errors fail the run instead.
+    return callable(getattr(tool.on_invoke_tool, "__agents_bind_function_tool__", None))
