@@ -43,6 +43,7 @@ class ApprovalRequest:
     expires_at: float
     decided_by: str | None = None
     reason: str | None = None
+    for_attempt: int = 1  # the one attempt of the action this ticket may start
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +57,7 @@ class ApprovalRequest:
             "expires_at": self.expires_at,
             "decided_by": self.decided_by,
             "reason": self.reason,
+            "for_attempt": self.for_attempt,
         }
 
 
@@ -116,6 +118,7 @@ def _request(row: Mapping[str, Any]) -> ApprovalRequest:
         expires_at=row["expires_at"],
         decided_by=row["decided_by"],
         reason=row["reason"],
+        for_attempt=row["for_attempt"],
     )
 
 
@@ -376,9 +379,11 @@ def request(ledger: Ledger, action: Action, *, ttl: float) -> ApprovalRequest | 
 
 
 def list_requests(
-    ledger: Ledger, *, run_id: str | None, state: str | None
+    ledger: Ledger, *, run_id: str | None, state: str | None, key: str | None = None
 ) -> list[ApprovalRequest]:
     stmt = select(approvals).order_by(approvals.c.requested_at)
+    if key is not None:
+        stmt = stmt.where(approvals.c.key == key)
     if run_id is not None:
         stmt = stmt.where(approvals.c.run_id == run_id)
     if state is not None:

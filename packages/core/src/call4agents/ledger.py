@@ -501,10 +501,10 @@ class Ledger:
         return approvals.request(self, action, ttl=ttl)
 
     def approvals(
-        self, run_id: str | None = None, *, state: str | None = None
+        self, run_id: str | None = None, *, state: str | None = None, key: str | None = None
     ) -> list[ApprovalRequest]:
         """Approval tickets, oldest first; ``state="pending"`` for those waiting on a person."""
-        return approvals.list_requests(self, run_id=run_id, state=state)
+        return approvals.list_requests(self, run_id=run_id, state=state, key=key)
 
     # -- forgetting -----------------------------------------------------------------------------
 
