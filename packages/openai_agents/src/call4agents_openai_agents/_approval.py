@@ -28,15 +28,12 @@ from agents import FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
 
 from call4agents import (
-    ApprovalDenied,
     ApprovalRequest,
-    ApprovalRequired,
     EffectOptions,
     LedgerError,
     UnstableArguments,
 )
 from call4agents.effect import Action
-from call4agents.integration import run_tool
 
 if TYPE_CHECKING:
     from ._once import OnceOnly
@@ -95,28 +92,9 @@ def ask(action: Action) -> bool:
     now = time.time()
     if any(t.state == "approved" and t.expires_at > now for t in tickets):
         return False
-    if any(t.state == "pending" and t.expires_at > now for t in tickets):
-        return True
-    try:
-        # With no yes recorded, the ledger's gate opens a ticket and refuses to start the call.
-        run_tool(action, _not_now)
-    except ApprovalRequired:
-        return True
-    except ApprovalDenied:
-        return False
-    except _NotNow:
-        # A yes arrived between the look and the claim and was spent on an attempt that is now
-        # recorded as not done; ask again rather than run outside the SDK's invoke path.
-        return True
-    return False  # another worker finished the call meanwhile; the invoke path returns its result
-
-
-class _NotNow(Exception):
-    """Raised in place of the tool: only asking, not running."""
-
-
-def _not_now() -> Any:
-    raise _NotNow("asked for approval only; the tool was not run")
+    # Opens a ticket for exactly this call (or finds the open one) without claiming the action.
+    request = action.ledger.request_approval(action)
+    return request is not None and request.state == "pending"
 
 
 def _effect_state(action: Action) -> str | None:
@@ -128,7 +106,7 @@ def _effect_state(action: Action) -> str | None:
 
 def tickets_for(action: Action) -> list[ApprovalRequest]:
     """The tickets about exactly this call, newest first."""
-    found = [t for t in action.ledger.approvals(action.run_id) if t.key == action.key]
+    found = action.ledger.approvals(action.run_id, key=action.key)
     return sorted(found, key=lambda t: t.requested_at, reverse=True)
 
 
