@@ -1,0 +1,504 @@
+"""``OnceOnly``: every ``tools/call`` of an MCP server goes through the Call4Agents ledger.
+
+It plugs in as server middleware (``MCPServer(middleware=[OnceOnly()])``, the recommended way: it
+also reads tool annotations and advertises itself) or as an extension
+(``MCPServer(extensions=[OnceOnly()])``). Given to both, the middleware does the work once.
+
+How one call is keyed:
+
+- with a client key in ``_meta["io.call4agents/idempotency-key"]``: the key names the action, in
+  the namespace of the authenticated client (``mcp:anonymous`` without auth). The same key with
+  other arguments is refused, as Stripe refuses it.
+- without one: the caller's identity (authenticated client, else transport session, else
+  ``anonymous``), the tool and its canonical arguments, within ``window`` seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any, Final, TypeVar
+
+import anyio.to_thread
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import principal_components
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp_types import CallToolRequestParams
+from mcp_types.methods import is_input_required, serialize_server_result
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
+
+from call4agents.effect import Action, EffectOptions
+from call4agents.errors import Call4AgentsError, ConfigurationError, LedgerError, ResultNotStored
+from call4agents.integration import action_for, arun_tool, options_for, warn_once
+from call4agents.ledger import Ledger
+
+from . import _outcomes as out
+from ._keys import EXTENSION, KEY_META, MAX_KEY_LENGTH, client_key
+
+logger = logging.getLogger("call4agents_mcp")
+T = TypeVar("T")
+
+Identity = Callable[[ServerRequestContext[Any, Any]], str | None]
+ToolOptions = Mapping[str, EffectOptions | Mapping[str, Any]]
+
+_HANDSHAKES: Final = ("initialize", "server/discover")
+_HINTS_TTL: Final = 60.0  # seconds a tools/list answer seeds options before it is asked again
+_HINTS_RETRY: Final = 1.0  # at most this often for a tool the last listing did not show
+_MAX_LIST_PAGES: Final = 100
+
+# Set while OnceOnly handles a tools/call, so the same object given as middleware and as an
+# extension acts once: a nested claim of the same action would wait on its own lease.
+_active: ContextVar[bool] = ContextVar("c4a_mcp_active", default=False)
+
+
+@dataclass(frozen=True)
+class _Call:
+    tool: str
+    arguments: dict[str, Any]
+    key: object  # the raw _meta field: None when absent, checked before use
+
+
+def authenticated_client(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The default identity: the OAuth principal (issuer, client, subject), None without auth."""
+    token = get_access_token()
+    if token is None:
+        return None
+    client_id, issuer, subject = principal_components(token)
+    return "client:" + json.dumps([issuer, client_id, subject], separators=(",", ":"))
+
+
+def _session(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    headers = getattr(ctx.request, "headers", None)
+    value = headers.get(MCP_SESSION_ID_HEADER) if headers is not None else None
+    return f"session:{value}" if value else None
+
+
+class OnceOnly(Extension):
+    """Make every ``tools/call`` of an MCP server happen at most once per logical call.
+
+    Args:
+        ledger: the ledger to use; default the one opened with ``c4a.init()``.
+        tools: per-tool options by MCP tool name, as ``EffectOptions`` or a dict of its fields
+            laid over ``default``. ``{"search": {"kind": "read"}}`` skips the ledger.
+        default: options for every other tool.
+        window: without a client key, an identical call from the same caller within this many
+            seconds is answered from the ledger (one up to twice as old may be); None keeps it for
+            as long as the ledger keeps the action.
+        identity: ``f(ctx) -> str | None`` naming the caller (a tenant, an API key's owner).
+            Default: the authenticated OAuth principal. Client keys live in its namespace.
+        annotations: seed each tool's defaults from its annotations (middleware only):
+            ``readOnlyHint`` skips the ledger, ``destructiveHint`` makes it ``irreversible``,
+            ``idempotentHint`` may re-run an in-doubt call.
+            They are hints the server's own tools declare; explicit ``tools=`` options win.
+        cancel_grace: seconds a call keeps running after the client cancels it (a client
+            timeout does), so its result is recorded and the client's retry gets it. None stops
+            it at once, which leaves it in doubt: cancelled half way, it may have acted.
+    """
+
+    identifier = EXTENSION
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger | None = None,
+        tools: ToolOptions | None = None,
+        default: EffectOptions | None = None,
+        window: float | None = 600.0,
+        identity: Identity | None = None,
+        annotations: bool = True,
+        cancel_grace: float | None = 60.0,
+    ) -> None:
+        if window is not None and not window > 0:
+            raise ConfigurationError("window must be a positive number of seconds, or None")
+        self._ledger = ledger
+        self._tools: dict[str, EffectOptions | Mapping[str, Any]] = dict(tools or {})
+        self._default = default or EffectOptions()
+        _refuse_credentials(self._default, self._tools)
+        self._window = window
+        self._identity = identity or authenticated_client
+        self._use_annotations = annotations
+        self._grace = cancel_grace
+        self._hints: dict[str, Mapping[str, Any]] = {}
+        self._hints_at = -_HINTS_TTL
+        self._listing_failed = False
+        out.install_witness()
+
+    def settings(self) -> dict[str, Any]:
+        """Advertised under ``capabilities.extensions["io.call4agents/once-only"]``."""
+        return {"metaKey": KEY_META, "windowSeconds": self._window}
+
+    # -- the two ways in ------------------------------------------------------------------------
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """Server middleware: ``MCPServer(middleware=[OnceOnly()])``."""
+        if ctx.method == "tools/call" and ctx.request_id is not None and not _active.get():
+            call = _parse(ctx.params)
+            if call is not None:
+                token = _active.set(True)
+                try:
+                    return await self._tools_call(call, ctx, call_next, _Wire(ctx.protocol_version))
+                finally:
+                    _active.reset(token)
+        result = await call_next(ctx)
+        if ctx.method in _HANDSHAKES and isinstance(result, dict):
+            _advertise(result, self.settings())
+        return result
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> HandlerResult:
+        """Extension: ``MCPServer(extensions=[OnceOnly()])``."""
+        if _active.get():
+            return await call_next(ctx)
+        call = _Call(params.name, dict(params.arguments or {}), client_key(params.meta))
+        token = _active.set(True)
+        try:
+            return await self._tools_call(call, ctx, call_next, _Handler())
+        finally:
+            _active.reset(token)
+
+    # -- one call -------------------------------------------------------------------------------
+
+    async def _tools_call(
+        self, call: _Call, ctx: ServerRequestContext[Any, Any], call_next: CallNext, tier: _Tier
+    ) -> HandlerResult:
+        options = await self._options(call.tool, ctx, call_next, tier)
+        if not options.recorded:
+            return await call_next(ctx)
+        caller = self._identity(ctx)  # here, not in the worker thread: it may read contextvars
+        if call.key is None:
+            caller = caller or _session(ctx)
+        try:
+            action = await anyio.to_thread.run_sync(self._action, call, caller, options)
+        except Call4AgentsError as exc:
+            return tier.finish(out.refusal(exc, call.tool))
+        if action is None:
+            return await call_next(ctx)
+        return await self._once(action, call, ctx, call_next, tier)
+
+    async def _once(
+        self,
+        action: Action,
+        call: _Call,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+        tier: _Tier,
+    ) -> HandlerResult:
+        fresh: list[HandlerResult] = []  # what this request's own run of the tool returned
+
+        async def run() -> dict[str, Any]:
+            seen, token = out.watch()
+            try:
+                result = await call_next(ctx)
+            finally:
+                out.stop_watching(token)
+            fresh.append(result)
+            return _answer_or_raise(out.as_dict(result), seen, action.options)
+
+        try:
+            stored = await _outlive_cancel(lambda: arun_tool(action, run), self._grace)
+        except out.ToolInDoubt as exc:
+            return tier.finish(out.first_in_doubt(action, exc.__cause__ or exc))
+        except out.NotTheAnswer:
+            return fresh[0]  # an input_required round: passed on, never kept as the answer
+        except _Failed as exc:
+            return tier.finish(out.mark_failed(exc.result, action))
+        except (ResultNotStored, LedgerError) as exc:
+            # The tool ran and its answer is in hand; only recording it failed. Say what happened.
+            return fresh[0] if fresh else tier.finish(out.refusal(exc, call.tool, action))
+        except Call4AgentsError as exc:
+            return tier.finish(out.refusal(exc, call.tool, action))
+        if fresh:
+            return fresh[0]
+        if call.key is not None and await anyio.to_thread.run_sync(_other_args, action):
+            # Lost a race with the same key and other arguments: that result is not ours.
+            return tier.finish(out.refusal(out.KeyReused(call.tool), call.tool, action))
+        return tier.finish(out.replayed(stored, action))
+
+    # -- keys -----------------------------------------------------------------------------------
+
+    def _action(self, call: _Call, caller: str | None, options: EffectOptions) -> Action | None:
+        """Key the call (runs in a worker thread: it may read the ledger)."""
+        run_id = _run_id(caller or "anonymous")
+        if call.key is not None:
+            key = _checked_key(call.key, call.tool)
+            keyed = replace(options, key=lambda **_: key, scope="args")
+            action = action_for(
+                call.tool, call.arguments, keyed, run_id=run_id, ledger=self._ledger
+            )
+            if _other_args(action):
+                raise out.KeyReused(call.tool)
+            return action
+        if options.scope == "call":
+            warn_once(
+                f"mcp-scope-call:{call.tool}",
+                f"{call.tool} is scope='call' (a repeat may be deliberate) and the client sent no "
+                f"idempotency key in _meta[{KEY_META!r}], so it runs without the ledger.",
+            )
+            return None
+        return self._windowed(call, options, run_id)
+
+    def _windowed(self, call: _Call, options: EffectOptions, run_id: str) -> Action:
+        def at(call_id: str | None) -> Action:
+            scoped = replace(options, scope="call") if call_id else options
+            return action_for(
+                call.tool,
+                call.arguments,
+                scoped,
+                run_id=run_id,
+                call_id=call_id,
+                ledger=self._ledger,
+            )
+
+        if self._window is None:
+            return at(None)
+        # Fixed windows, and a call also joins the action of the window before: a repeat within
+        # `window` seconds is always found, wherever the boundary falls.
+        bucket = int(time.time() // self._window)
+        earlier = at(f"window/{self._window:g}/{bucket - 1}")
+        if earlier.ledger.store.get(earlier.key) is not None:
+            return earlier
+        return at(f"window/{self._window:g}/{bucket}")
+
+    # -- per-tool options -----------------------------------------------------------------------
+
+    async def _options(
+        self, tool: str, ctx: ServerRequestContext[Any, Any], call_next: CallNext, tier: _Tier
+    ) -> EffectOptions:
+        base = self._default
+        explicit = isinstance(self._tools.get(tool), EffectOptions)
+        if self._use_annotations and tier.can_list_tools and not explicit:
+            base = _seeded(base, await self._hints_for(tool, ctx, call_next))
+        return options_for(tool, self._tools, base)
+
+    async def _hints_for(
+        self, tool: str, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> Mapping[str, Any]:
+        age = time.monotonic() - self._hints_at
+        # A tool missing from the last listing may have been added since: ask again, but not
+        # on every call of a tool the listing never shows.
+        if age > _HINTS_TTL or (tool not in self._hints and age > _HINTS_RETRY):
+            self._hints_at = time.monotonic()
+            try:
+                self._hints = await _list_annotations(ctx, call_next)
+            except Exception as exc:  # noqa: BLE001 - a listing failure must not block the call
+                if not self._listing_failed:
+                    logger.warning("cannot list tools to read their annotations: %s", exc)
+                self._listing_failed = True
+        return self._hints.get(tool) or {}
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+class _Failed(Exception):
+    """The tool answered with an error result: recorded as failed (it did not act)."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(f"the tool returned an error: {out.error_text(result)}")
+        self.result = result
+
+
+def _answer_or_raise(
+    result: dict[str, Any], seen: list[BaseException], options: EffectOptions
+) -> dict[str, Any]:
+    """The result to record, or an exception that records the round as failed or in doubt."""
+    if is_input_required(result):
+        raise out.NotTheAnswer("input required: this round asks the client, it is not the answer")
+    if result.get("isError") is True:
+        cause = out.in_doubt_cause(seen, options)
+        if cause is not None:
+            raise out.ToolInDoubt(f"{type(cause).__name__}: {cause}") from cause
+        raise _Failed(result)
+    return result
+
+
+async def _outlive_cancel(work: Callable[[], Awaitable[T]], grace: float | None) -> T:
+    """Run ``work``; if this request is cancelled meanwhile, let it finish within ``grace`` s.
+
+    A client that times out cancels the request and then retries it. Stopping the tool half way
+    would leave the action in doubt and the retry refused; finishing it records the result that
+    the retry (waiting on the live lease) then gets.
+    """
+    if grace is None:
+        return await work()
+    outcome: list[T] = []
+    failure: list[BaseException] = []
+    done = anyio.Event()
+    shield = anyio.CancelScope(shield=True)
+
+    async def worker() -> None:
+        with shield:
+            try:
+                outcome.append(await work())
+            except BaseException as exc:  # noqa: BLE001 - handed back to the request below
+                failure.append(exc)
+            finally:
+                done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker)
+        try:
+            await done.wait()
+        except anyio.get_cancelled_exc_class():
+            shield.deadline = anyio.current_time() + grace  # then it is stopped: in doubt
+            raise
+    if failure:
+        raise failure[0]
+    return outcome[0]
+
+
+def _refuse_credentials(
+    default: EffectOptions, tools: Mapping[str, EffectOptions | Mapping[str, Any]]
+) -> None:
+    for name, options in {"default": default, **tools}.items():
+        given = (
+            options.credentials
+            if isinstance(options, EffectOptions)
+            else options.get("credentials")
+        )
+        if given:
+            raise ConfigurationError(
+                f"{name}: credentials= cannot be injected into MCP tools (the SDK calls them with "
+                "the client's arguments); read the secret inside the tool instead"
+            )
+
+
+def _parse(params: Mapping[str, Any] | None) -> _Call | None:
+    """A tools/call's raw params, or None if malformed (the SDK then reports the error)."""
+    if not isinstance(params, Mapping):
+        return None
+    name, arguments, meta = params.get("name"), params.get("arguments") or {}, params.get("_meta")
+    if not isinstance(name, str) or not isinstance(arguments, Mapping):
+        return None
+    return _Call(name, dict(arguments), client_key(meta if isinstance(meta, Mapping) else None))
+
+
+def _checked_key(key: object, tool: str) -> str:
+    if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_LENGTH:
+        raise ConfigurationError(
+            f"the idempotency key for {tool} in _meta[{KEY_META!r}] must be a non-empty string of "
+            f"at most {MAX_KEY_LENGTH} characters; nothing was run"
+        )
+    return key
+
+
+def _run_id(namespace: str) -> str:
+    run_id = "mcp:" + namespace
+    if len(run_id) > 200:  # an identity may be long (a JWT subject): keep run ids printable
+        run_id = "mcp:" + hashlib.sha256(namespace.encode()).hexdigest()
+    return run_id
+
+
+def _other_args(action: Action) -> bool:
+    """True if the action's key is already recorded with other arguments (a reused client key).
+
+    Compared on the stored display form of the arguments. Redacted fields show as "***" there,
+    so two calls differing only in a redacted field are not told apart.
+    """
+    ledger = action.ledger
+    if ledger.store.get(action.key) is None:
+        return False
+    record = ledger.effect(action.key)
+    if record.pruned_at is not None:
+        return False  # gc removed the arguments; the tombstone still answers the key
+    return _canon(record.args) != _canon(json.loads(action.args_display))
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _seeded(options: EffectOptions, hints: Mapping[str, Any]) -> EffectOptions:
+    """Defaults from a tool's annotations (hints only: explicit options are laid over these)."""
+    if hints.get("readOnlyHint") is True:
+        return replace(options, kind="read")
+    changes: dict[str, Any] = {}
+    if hints.get("destructiveHint") is True and options.kind == "write":
+        changes["kind"] = "irreversible"  # so a ledger's approval_for=("irreversible",) applies
+    if hints.get("idempotentHint") is True:
+        changes["retry_in_doubt"] = True
+    return replace(options, **changes) if changes else options
+
+
+async def _list_annotations(
+    ctx: ServerRequestContext[Any, Any], call_next: CallNext
+) -> dict[str, Mapping[str, Any]]:
+    """Ask the rest of the chain for tools/list, as this client would see it."""
+    params = ctx.params or {}
+    raw_meta = params.get("_meta")
+    # The modern envelope (protocol version, client info) must ride along; nothing else should.
+    meta = {
+        k: v
+        for k, v in (raw_meta.items() if isinstance(raw_meta, Mapping) else ())
+        if k.startswith("io.modelcontextprotocol/")
+    }
+    found: dict[str, Mapping[str, Any]] = {}
+    cursor: str | None = None
+    for _ in range(_MAX_LIST_PAGES):
+        list_params: dict[str, Any] = {"_meta": meta} if meta else {}
+        if cursor:
+            list_params["cursor"] = cursor
+        listing = out.as_dict(
+            await call_next(replace(ctx, method="tools/list", params=list_params or None))
+        )
+        for tool in listing.get("tools") or ():
+            if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+                found[tool["name"]] = tool.get("annotations") or {}
+        cursor = listing.get("nextCursor")
+        if not cursor:
+            break
+    return found
+
+
+def _advertise(result: dict[str, Any], settings: dict[str, Any]) -> None:
+    capabilities = result.get("capabilities")
+    if isinstance(capabilities, dict):
+        extensions = capabilities.setdefault("extensions", {})
+        if isinstance(extensions, dict):
+            extensions.setdefault(EXTENSION, settings)
+
+
+# -- the two tiers differ only in the shape they must answer with -------------------------------
+
+
+class _Tier:
+    can_list_tools = False
+
+    def finish(self, answer: dict[str, Any]) -> HandlerResult:
+        return answer
+
+
+class _Handler(_Tier):
+    """Extension tier: results are serialised for the wire by the SDK after us."""
+
+
+class _Wire(_Tier):
+    """Middleware tier: results are already wire dicts, so ours must be shaped for the version."""
+
+    can_list_tools = True
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+
+    def finish(self, answer: dict[str, Any]) -> HandlerResult:
+        try:
+            shaped = serialize_server_result("tools/call", self.version, answer)
+        except (KeyError, ValueError, ValidationError):
+            shaped = dict(answer)
+        if self.version in MODERN_PROTOCOL_VERSIONS:
+            shaped.setdefault("resultType", "complete")
+        return shaped

@@ -1,0 +1,60 @@
+"""The examples in examples/mcp run as written, each in a fresh directory, and say what happened."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Target
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "mcp"
+
+
+def run_example(name: str, *args: str, target: Target, cwd: Path) -> str:
+    env = dict(target.env(), CALL4AGENTS_URL=target.url)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_in_memory_example(sqlite_target: Target, tmp_path: Path) -> None:
+    out = run_example("once_only_server.py", target=sqlite_target, cwd=tmp_path)
+    assert "first call: message #1 to bob@example.com" in out
+    assert "retry:      message #1 to bob@example.com (replayed)" in out
+    assert "emails sent: 1" in out
+
+
+@pytest.mark.slow
+def test_http_server_and_client_examples(sqlite_target: Target, tmp_path: Path) -> None:
+    env = dict(sqlite_target.env(), CALL4AGENTS_URL=sqlite_target.url)
+    server = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "server.py")],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:")
+        url = line.split()[-1]
+        out = run_example("client.py", url, target=sqlite_target, cwd=tmp_path)
+    finally:
+        server.kill()
+        server.wait()
+    first, retry, sent = out.splitlines()
+    assert first.startswith("first call: message #1 to bob@example.com (idempotency key c4a-")
+    assert retry == first.replace("first call:", "retry:     ") + " (replayed)"
+    assert sent == "emails sent: 1"

@@ -1,0 +1,640 @@
+"""OnceOnly on a real MCPServer, talked to by the SDK's own in-memory client.
+
+Every side effect is a line in an outbox file outside the ledger; every ledger runs on SQLite and
+PostgreSQL. Both protocol eras are exercised: the 2026-07-28 per-request envelope (``auto``) and
+the initialize handshake (``legacy``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.server import Server
+from mcp.server.context import ServerRequestContext
+from mcp.server.mcpserver import Elicit, MCPServer, Resolve
+from mcp.types import (
+    CallToolRequestParams,
+    CallToolResult,
+    ElicitResult,
+    ListToolsResult,
+    TextContent,
+    Tool,
+    ToolAnnotations,
+)
+from pydantic import BaseModel
+from sqlalchemy import event
+
+import call4agents as c4a
+from call4agents_mcp import KEY_META, OnceOnly, call_tool
+from tests.conftest import Target
+
+MODES = ["auto", "legacy"]
+
+
+class Outbox:
+    """The outside world: one fsynced line per delivered message."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def deliver(self, **fields: Any) -> int:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(fields) + "\n")
+        return self.count()
+
+    def count(self) -> int:
+        return len(self.path.read_text().splitlines()) if self.path.exists() else 0
+
+
+@pytest.fixture
+def outbox(tmp_path: Path) -> Outbox:
+    return Outbox(tmp_path / "outbox.jsonl")
+
+
+def mail_server(outbox: Outbox, *, once: OnceOnly | None = None, **server: Any) -> MCPServer:
+    app = MCPServer("mail", middleware=[once or OnceOnly()], **server)
+
+    @app.tool()
+    def send_email(to: str, body: str) -> str:
+        try:
+            key: str | None = c4a.current().idempotency_key  # to forward to a mail provider
+        except c4a.Call4AgentsError:
+            key = None  # run without the ledger (scope="call" and no client key)
+        n = outbox.deliver(to=to, key=key)
+        return f"message #{n} to {to}"
+
+    @app.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def count_messages(folder: str) -> int:
+        outbox.deliver(read=folder)
+        return outbox.count()
+
+    return app
+
+
+def text(result: CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+def outcome(result: CallToolResult) -> str | None:
+    marker = (result.meta or {}).get("io.call4agents/outcome")
+    return marker["outcome"] if marker else None
+
+
+def structured(result: CallToolResult) -> dict[str, Any]:
+    assert isinstance(result.structured_content, dict)
+    info = result.structured_content["call4agents"]
+    assert isinstance(info, dict)
+    return info
+
+
+# -- retries with a client key --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_retry_with_same_key_runs_once_and_returns_first_result(
+    ledger: c4a.Ledger, outbox: Outbox, mode: str
+) -> None:
+    server = mail_server(outbox)
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server, mode=mode) as client:
+            args = {"to": "bob@example.com", "body": "Your refund is on its way"}
+            first = await client.call_tool("send_email", args, meta={KEY_META: "k-1"})
+            again = await client.call_tool("send_email", args, meta={KEY_META: "k-1"})
+            return [first, again]
+
+    first, again = anyio.run(main)
+    assert outbox.count() == 1
+    assert text(again) == text(first) == "message #1 to bob@example.com"
+    assert not again.is_error
+    assert outcome(first) is None
+    assert outcome(again) == "replayed"
+    [record] = ledger.effects()
+    assert (record.tool, record.state, record.run_id) == (
+        "send_email",
+        "succeeded",
+        "mcp:anonymous",
+    )
+
+
+def test_client_helper_sends_the_same_key_across_clients(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    server = mail_server(outbox)
+
+    async def call_once() -> CallToolResult:
+        # A fresh client per call: the process that retries is not the one that lost the answer.
+        async with Client(server) as client, c4a.run("ticket-1234"):
+            return await call_tool(client, "send_email", {"to": "bob@example.com", "body": "hi"})
+
+    first = anyio.run(call_once)
+    again = anyio.run(call_once)
+    assert outbox.count() == 1
+    assert text(again) == text(first)
+    assert outcome(again) == "replayed"
+
+
+def test_tool_sees_the_ledger_key(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    server = mail_server(outbox)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            await client.call_tool("send_email", {"to": "a@x", "body": "b"}, meta={KEY_META: "k"})
+
+    anyio.run(main)
+    [record] = ledger.effects()
+    [line] = outbox.path.read_text().splitlines()
+    assert json.loads(line)["key"] == record.idempotency_key
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_key_reused_with_other_arguments_is_refused(
+    ledger: c4a.Ledger, outbox: Outbox, mode: str
+) -> None:
+    server = mail_server(outbox)
+
+    async def main() -> CallToolResult:
+        async with Client(server, mode=mode) as client:
+            await client.call_tool("send_email", {"to": "a@x", "body": "hi"}, meta={KEY_META: "k"})
+            return await client.call_tool(
+                "send_email", {"to": "mallory@x", "body": "hi"}, meta={KEY_META: "k"}
+            )
+
+    refused = anyio.run(main)
+    assert outbox.count() == 1
+    assert refused.is_error
+    assert structured(refused)["outcome"] == "key_reused"
+    assert "other arguments" in text(refused)
+
+
+def test_invalid_key_is_refused_before_running(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    server = mail_server(outbox)
+
+    async def main() -> CallToolResult:
+        async with Client(server) as client:
+            return await client.call_tool(
+                "send_email", {"to": "a", "body": "b"}, meta={KEY_META: 7}
+            )
+
+    refused = anyio.run(main)
+    assert refused.is_error
+    assert structured(refused)["outcome"] == "refused"
+    assert outbox.count() == 0
+
+
+def test_identity_namespaces_client_keys(target: Target, outbox: Outbox) -> None:
+    ledger = target.open()
+    tenants = {
+        name: mail_server(outbox, once=OnceOnly(ledger=ledger, identity=lambda ctx, n=name: n))
+        for name in ("tenant-a", "tenant-b")
+    }
+
+    async def main() -> None:
+        for server in tenants.values():
+            async with Client(server) as client:
+                await client.call_tool("send_email", {"to": "a", "body": "b"}, meta={KEY_META: "k"})
+
+    anyio.run(main)
+    assert outbox.count() == 2
+    assert sorted(r.run_id for r in ledger.effects()) == ["mcp:tenant-a", "mcp:tenant-b"]
+
+
+# -- a duplicate while the first still runs ---------------------------------------------------
+
+
+def concurrent_duplicates(
+    ledger: c4a.Ledger, outbox: Outbox, once: OnceOnly
+) -> list[CallToolResult]:
+    """Two identical keyed calls at once; the tool finishes only after the second has claimed."""
+    second_claim = threading.Event()
+    claims = []
+
+    @event.listens_for(ledger.engine, "after_cursor_execute")
+    def _count_claims(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        # The duplicate's claim met the first call's started row in the same transaction, so it
+        # must wait (or give up): only then may the slow tool finish.
+        if statement.lstrip().upper().startswith("INSERT") and "effects" in statement:
+            claims.append(statement)
+            if len(claims) == 2:
+                second_claim.set()
+
+    app = MCPServer("slow", middleware=[once])
+
+    @app.tool()
+    def transfer(amount: int) -> str:
+        assert second_claim.wait(timeout=60)
+        n = outbox.deliver(amount=amount)
+        return f"transfer #{n}"
+
+    async def main() -> list[CallToolResult]:
+        results: list[CallToolResult] = []
+        async with Client(app) as client:
+
+            async def call() -> None:
+                meta = {KEY_META: "pay-1"}
+                results.append(await client.call_tool("transfer", {"amount": 5}, meta=meta))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                tg.start_soon(call)
+        return results
+
+    return anyio.run(main)
+
+
+def test_concurrent_duplicate_waits_for_the_first_result(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    results = concurrent_duplicates(ledger, outbox, OnceOnly())
+    assert outbox.count() == 1
+    assert [text(r) for r in results] == ["transfer #1", "transfer #1"]
+    assert sorted(str(outcome(r)) for r in results) == ["None", "replayed"]
+
+
+def test_duplicate_still_running_past_the_wait_is_in_progress(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    once = OnceOnly(default=c4a.EffectOptions(wait=0))
+    first, busy = sorted(concurrent_duplicates(ledger, outbox, once), key=lambda r: r.is_error)
+    assert outbox.count() == 1
+    assert text(first) == "transfer #1"
+    assert busy.is_error
+    assert structured(busy)["outcome"] == "in_progress"
+    assert structured(busy)["retryable"] is True
+
+
+def test_without_cancel_grace_a_cancelled_call_is_in_doubt(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    never = anyio.Event()
+    app = MCPServer("pay", middleware=[OnceOnly(cancel_grace=None)])
+
+    @app.tool()
+    async def transfer(amount: int) -> str:
+        await never.wait()  # the client gives up first
+        return f"transfer #{outbox.deliver(amount=amount)}"
+
+    async def main() -> CallToolResult:
+        async with Client(app) as client:
+            meta = {KEY_META: "pay-1"}
+            with pytest.raises(Exception, match="Timed out"):
+                await client.call_tool(
+                    "transfer", {"amount": 5}, meta=meta, read_timeout_seconds=0.2
+                )
+            return await client.call_tool("transfer", {"amount": 5}, meta=meta)
+
+    again = anyio.run(main)
+    assert structured(again)["outcome"] == "in_doubt"
+    assert "Cancelled" in structured(again)["reason"]
+    assert outbox.count() == 0
+
+
+# -- rounds that ask the client -------------------------------------------------------------------
+
+
+class Confirm(BaseModel):
+    ok: bool
+
+
+def confirm(amount: int) -> Elicit[Confirm]:
+    # Module level: the tool's annotations name it, and the SDK resolves them by name.
+    return Elicit(f"Charge {amount}?", Confirm)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_elicitation_round_is_not_cached(ledger: c4a.Ledger, outbox: Outbox, mode: str) -> None:
+    asked: list[str] = []
+    app = MCPServer("pay", middleware=[OnceOnly()])
+
+    @app.tool()
+    def charge(amount: int, ok: Annotated[Confirm, Resolve(confirm)]) -> str:
+        n = outbox.deliver(amount=amount, ok=ok.ok)
+        return f"charge #{n}: {amount}" if ok.ok else "cancelled"
+
+    async def on_elicit(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"ok": True})
+
+    async def main() -> list[CallToolResult]:
+        async with Client(app, mode=mode, elicitation_callback=on_elicit) as client:
+            meta = {KEY_META: "charge-1"}
+            first = await client.call_tool("charge", {"amount": 7}, meta=meta)
+            again = await client.call_tool("charge", {"amount": 7}, meta=meta)
+            return [first, again]
+
+    first, again = anyio.run(main)
+    assert text(first) == text(again) == "charge #1: 7"
+    assert outbox.count() == 1
+    assert asked == ["Charge 7?"]  # the replay asked nothing
+    [record] = ledger.effects()
+    assert record.state == "succeeded"
+    assert record.result["content"][0]["text"] == "charge #1: 7"
+    # 2026-07-28 asks in an input_required round (recorded as not acted), then re-sends the call;
+    # the handshake era asks in-band, inside the one attempt.
+    assert record.attempt == (2 if mode == "auto" else 1)
+
+
+# -- annotations and per-tool options -------------------------------------------------------------
+
+
+def test_read_only_tools_are_not_recorded(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    server = mail_server(outbox)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            for _ in range(2):
+                await client.call_tool("count_messages", {"folder": "in"}, meta={KEY_META: "r"})
+
+    anyio.run(main)
+    assert outbox.count() == 2
+    assert ledger.effects() == []
+
+
+def test_explicit_options_win_over_annotations(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    server = mail_server(outbox, once=OnceOnly(tools={"count_messages": {"kind": "write"}}))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            for _ in range(2):
+                await client.call_tool("count_messages", {"folder": "in"}, meta={KEY_META: "r"})
+
+    anyio.run(main)
+    assert outbox.count() == 1
+    assert [r.tool for r in ledger.effects()] == ["count_messages"]
+
+
+def test_annotations_can_be_ignored(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    server = mail_server(outbox, once=OnceOnly(annotations=False))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            for _ in range(2):
+                await client.call_tool("count_messages", {"folder": "in"}, meta={KEY_META: "r"})
+
+    anyio.run(main)
+    assert outbox.count() == 1
+
+
+def flaky_server(
+    outbox: Outbox, error: Callable[[], Exception], hints: ToolAnnotations | None = None
+) -> MCPServer:
+    """A tool that raises ``error()`` on its first run and succeeds after."""
+    app = MCPServer("flaky", middleware=[OnceOnly()])
+
+    @app.tool(annotations=hints)
+    def book(seat: str) -> str:
+        n = outbox.deliver(seat=seat)
+        if n == 1:
+            raise error()
+        return f"booked {seat} on run {n}"
+
+    return app
+
+
+def call_twice(server: MCPServer, key: str = "b-1") -> list[CallToolResult]:
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client:
+            meta = {KEY_META: key}
+            return [await client.call_tool("book", {"seat": "12A"}, meta=meta) for _ in range(2)]
+
+    return anyio.run(main)
+
+
+@pytest.mark.parametrize(
+    "error", [lambda: TimeoutError("no answer from the airline"), lambda: c4a.OutcomeUnknown("?")]
+)
+def test_in_doubt_call_is_never_rerun(
+    ledger: c4a.Ledger, outbox: Outbox, error: Callable[[], Exception]
+) -> None:
+    first, again = call_twice(flaky_server(outbox, error))
+    assert outbox.count() == 1
+    for result in (first, again):
+        assert result.is_error
+        assert structured(result)["outcome"] == "in_doubt"
+        assert structured(result)["retryable"] is False
+        assert "may" in text(result)
+    [record] = ledger.in_doubt()
+    assert record.tool == "book"
+
+
+def test_failed_call_runs_again(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    first, again = call_twice(flaky_server(outbox, lambda: ValueError("seat map not loaded")))
+    assert outbox.count() == 2
+    assert first.is_error
+    assert structured(first)["outcome"] == "failed"
+    assert structured(first)["retryable"] is True
+    assert text(again) == "booked 12A on run 2"
+    assert [r.state for r in ledger.effects()] == ["succeeded"]
+
+
+def test_idempotent_hint_lets_an_in_doubt_call_run_again(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    hints = ToolAnnotations(idempotent_hint=True)
+    first, again = call_twice(flaky_server(outbox, lambda: TimeoutError("slow"), hints))
+    assert structured(first)["outcome"] == "in_doubt"
+    assert text(again) == "booked 12A on run 2"
+    assert outbox.count() == 2
+
+
+def test_destructive_hint_makes_a_tool_irreversible(
+    target: Target, outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CALL4AGENTS_SECRET", "test-secret-" + "x" * 40)  # approvals are signed
+    ledger = target.open(approval_for=("irreversible",))
+    app = MCPServer("files", middleware=[OnceOnly(ledger=ledger)])
+
+    @app.tool(annotations=ToolAnnotations(destructive_hint=True))
+    def delete_folder(path: str) -> str:
+        outbox.deliver(deleted=path)
+        return "deleted"
+
+    async def main() -> CallToolResult:
+        async with Client(app) as client:
+            return await client.call_tool("delete_folder", {"path": "/"}, meta={KEY_META: "rm"})
+
+    asked = anyio.run(main)
+    assert structured(asked)["outcome"] == "approval_required"
+    assert outbox.count() == 0
+    assert structured(asked)["approval"]["tool"] == "delete_folder"
+
+
+# -- without a client key -------------------------------------------------------------------------
+
+
+def test_without_key_identical_calls_within_the_window_run_once(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    server = mail_server(outbox)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            for _ in range(2):
+                await client.call_tool("send_email", {"to": "bob", "body": "hi"})
+            await client.call_tool("send_email", {"to": "bob", "body": "other"})
+
+    anyio.run(main)
+    assert outbox.count() == 2
+
+
+def test_without_key_a_call_after_the_window_runs_again(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    window = 0.2
+    server = mail_server(outbox, once=OnceOnly(window=window))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            await client.call_tool("send_email", {"to": "bob", "body": "hi"})
+            await anyio.sleep(2.5 * window)  # two windows later: a new logical call
+            await client.call_tool("send_email", {"to": "bob", "body": "hi"})
+
+    anyio.run(main)
+    assert outbox.count() == 2
+
+
+def test_scope_call_tools_run_each_time_without_a_key(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    server = mail_server(outbox, once=OnceOnly(tools={"send_email": {"scope": "call"}}))
+
+    async def main() -> None:
+        async with Client(server) as client:
+            for _ in range(2):
+                await client.call_tool("send_email", {"to": "bob", "body": "hi"})
+            for _ in range(2):
+                await client.call_tool(
+                    "send_email", {"to": "bob", "body": "hi"}, meta={KEY_META: "x"}
+                )
+
+    anyio.run(main)  # warns once per process that keyless calls of this tool skip the ledger
+    assert outbox.count() == 3
+
+
+# -- approvals ------------------------------------------------------------------------------------
+
+
+def test_approval_needed_then_given_runs_once(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    server = mail_server(outbox, once=OnceOnly(tools={"send_email": {"approval": True}}))
+    args = {"to": "ceo@example.com", "body": "We are closing the account"}
+
+    async def call() -> CallToolResult:
+        async with Client(server) as client:
+            return await client.call_tool("send_email", args, meta={KEY_META: "ap-1"})
+
+    asked = anyio.run(call)
+    assert asked.is_error
+    info = structured(asked)
+    assert info["outcome"] == "approval_required"
+    assert info["approval"]["args"] == args
+    assert outbox.count() == 0
+    ledger.approve(info["approval"]["ticket"], by="ann@example.com")
+    ran, again = anyio.run(call), anyio.run(call)
+    assert text(ran) == text(again) == "message #1 to ceo@example.com"
+    assert outbox.count() == 1
+
+
+def test_denied_call_reports_it(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    server = mail_server(outbox, once=OnceOnly(tools={"send_email": {"approval": True}}))
+
+    async def call() -> CallToolResult:
+        async with Client(server) as client:
+            return await client.call_tool(
+                "send_email", {"to": "x", "body": "y"}, meta={KEY_META: "d"}
+            )
+
+    ticket = structured(anyio.run(call))["approval"]["ticket"]
+    ledger.deny(ticket, by="ann@example.com", reason="not today")
+    denied = anyio.run(call)
+    assert denied.is_error
+    assert structured(denied)["outcome"] == "denied"
+    assert outbox.count() == 0
+
+
+# -- other ways to plug it in ---------------------------------------------------------------------
+
+
+def test_as_extension_it_is_advertised_and_works(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    app = MCPServer("ext", extensions=[OnceOnly(tools={"send": {"kind": "write"}})])
+
+    @app.tool()
+    def send(to: str) -> str:
+        return f"sent #{outbox.deliver(to=to)}"
+
+    async def main() -> tuple[Any, list[CallToolResult]]:
+        async with Client(app) as client:
+            meta = {KEY_META: "e-1"}
+            calls = [await client.call_tool("send", {"to": "bob"}, meta=meta) for _ in range(2)]
+            return client.server_capabilities.extensions, calls
+
+    extensions, (first, again) = anyio.run(main)
+    assert extensions["io.call4agents/once-only"]["metaKey"] == KEY_META
+    assert text(first) == text(again) == "sent #1"
+    assert outcome(again) == "replayed"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_middleware_advertises_the_extension(ledger: c4a.Ledger, outbox: Outbox, mode: str) -> None:
+    async def main() -> Any:
+        async with Client(mail_server(outbox), mode=mode) as client:
+            return client.server_capabilities.extensions
+
+    extensions = anyio.run(main)
+    assert extensions["io.call4agents/once-only"] == {"metaKey": KEY_META, "windowSeconds": 600.0}
+
+
+def test_given_as_middleware_and_extension_it_acts_once(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    once = OnceOnly()
+    app = MCPServer("both", middleware=[once], extensions=[once])
+
+    @app.tool()
+    def send(to: str) -> str:
+        return f"sent #{outbox.deliver(to=to)}"
+
+    async def main() -> list[CallToolResult]:
+        async with Client(app) as client:
+            return [await client.call_tool("send", {"to": "b"}, meta={KEY_META: "k"}) for _ in "12"]
+
+    first, again = anyio.run(main)
+    assert text(first) == text(again) == "sent #1"
+    assert len(ledger.effects()) == 1
+
+
+def test_lowlevel_server_with_annotations(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    tools = [
+        Tool(name="pay", input_schema={"type": "object"}),
+        Tool(
+            name="balance",
+            input_schema={"type": "object"},
+            annotations=ToolAnnotations(read_only_hint=True),
+        ),
+    ]
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> ListToolsResult:
+        return ListToolsResult(tools=tools)
+
+    async def call(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> Any:
+        n = outbox.deliver(tool=params.name)
+        return CallToolResult(content=[TextContent(type="text", text=f"{params.name} #{n}")])
+
+    low = Server("low", on_list_tools=list_tools, on_call_tool=call)
+    low.middleware.append(OnceOnly())
+
+    async def main() -> list[str]:
+        async with Client(low) as client:
+            return [
+                text(await client.call_tool(name, {}, meta={KEY_META: name}))
+                for name in ("pay", "pay", "balance", "balance")
+            ]
+
+    assert anyio.run(main) == ["pay #1", "pay #1", "balance #2", "balance #3"]
+
+
+def test_credentials_cannot_be_injected_into_mcp_tools() -> None:
+    with pytest.raises(c4a.ConfigurationError, match="credentials"):
+        OnceOnly(tools={"send_email": {"credentials": {"api_key": "MAIL_KEY"}}})
