@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from .canonical import canonical_args
+from .context import check_run_id, current_run
 from .effect import Action, EffectOptions, aperform, is_in_doubt_error, perform, prepare
 from .errors import (
     ApprovalDenied,
@@ -99,6 +101,9 @@ __all__ = [
     "ToolOptions",
     "action_for",
     "arun_tool",
+    "canonical_args",
+    "check_run_id",
+    "current_run",
     "failure_message",
     "is_in_doubt_error",
     "message_for_model",

@@ -356,8 +356,19 @@ class Ledger:
         with self.store.read() as conn:
             return [_record(r) for r in conn.execute(stmt).mappings()]
 
+    def find(self, key: str) -> EffectRecord | None:
+        """One action by its full key, or None if it was never attempted."""
+        with self.store.read() as conn:
+            found = conn.execute(select(effects).where(effects.c.key == key)).mappings().first()
+        return _record(found) if found is not None else None
+
     def effect(self, key: str) -> EffectRecord:
         """One action by its key or a unique prefix of it (at least 6 characters)."""
+        if len(key) == 64:
+            record = self.find(key)
+            if record is None:
+                raise LedgerError(f"no action with key {key!r} in {self.url}")
+            return record
         if len(key) < 6:
             raise ConfigurationError("give at least 6 characters of the action key")
         with self.store.read() as conn:
