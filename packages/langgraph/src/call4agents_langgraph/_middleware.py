@@ -1,0 +1,313 @@
+"""OnceOnly: each tool call of a LangChain agent or a LangGraph ToolNode goes through the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Annotated, Any, TypeVar
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest
+from langchain.agents.middleware.types import PrivateStateAttr
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphInterrupt
+from typing_extensions import NotRequired
+
+from call4agents import (
+    ApprovalDenied,
+    ApprovalRequired,
+    ConfigurationError,
+    EffectInDoubt,
+    EffectInProgress,
+    EffectOptions,
+    Ledger,
+    LedgerError,
+    ResultNotStored,
+    ResultPruned,
+)
+from call4agents.effect import Action
+from call4agents.integration import action_for, arun_tool, message_for_model, options_for, run_tool
+
+from . import _approval, _nodes, _order
+from ._ids import BRANCH_KEY, thread_run_id
+from ._results import ToolReportedError, ToolResult, check_reported_error, deliver, error_message
+
+T = TypeVar("T")
+
+ToolOptions = Mapping[str, EffectOptions | Mapping[str, Any]]
+SyncHandler = Callable[[ToolCallRequest], ToolResult]
+AsyncHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
+
+# Outcomes the model is told about as a tool error. Configuration and ledger faults are not the
+# model's to handle: they stop the run, and the checkpoint keeps the call for a resume.
+_REFUSALS = (EffectInDoubt, EffectInProgress, ApprovalDenied, ResultNotStored, ResultPruned)
+# An answer is recorded, then the call is tried again; an expired ticket pauses once more. More
+# rounds than this in one run of the node means the ledger keeps refusing the decision.
+_MAX_ROUNDS = 5
+_EMPTY: ToolOptions = MappingProxyType({})
+
+
+class OnceOnlyState(AgentState[Any]):
+    """The agent state OnceOnly adds: the re-run branch a fork was started with, if any."""
+
+    call4agents_branch: NotRequired[Annotated[str, PrivateStateAttr]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """One tool call on its way through the ledger."""
+
+    request: ToolCallRequest
+    action: Action
+    options: EffectOptions
+    run_id: str
+    edited: bool = False
+
+    @property
+    def tool_call(self) -> Any:
+        return self.request.tool_call
+
+
+class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
+    """Once-only tool calls for ``create_agent``, ``ToolNode`` and custom graph nodes.
+
+    ``create_agent(model, tools, checkpointer=..., middleware=[OnceOnly()])``: each tool call is
+    keyed by the thread id, the tool name and its canonical arguments (plus the tool call id for
+    tools with ``scope="call"``), recorded before it runs, and never run twice: a repeat after a
+    crash, a resume or a time-travel fork gets the recorded result. List it after
+    ``HumanInTheLoopMiddleware``; the other order is refused at the first call that shows it.
+
+    Args:
+        ledger: the ledger to record in; default the one opened by ``c4a.init()``.
+        tools: per-tool options by tool name, as ``EffectOptions`` or a dict of its fields
+            (``{"lookup": {"kind": "read"}, "refund": {"approval": True}}``).
+        default: options for tools not named in ``tools`` (every tool is a write by default).
+    """
+
+    state_schema = OnceOnlyState
+
+    def __init__(
+        self,
+        *,
+        ledger: Ledger | None = None,
+        tools: ToolOptions = _EMPTY,
+        default: EffectOptions | None = None,
+    ) -> None:
+        super().__init__()
+        self.ledger = ledger
+        self.default = default or EffectOptions()
+        # Not `self.tools`: create_agent reads a middleware's `tools` as tools it contributes.
+        self.tool_options = _checked_options(tools, self.default)
+        self._nodes = _nodes.NodeSteps(self)
+
+    # -- per-tool options ------------------------------------------------------------------------
+
+    def options(self, tool: str) -> EffectOptions:
+        """The options a tool runs with: ``tools[tool]`` over ``default``."""
+        return options_for(tool, self.tool_options, self.default)
+
+    # -- create_agent middleware and ToolNode wrappers ---------------------------------------------
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: SyncHandler) -> ToolResult:
+        """Run one tool call at most once per thread (sync graphs)."""
+        call = self._prepare(request)
+        if call is None:
+            return handler(request)
+        for _ in range(_MAX_ROUNDS):
+            try:
+                return self._once(call, handler)
+            except ApprovalRequired as exc:
+                call = self._decide(call, exc, _approval.ask(exc, call.tool_call))
+            except _REFUSALS as exc:
+                return error_message(call.tool_call, message_for_model(exc), key=exc.key)
+        raise _unsettled(call)
+
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> ToolResult:
+        """Run one tool call at most once per thread (async graphs)."""
+        call = self._prepare(request)
+        if call is None:
+            return await handler(request)
+        for _ in range(_MAX_ROUNDS):
+            try:
+                return await self._aonce(call, handler)
+            except ApprovalRequired as exc:
+                decision = _approval.ask(exc, call.tool_call)
+                call = await asyncio.to_thread(self._decide, call, exc, decision)
+            except _REFUSALS as exc:
+                return error_message(call.tool_call, message_for_model(exc), key=exc.key)
+        raise _unsettled(call)
+
+    def _prepare(self, request: ToolCallRequest) -> _Call | None:
+        """Key the call, or None for a call that passes straight through (reads, unknown tools)."""
+        _order.check_no_pending_edit(request)
+        tool_call = request.tool_call
+        name = tool_call["name"]
+        if request.tool is None and name not in self.tool_options:
+            return None  # ToolNode answers an unknown tool with an error; nothing can act
+        options = self.options(name)
+        if not options.recorded:
+            return None
+        runtime = request.runtime
+        run_id = thread_run_id(
+            runtime.execution_info if runtime else None, request.state, f"tool call {name}"
+        )
+        action = self._action(tool_call, options, run_id)
+        return _Call(request, action, options, run_id)
+
+    def _action(self, tool_call: Any, options: EffectOptions, run_id: str) -> Action:
+        return action_for(
+            tool_call["name"],
+            tool_call["args"],
+            options,
+            run_id=run_id,
+            call_id=tool_call.get("id") or None,
+            ledger=self.ledger,
+        )
+
+    def _once(self, call: _Call, handler: SyncHandler) -> ToolResult:
+        produced: list[ToolResult] = []
+
+        def run() -> ToolResult:
+            try:
+                result = check_reported_error(handler(call.request))
+            except GraphInterrupt as exc:
+                _raise_if_wrong_order(exc, call)
+                raise
+            produced.append(result)
+            return result
+
+        try:
+            result = run_tool(call.action, run)
+        except ToolReportedError as exc:
+            return exc.message
+        except ResultNotStored:
+            if not produced:
+                raise
+            result = produced[0]  # ran now; only a repeat goes without the result
+        return self._deliver(call, result, ran=bool(produced))
+
+    async def _aonce(self, call: _Call, handler: AsyncHandler) -> ToolResult:
+        produced: list[ToolResult] = []
+
+        async def run() -> ToolResult:
+            try:
+                result = check_reported_error(await handler(call.request))
+            except GraphInterrupt as exc:
+                _raise_if_wrong_order(exc, call)
+                raise
+            produced.append(result)
+            return result
+
+        try:
+            result = await arun_tool(call.action, run)
+        except ToolReportedError as exc:
+            return exc.message
+        except ResultNotStored:
+            if not produced:
+                raise
+            result = produced[0]
+        return self._deliver(call, result, ran=bool(produced))
+
+    def _deliver(self, call: _Call, result: ToolResult, *, ran: bool) -> ToolResult:
+        delivered = deliver(result, tool_call=call.tool_call, key=call.action.key, ran=ran)
+        return _with_edit_notice(delivered, call) if call.edited else delivered
+
+    def _decide(self, call: _Call, exc: ApprovalRequired, decision: _approval.Decision) -> _Call:
+        """Record a person's answer; an edit becomes a "yes" to the edited call, which then runs."""
+        ledger = call.action.ledger
+        if decision["type"] != "edit":
+            _approval.record_ticket(ledger, exc.request.ticket, decision)
+            return call
+        args = _approval.edited_args(decision, call.tool_call)
+        tool_call = {**call.tool_call, "args": args}
+        action = self._action(tool_call, call.options, call.run_id)
+        ledger.approve_action(
+            action, by=_approval.decided_by(decision), reason=decision.get("message")
+        )
+        request = call.request.override(tool_call=tool_call)  # type: ignore[arg-type]
+        return dataclasses.replace(call, request=request, action=action, edited=True)
+
+    # -- custom nodes ------------------------------------------------------------------------------
+
+    def node(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """Decorate a graph node so side effects inside it happen once per thread.
+
+        Inside the node, ``once.call(fn, ...)`` (``await once.acall(...)``) runs ``fn`` through
+        the ledger, keyed by the thread and ``fn``'s arguments, or with ``scope="call"`` by the
+        thread, the checkpoint namespace, the task id and the call's order inside the node: all
+        survive an ``interrupt()`` resume and a crash resume. ``@c4a.effect`` functions called
+        inside also run in the thread's run.
+        """
+        return self._nodes.decorate(fn)
+
+    def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Inside an ``@once.node`` node: run ``fn(*args, **kwargs)`` once per thread."""
+        return self._nodes.call(fn, args, kwargs)
+
+    async def acall(self, fn: Callable[..., Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:
+        """Inside an ``@once.node`` node: await ``fn(*args, **kwargs)`` once per thread."""
+        return await self._nodes.acall(fn, args, kwargs)
+
+    # -- time travel -------------------------------------------------------------------------------
+
+    def rerun(self, graph: Any, config: RunnableConfig, *, label: str) -> RunnableConfig:
+        """Fork ``config``'s checkpoint into a branch whose actions run again.
+
+        A plain fork from an earlier checkpoint returns the results recorded on the original
+        branch instead of running its actions again. To run them for real, start the fork with
+        ``graph.invoke(None, once.rerun(graph, config, label="retry-2"))``: the branch's actions
+        are keyed under ``<thread id>#<label>``, which later resumes of that branch keep using.
+        """
+        if not label or not label.strip():
+            raise ConfigurationError("rerun needs a label naming the branch, e.g. 'retry-2'")
+        forked: RunnableConfig = graph.update_state(config, {BRANCH_KEY: label})
+        return forked
+
+
+def _checked_options(tools: ToolOptions, default: EffectOptions) -> dict[str, EffectOptions]:
+    """Turn per-tool dicts into EffectOptions now, so a misspelt field fails at start-up."""
+    checked: dict[str, EffectOptions] = {}
+    for name, given in tools.items():
+        try:
+            checked[name] = options_for(name, {name: given}, default)
+        except TypeError as exc:
+            fields = ", ".join(f.name for f in dataclasses.fields(EffectOptions))
+            raise ConfigurationError(
+                f"OnceOnly(tools={{{name!r}: ...}}): {exc}. Valid fields: {fields}"
+            ) from None
+    for name, options in [*checked.items(), ("default", default)]:
+        if options.credentials:
+            # ToolNode strips every InjectedToolArg value from a tool call before it runs (so a
+            # model cannot forge one), which leaves no way to hand the tool a secret.
+            raise ConfigurationError(
+                f"OnceOnly: credentials= ({name}) cannot reach a LangChain tool, because "
+                "LangGraph's ToolNode strips injected arguments from tool calls. Read the secret "
+                "inside the tool (environment, runtime.context); it never enters the ledger."
+            )
+    return checked
+
+
+def _raise_if_wrong_order(exc: GraphInterrupt, call: _Call) -> None:
+    call_id = call.tool_call.get("id")
+    if _order.is_inner_review(exc, call_id):
+        raise _order.wrong_order(call_id) from exc
+
+
+def _with_edit_notice(result: ToolResult, call: _Call) -> ToolResult:
+    """Tell the model the call that ran is not the one it wrote, so it does not re-issue it."""
+    if not isinstance(result, ToolMessage) or not isinstance(result.content, str):
+        return result
+    notice = (
+        "Note: a person edited this tool call before it ran. It ran with arguments "
+        f"{call.tool_call['args']!r}, not the ones you wrote; do not re-issue the original call."
+    )
+    return result.model_copy(update={"content": f"{notice}\n\n{result.content}"})
+
+
+def _unsettled(call: _Call) -> LedgerError:
+    return LedgerError(
+        f"{call.tool_call['name']} in run {call.run_id!r}: the approval did not settle after "
+        f"{_MAX_ROUNDS} answers; look at it with `call4agents show {call.action.key[:12]}`"
+    )
