@@ -474,7 +474,7 @@ def test_destructive_hint_makes_a_tool_irreversible(
 def test_without_key_identical_calls_within_the_window_run_once(
     ledger: c4a.Ledger, outbox: Outbox
 ) -> None:
-    server = mail_server(outbox)
+    server = mail_server(outbox, once=OnceOnly(anonymous_window=True))
 
     async def main() -> None:
         async with Client(server) as client:
@@ -486,9 +486,23 @@ def test_without_key_identical_calls_within_the_window_run_once(
     assert outbox.count() == 2
 
 
+def test_without_key_or_identity_calls_are_not_merged(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    # Two anonymous clients sending the same email are two actions, as far as anyone can tell.
+    server = mail_server(outbox)
+
+    async def main() -> None:
+        for _ in range(2):
+            async with Client(server) as client:
+                await client.call_tool("send_email", {"to": "bob", "body": "hi"})
+
+    anyio.run(main)  # warns once per process that such calls run without the ledger
+    assert outbox.count() == 2
+    assert ledger.effects() == []
+
+
 def test_without_key_a_call_after_the_window_runs_again(ledger: c4a.Ledger, outbox: Outbox) -> None:
     window = 0.2
-    server = mail_server(outbox, once=OnceOnly(window=window))
+    server = mail_server(outbox, once=OnceOnly(window=window, anonymous_window=True))
 
     async def main() -> None:
         async with Client(server) as client:

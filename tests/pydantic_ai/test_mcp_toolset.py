@@ -105,13 +105,13 @@ def test_resumed_agent_with_both_integrations_sends_once(target: Target, tmp_pat
     ("server", "capability", "key", "sent"),
     [
         ("once", False, True, 1),  # the server alone: the resume sends the same key
-        # No key: the server matches (caller, tool, arguments) within its window, and a
-        # FastMCP 4 client has no session id, so every keyless caller is mcp:anonymous.
-        ("once", False, False, 1),
+        # No key, and a FastMCP 4 client has no session id: an anonymous caller cannot be told
+        # apart from another, so the server does not merge its calls (anonymous_window=False).
+        ("once", False, False, 2),
         ("plain", True, False, 1),  # the capability alone: the resume never reaches the server
         ("plain", False, False, 2),  # neither: what Call4Agents prevents
     ],
-    ids=["server-only", "server-window", "capability-only", "neither"],
+    ids=["server-only", "server-anonymous-no-key", "capability-only", "neither"],
 )
 def test_each_layer_alone(
     sqlite_target: Target, tmp_path: Path, server: str, capability: bool, key: bool, sent: int

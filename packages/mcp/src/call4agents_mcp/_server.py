@@ -101,6 +101,9 @@ class OnceOnly(Extension):
         cancel_grace: seconds a call keeps running after the client cancels it (a client
             timeout does), so its result is recorded and the client's retry gets it. None stops
             it at once, which leaves it in doubt: cancelled half way, it may have acted.
+        anonymous_window: apply the keyless window to callers with no identity at all (no
+            auth, no session id). Off by default: such callers cannot be told apart, so two
+            clients sending the same request would get one execution between them.
     """
 
     identifier = EXTENSION
@@ -115,6 +118,7 @@ class OnceOnly(Extension):
         identity: Identity | None = None,
         annotations: bool = True,
         cancel_grace: float | None = 60.0,
+        anonymous_window: bool = False,
     ) -> None:
         if window is not None and not window > 0:
             raise ConfigurationError("window must be a positive number of seconds, or None")
@@ -126,6 +130,7 @@ class OnceOnly(Extension):
         self._identity = identity or authenticated_client
         self._use_annotations = annotations
         self._grace = cancel_grace
+        self._anonymous_window = anonymous_window
         self._hints: dict[str, Mapping[str, Any]] = {}
         self._hints_at = -_HINTS_TTL
         self._listing_failed = False
@@ -247,6 +252,17 @@ class OnceOnly(Extension):
                 f"mcp-scope-call:{call.tool}",
                 f"{call.tool} is scope='call' (a repeat may be deliberate) and the client sent no "
                 f"idempotency key in _meta[{KEY_META!r}], so it runs without the ledger.",
+            )
+            return None
+        if caller is None and not self._anonymous_window:
+            # No key and nobody to tell callers apart: two clients sending the same email would
+            # become one. Run it as it is, and say how to get once-only.
+            warn_once(
+                f"mcp-anonymous:{call.tool}",
+                f"{call.tool} was called with no idempotency key in _meta[{KEY_META!r}] by a "
+                "caller with no identity (no auth, no session id), so it runs without the ledger."
+                " Send a key from the client (call4agents_mcp.call_tool), authenticate clients, or"
+                " pass OnceOnly(anonymous_window=True) if one client is all this server has.",
             )
             return None
         return self._windowed(call, options, run_id)
