@@ -26,9 +26,12 @@ from .migrations import CURRENT, current_version, migrate, refuse_newer
 from .store import Store, now_sql
 from .tables import approvals as approvals_table
 from .tables import effects, meta
+from .tables import runs as runs_table
 
 if TYPE_CHECKING:
     from .effect import Action
+    from .runs import Handoff, RunStatus
+    from .undo import UndoFn, UndoReport
 
 _CACHE_LIMIT = 50_000
 
@@ -112,25 +115,34 @@ class GcReport:
 
 
 class _Heartbeat:
-    """One daemon thread per ledger that renews the leases of the tools running in this process."""
+    """One daemon thread per ledger that renews the leases of the tools running in this process.
+
+    A claim starts with a full lease, so a lease is renewed only once a third of it has passed:
+    short tool calls never cost a renewal, and the thread stays parked between calls instead of
+    being started for each one.
+    """
+
+    _IDLE_EXIT = 60.0  # seconds with nothing held before the thread ends
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = weakref.ref(ledger)
-        self._held: dict[str, tuple[int, float]] = {}
+        self._held: dict[str, tuple[int, float, float]] = {}  # key -> (attempt, ttl, renewed at)
         self._lost: set[str] = set()
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._period = float("inf")
 
     def hold(self, key: str, attempt: int, ttl: float) -> None:
         with self._lock:
-            self._held[key] = (attempt, ttl)
+            self._held[key] = (attempt, ttl, time.monotonic())
             self._lost.discard(key)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="call4agents-heartbeat", daemon=True
                 )
                 self._thread.start()
-            self._lock.notify()
+            elif ttl / 3 < self._period:
+                self._lock.notify()  # a shorter lease than the thread is pacing itself for
 
     def release(self, key: str) -> bool:
         """Stop renewing; True if the lease was lost while the tool ran."""
@@ -145,27 +157,43 @@ class _Heartbeat:
         self._lost.clear()
         self._thread = None
         self._lock = threading.Condition()
+        self._period = float("inf")
 
     def _loop(self) -> None:
+        idle_since = time.monotonic()
         while True:
             with self._lock:
                 if not self._held:
-                    self._thread = None
-                    return
-                period = min(ttl for _, ttl in self._held.values()) / 3
-                self._lock.wait(timeout=period)
-                held = dict(self._held)
-            ledger = self._ledger()
-            if ledger is None:
+                    if time.monotonic() - idle_since > self._IDLE_EXIT:
+                        self._thread = None
+                        return
+                    self._period = float("inf")
+                    self._lock.wait(timeout=self._IDLE_EXIT / 4)
+                    continue
+                self._period = min(ttl for _, ttl, _ in self._held.values()) / 3
+                self._lock.wait(timeout=self._period)
+                now = time.monotonic()
+                due = {k: (a, t) for k, (a, t, at) in self._held.items() if now - at >= t / 3}
+                idle_since = now
+            if due and not self._renew(due, now):
                 return
-            for ttl in {t for _, t in held.values()}:
-                batch = [(k, a) for k, (a, t) in held.items() if t == ttl]
-                try:
-                    lost = ledger.store.renew(batch, str(_owner.me()), ttl)
-                except LedgerError:
-                    continue  # the database is away; the next beat tries again
-                with self._lock:
-                    self._lost.update(lost)
+
+    def _renew(self, due: dict[str, tuple[int, float]], now: float) -> bool:
+        ledger = self._ledger()
+        if ledger is None:
+            return False
+        for ttl in {t for _, t in due.values()}:
+            batch = [(k, a) for k, (a, t) in due.items() if t == ttl]
+            try:
+                lost = ledger.store.renew(batch, str(_owner.me()), ttl)
+            except LedgerError:
+                continue  # the database is away; the next beat tries again
+            with self._lock:
+                self._lost.update(lost)
+                for key, attempt in batch:
+                    if self._held.get(key, (None,))[0] == attempt:
+                        self._held[key] = (attempt, ttl, now)
+        return True
 
 
 _ledgers: weakref.WeakSet[Ledger] = weakref.WeakSet()
@@ -517,6 +545,30 @@ class Ledger:
         """Approval tickets, oldest first; ``state="pending"`` for those waiting on a person."""
         return approvals.list_requests(self, run_id=run_id, state=state, key=key)
 
+    # -- run controls (undo.py, runs.py) --------------------------------------------------------
+
+    def undo(self, run_id: str, *, undos: dict[str, UndoFn] | None = None) -> UndoReport:
+        """Reverse the run's succeeded actions newest first, each undo once-only.
+
+        Uses each tool's ``undo=`` registered in this process, or ``undos`` by tool name. Every
+        action not reversed is in the report with why; the run is marked undone or partly undone.
+        """
+        from .undo import undo_run
+
+        return undo_run(self, run_id, undos=undos)
+
+    def run_status(self, run_id: str) -> RunStatus | None:
+        """How a run ended if a run control ended it (escalated, undone, partly undone)."""
+        from .runs import run_status
+
+        return run_status(self, run_id)
+
+    def handoff(self, run_id: str) -> Handoff | None:
+        """The hand-off of an escalated run, with its actions as they stand now."""
+        from .runs import handoff
+
+        return handoff(self, run_id)
+
     # -- forgetting -----------------------------------------------------------------------------
 
     def delete_run(self, run_id: str) -> int:
@@ -533,6 +585,7 @@ class Ledger:
                     "(`call4agents doubt`, `call4agents resolve`) before deleting the run"
                 )
             conn.execute(delete(approvals_table).where(approvals_table.c.run_id == run_id))
+            conn.execute(delete(runs_table).where(runs_table.c.run_id == run_id))
             return int(conn.execute(delete(effects).where(effects.c.run_id == run_id)).rowcount)
 
     # -- retention ------------------------------------------------------------------------------
