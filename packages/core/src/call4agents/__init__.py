@@ -38,6 +38,19 @@ from .errors import (
     UnstableArguments,
 )
 from .ledger import EffectRecord, GcReport, Ledger, RunSummary
+from .lookup import find_marked, key_marker
+from .replay import ReplayedFailure, ReplayMismatch, replay
+from .runs import (
+    Budget,
+    BudgetExceeded,
+    BudgetUsage,
+    Escalated,
+    Handoff,
+    RunStatus,
+    budget_usage,
+    escalate,
+)
+from .undo import UndoItem, UndoReport
 
 __version__ = "0.1.0.dev0"
 # Lets integrations tell this project's core apart from the unrelated `call4agents` on PyPI.
@@ -47,6 +60,9 @@ __all__ = [
     "ApprovalDenied",
     "ApprovalRequest",
     "ApprovalRequired",
+    "Budget",
+    "BudgetExceeded",
+    "BudgetUsage",
     "Call4AgentsError",
     "ConfigurationError",
     "DidNotHappen",
@@ -56,22 +72,34 @@ __all__ = [
     "EffectInProgress",
     "EffectOptions",
     "EffectRecord",
+    "Escalated",
     "GcReport",
+    "Handoff",
     "Happened",
     "Ledger",
     "LedgerError",
     "OutcomeUnknown",
+    "ReplayMismatch",
+    "ReplayedFailure",
     "ResultNotStored",
     "ResultPruned",
+    "RunStatus",
     "RunSummary",
+    "UndoItem",
+    "UndoReport",
     "UnstableArguments",
     "approve",
     "bind",
+    "budget_usage",
     "current",
     "default_ledger",
     "deny",
     "effect",
+    "escalate",
+    "find_marked",
     "init",
+    "key_marker",
+    "replay",
     "run",
     "tool_call",
 ]

@@ -46,10 +46,11 @@ NETWORK_FS = frozenset(
     }
 )
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-# What a parsed host may look like: a name, an IPv4 address or empty (a socket given in ?host=).
-# Anything else means the URL was split in the wrong place, nearly always at an "@" of a password
-# that was not percent-encoded; the pieces of that password would then show in every message.
-_HOST = re.compile(r"[A-Za-z0-9._~%-]*")
+# What a parsed host may look like: names or IPv4 addresses (a comma-separated list for libpq's
+# several hosts), or empty (a socket given in ?host=). Anything else means the URL was split in
+# the wrong place, nearly always at an "@" of a password that was not percent-encoded; the pieces
+# of that password would then show in every message.
+_HOST = re.compile(r"[A-Za-z0-9._~%,-]*")
 _QUERY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENCODE_HINT = (
     "if the password holds characters such as @ : / ? # [ ] %, percent-encode it "
@@ -247,9 +248,11 @@ def _check_alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
     if getattr(dbapi_conn, "closed", False) or getattr(dbapi_conn, "broken", False):
         raise InvalidatePoolError("the connection was closed")
     pgconn = getattr(dbapi_conn, "pgconn", None)
-    if pgconn is None or not _has_input(pgconn.socket):
+    if pgconn is None:
         return
     try:
+        if not _has_input(pgconn.socket):  # .socket raises once libpq knows it is broken
+            return
         with dbapi_conn.cursor() as cursor:
             cursor.execute("SELECT 1")
         dbapi_conn.rollback()

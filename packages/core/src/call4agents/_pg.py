@@ -22,6 +22,7 @@ spurious wake-up. While its lock is not granted, a waiter polls.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import selectors
@@ -68,12 +69,14 @@ class Target:
 
 
 class Watch:
-    """One waiter's interest in one key."""
+    """One waiter's interest in one key; a thread or a coroutine sleeps on it."""
 
     def __init__(self, key: str, listener: Listener | None) -> None:
         self.key = key
         self._listener = listener
-        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._woken = threading.Event()
+        self._future: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]] | None = None
 
     @property
     def guarded(self) -> bool:
@@ -82,11 +85,40 @@ class Watch:
 
     def wait(self, timeout: float) -> None:
         """Sleep until woken or ``timeout`` seconds pass; the wake-up is consumed."""
-        self._event.wait(max(0.0, timeout))
-        self._event.clear()
+        self._woken.wait(max(0.0, timeout))
+        self._woken.clear()
+
+    async def wait_async(self, timeout: float) -> None:
+        """Like ``wait``, sleeping on the event loop instead of holding a thread."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            if self._woken.is_set():
+                self._woken.clear()
+                return
+            self._future = (loop, future)
+        try:
+            await asyncio.wait_for(future, max(0.0, timeout))
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            with self._lock:
+                self._future = None
+                self._woken.clear()
 
     def wake(self) -> None:
-        self._event.set()
+        with self._lock:
+            self._woken.set()
+            waiting = self._future
+        if waiting is not None:
+            loop, future = waiting
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits
+                loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class Listener:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import _db, migrations
 from .errors import Call4AgentsError, ConfigurationError, LedgerError
 from .ledger import EffectRecord, Ledger
+from .runs import Handoff, RunStatus
 from .store import now_sql
 from .tables import effects
 
@@ -206,7 +208,9 @@ def cmd_doubt(args: argparse.Namespace) -> int:
             ]
             for r in found
         ]
-        print(_table(["KEY", "RUN", "TOOL", "ATTEMPT", "SINCE", "WHY"], rows))
+        # A late result is often the answer to "did it happen?": show it under its action.
+        below = {i: lines for i, r in enumerate(found) if (lines := _evidence_lines(r))}
+        print(_table(["KEY", "RUN", "TOOL", "ATTEMPT", "SINCE", "WHY"], rows, below))
         print(
             f"\n{len(found)} in doubt. Find out whether each happened, then: "
             f"{PROG} resolve KEY --happened [--result JSON] | --did-not-happen"
@@ -330,6 +334,12 @@ def _extra_lines(r: EffectRecord) -> list[str]:
     lines = []
     if r.resolved_by:
         lines.append(f"note: {r.note or 'resolved by ' + r.resolved_by}")
+    return lines + _evidence_lines(r)
+
+
+def _evidence_lines(r: EffectRecord) -> list[str]:
+    """Late outcomes of fenced-off attempts: kept to help decide, never applied."""
+    lines = []
     for item in r.evidence:
         outcome = item.get("result") or item.get("error") or ""
         lines.append(
@@ -343,9 +353,16 @@ def cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as ledger:
         ledger.sweep()
         found = ledger.effects(args.run)
+        status = ledger.run_status(args.run)
+        handoff = ledger.handoff(args.run) if status is not None else None
+    if args.handoff:
+        return _show_handoff(args, handoff)
     if args.json:
         _print_json([r.as_dict() for r in found])
     if not found:
+        if not args.json and status is not None:  # escalated before any action
+            print(f"Run {args.run}: no actions\n\n" + _ending_text(status, handoff))
+            return EXIT_OK
         if not args.json:
             print(f"No actions recorded for run {args.run!r}.", file=sys.stderr)
         return EXIT_FAILED
@@ -376,7 +393,57 @@ def cmd_show(args: argparse.Namespace) -> int:
     if counts["started"]:
         summary += f", {counts['started']} running"
     print(f"\n{summary}")
+    if status is not None:
+        print("\n" + _ending_text(status, handoff))
     return EXIT_OK
+
+
+def _ending_text(status: RunStatus, handoff: Handoff | None) -> str:
+    """How a run control ended the run: the hand-off of an escalation, or the undo's outcome."""
+    if handoff is not None and status.status == "escalated":
+        return handoff.text()
+    text = f"Run ended: {status.status.replace('_', ' ')} ({status.reason or 'no reason given'})"
+    undo = status.details.get("undo")
+    if undo:
+        left = [i for i in undo["items"] if i["outcome"] not in ("undone", "already_undone")]
+        text += "".join(f"\n  not reversed: {i['tool']}: {i['detail']}" for i in left)
+    if handoff is not None:
+        text += "\n\n" + handoff.text()
+    return text
+
+
+def _show_handoff(args: argparse.Namespace, handoff: Handoff | None) -> int:
+    if handoff is None:
+        print(f"Run {args.run!r} was not escalated: there is no hand-off.", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        _print_json(handoff.as_dict())
+    else:
+        print(handoff.text())
+    return EXIT_OK
+
+
+def cmd_undo(args: argparse.Namespace) -> int:
+    # The undo functions are registered when their tools are defined: import those modules.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for module in args.imports or []:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigurationError(f"--import {module}: cannot import it ({exc})") from exc
+    with _open(args) as ledger:
+        report = ledger.undo(args.run)
+    if args.json:
+        _print_json(report.as_dict())
+    else:
+        print(report.text())
+        if not report.complete:
+            print(
+                f"\n{len(report.not_reversed)} action(s) not reversed: settle them, then run "
+                f"`{PROG} undo {args.run}` again (finished undos are never repeated)"
+            )
+    return EXIT_OK if report.complete else EXIT_FAILED
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -391,6 +458,51 @@ def cmd_gc(args: argparse.Namespace) -> int:
             f"failed, kept {report.kept_open} open (started or in doubt)"
         )
     return EXIT_OK
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from . import stats
+
+    since = parse_age(args.since) if args.since else None
+    with _open(args) as ledger:
+        figures = stats.compute(ledger, since)
+    if args.json:
+        _print_json(figures.as_dict())
+    else:
+        print(stats.render(figures))
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .replay import export_run
+
+    with _open(args) as ledger:
+        document = export_run(ledger, args.run)
+    text_ = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
+    if args.out:
+        Path(args.out).write_text(text_ + "\n", encoding="utf-8")
+        print(f"Wrote {len(document['actions'])} action(s) of run {args.run} to {args.out}")
+    else:
+        print(text_)
+    return EXIT_OK
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    # `call4agents.replay` the attribute is the context manager, so import from the module.
+    from .replay import actions_of, diff, render_difference
+
+    with _open(args) as ledger:
+        a = actions_of(ledger, args.run_a)
+        b = actions_of(ledger, args.run_b)
+    for name, found in ((args.run_a, a), (args.run_b, b)):
+        if not found:
+            raise LedgerError(f"no actions recorded for run {name!r}")
+    difference = diff(a, b)
+    if args.json:
+        _print_json(None if difference is None else dataclasses.asdict(difference))
+    else:
+        print(render_difference(args.run_a, args.run_b, difference, (len(a), len(b))))
+    return EXIT_OK if difference is None else EXIT_FAILED
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -653,6 +765,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("show", cmd_show, "show one run's actions in order")
     p.add_argument("run", help="the run id")
+    p.add_argument(
+        "--handoff",
+        action="store_true",
+        help="only the hand-off of an escalated run (with --json: one document for a ticket)",
+    )
+
+    p = command("undo", cmd_undo, "reverse a run's succeeded actions, newest first")
+    p.add_argument("run", help="the run id")
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first, so its tools' undo= functions are known (repeatable)",
+    )
 
     p = command("gc", cmd_gc, "prune finished actions older than an age")
     p.add_argument(
@@ -661,6 +788,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="AGE",
         help="like 30d, 12h, 15m, 45s, or plain seconds",
     )
+
+    p = command("stats", cmd_stats, "health figures: in doubt, approvals waiting, irreversible")
+    p.add_argument("--since", metavar="AGE", help="only actions started in the last AGE (24h)")
+
+    p = command("export", cmd_export, "write a run's recorded actions to a replay file")
+    p.add_argument("run", help="the run id")
+    p.add_argument("--out", metavar="FILE", help="the file to write (default: stdout)")
+
+    p = command("diff", cmd_diff, "show the first action where two runs differ")
+    p.add_argument("run_a", help="a run id, or an exported .json file")
+    p.add_argument("run_b", help="a run id, or an exported .json file")
 
     command("migrate", cmd_migrate, "bring the ledger schema up to this version")
     command("doctor", cmd_doctor, "check the ledger's setup")

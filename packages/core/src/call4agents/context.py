@@ -10,7 +10,7 @@ import contextvars
 import functools
 from collections.abc import Callable
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
@@ -18,6 +18,7 @@ from .errors import Call4AgentsError, ConfigurationError
 
 if TYPE_CHECKING:
     from .ledger import Ledger
+    from .runs import Budget
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -28,6 +29,8 @@ class RunContext:
     run_id: str
     ledger: Ledger | None = None
     call_id: str | None = None  # the framework's stable identity of one tool call
+    budget: Budget | None = None  # limits on the run's tool calls, counted in the ledger
+    budget_run: str | None = None  # whose counters a nested run's calls count against
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,10 @@ class run:
     Works with ``with`` and ``async with``. Nesting replaces the run for the inner block.
     """
 
-    def __init__(self, run_id: str, *, ledger: Ledger | None = None) -> None:
-        self._ctx = RunContext(check_run_id(run_id), ledger)
+    def __init__(
+        self, run_id: str, *, ledger: Ledger | None = None, budget: Budget | None = None
+    ) -> None:
+        self._ctx = RunContext(check_run_id(run_id), ledger, budget=budget)
         self._tokens: list[Token[RunContext | None]] = []
 
     @property
@@ -72,7 +77,11 @@ class run:
         return self._ctx.run_id
 
     def __enter__(self) -> run:
-        self._tokens.append(_run.set(self._ctx))
+        ctx, outer = self._ctx, _run.get()
+        if ctx.budget is None and outer is not None and outer.budget is not None:
+            # A nested agent (or an agent used as a tool) spends its parent's budget.
+            ctx = replace(ctx, budget=outer.budget, budget_run=outer.budget_run or outer.run_id)
+        self._tokens.append(_run.set(ctx))
         return self
 
     def __exit__(
@@ -108,7 +117,7 @@ class tool_call:
             raise ConfigurationError(
                 'c4a.tool_call() needs an enclosing run: wrap it in `with c4a.run("<stable id>")`'
             )
-        self._token = _run.set(RunContext(outer.run_id, outer.ledger, self._call_id))
+        self._token = _run.set(replace(outer, call_id=self._call_id))
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -14,14 +14,13 @@ import hashlib
 import inspect
 import os
 import sys
-import time
 import types
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
-from . import _owner
+from . import _owner, _waiting, observe
 from .approvals import ApprovalRequest, Gate, needs_approval
 from .canonical import CanonicalArgs, canonical_args, canonical_json, parse_paths, scrub
 from .codec import ResultEncodingError, decode_result, encode_result
@@ -29,14 +28,16 @@ from .context import EffectContext, _effect, current_run
 from .errors import (
     ConfigurationError,
     EffectInDoubt,
-    EffectInProgress,
     LedgerError,
     OutcomeUnknown,
     ResultNotStored,
     ResultPruned,
 )
 from .ledger import Ledger, idempotency_key
-from .store import Row, owner_is_gone
+from .lookup import afinder_first, check_from_finder, finder_first
+from .runs import budget_gate
+from .store import Row
+from .undo import register_undo
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -86,6 +87,8 @@ class EffectOptions:
     approval_ttl: float | None = None
     max_per_run: int | None = None
     credentials: Mapping[str, str | Callable[[], str]] = field(default_factory=dict)
+    undo: Callable[..., Any] | None = None
+    find_existing: Callable[..., Any] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -99,6 +102,11 @@ class EffectOptions:
             parse_paths(getattr(self, name))
         if self.max_per_run is not None and self.max_per_run < 1:
             raise ConfigurationError("max_per_run must be at least 1")
+        if self.find_existing is not None and self.check is None:
+            # What the finder finds also settles a crash between creating and recording.
+            object.__setattr__(self, "check", check_from_finder(self.find_existing))
+        if self.undo is not None and self.name is not None:
+            register_undo(self.name, self.undo)  # integrations name their tools here
 
     @property
     def recorded(self) -> bool:
@@ -111,13 +119,22 @@ class EffectOptions:
 _default_ledger: Ledger | None = None
 
 
-def init(url: str | Ledger | None = None, **settings: Any) -> Ledger:
+def init(
+    url: str | Ledger | None = None,
+    *,
+    otel: bool | None = None,
+    otel_record_args: bool = False,
+    **settings: Any,
+) -> Ledger:
     """Open the ledger effects use by default: ``sqlite:///.c4a/ledger.db`` or ``$CALL4AGENTS_URL``.
 
     Takes the settings of :class:`Ledger`, or an open ``Ledger``. Calling it again replaces the
-    default ledger.
+    default ledger. ``otel``: OpenTelemetry spans and metrics on (True), off (False), or on when
+    it is installed (None); ``otel_record_args=True`` also puts arguments and results on spans.
     """
     global _default_ledger
+    if otel is not None or otel_record_args:
+        observe.configure(otel, record_args=otel_record_args)
     ledger = url if isinstance(url, Ledger) else Ledger(url, **settings)
     _default_ledger = ledger
     return ledger
@@ -251,7 +268,7 @@ def begin(action: Action) -> _Go | _Found:
     """Claim the action, or wait on a live owner; returns what to do next."""
     store = action.ledger.store
     owner = str(_owner.me())
-    gate = _gate(action)
+    gate = budget_gate(action, _gate(action))
     while True:
         claim = store.claim(
             key=action.key,
@@ -282,59 +299,10 @@ def _gate(action: Action) -> Gate | None:
 def _wait_while_live(action: Action, row: Row) -> Row:
     """Wait (bounded) while another live worker runs the action; a dead one's lease is doubt.
 
-    On PostgreSQL the outcome wakes the wait (LISTEN/NOTIFY, see _pg), and the row is read again
-    when the lease would end and every few seconds in case a wake-up went missing. Until the
-    database has promised to wake us, and on SQLite, it polls with backoff.
+    Woken by the outcome on PostgreSQL, polling otherwise: see _waiting (which also has the
+    async form, ``await_while_live``).
     """
-    if row.state != "started":
-        return row
-    store = action.ledger.store
-    wait = action.options.wait if action.options.wait is not None else action.ledger.wait
-    deadline = time.monotonic() + wait
-    pause = 0.005
-    with store.watch(action.key, listen=wait > 0) as watch:
-        told = False  # the last read came after a finisher was bound to wake us
-        while row.state == "started":
-            if owner_is_gone(row):
-                store.mark_in_doubt(
-                    action.key,
-                    row.attempt,
-                    f"its worker ({_owner.describe(row.owner)}) died while running it",
-                    only_if_expired=False,
-                )
-            elif not row.lease_live:
-                store.mark_in_doubt(
-                    action.key,
-                    row.attempt,
-                    "its lease expired with no result",
-                    only_if_expired=True,
-                )
-            elif time.monotonic() >= deadline:
-                raise EffectInProgress(
-                    key=action.key,
-                    run_id=action.run_id,
-                    tool=action.tool,
-                    owner=_owner.describe(row.owner),
-                    waited=wait,
-                )
-            elif told:
-                # Both ends of the lease are the database's clock: only their difference is used.
-                lease_left = (row.lease_expires_at or row.now) - row.now
-                left = deadline - time.monotonic()
-                watch.wait(min(left, lease_left + 0.01, _RECHECK_WHILE_TOLD))
-            else:
-                watch.wait(min(pause, deadline - time.monotonic()))
-                pause = min(pause * 2, 0.25)
-            told = watch.guarded
-            fresh = store.get(action.key)
-            if fresh is None:  # removed under us (gc of a failed row): claim afresh
-                return row
-            row = fresh
-    return row
-
-
-# How often a waiter that will be woken by the outcome reads the row anyway.
-_RECHECK_WHILE_TOLD = 5.0
+    return _waiting.wait_while_live(action, row)
 
 
 def settle_found(action: Action, row: Row) -> Any:
@@ -449,6 +417,14 @@ def record_result(action: Action, attempt: int, result: Any) -> Any:
 
 def perform(action: Action, call: Callable[[], T]) -> T:
     """Run ``call`` once for ``action`` (sync tools)."""
+    hook = observe.hook  # telemetry or replay; None (one global read) when neither is on
+    if hook is not None:
+        return hook.perform(action, call, _perform)
+    return _perform(action, call)
+
+
+def _perform(action: Action, call: Callable[[], T]) -> T:
+    call = finder_first(action, call)
     hit = cached(action)
     if hit is not _MISS:
         return cast(T, hit)
@@ -524,6 +500,14 @@ def _unrecorded(action: Action, attempt: int, lost: LedgerError) -> EffectInDoub
 
 async def aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
     """Run ``call`` once for ``action`` (async tools). Ledger I/O runs off the event loop."""
+    hook = observe.hook
+    if hook is not None:
+        return await hook.aperform(action, call, _aperform)
+    return await _aperform(action, call)
+
+
+async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
+    call = afinder_first(action, call)
     hit = cached(action)
     if hit is not _MISS:
         return cast(T, hit)
@@ -676,6 +660,8 @@ class Effect(Generic[P, T]):
         self.options = options
         self.tool = tool_name(fn, options.name)
         self.is_async = inspect.iscoroutinefunction(fn)
+        if options.undo is not None:
+            register_undo(self.tool, options.undo)
         signature = inspect.signature(fn)
         missing = set(options.credentials) - set(signature.parameters)
         if missing:
@@ -745,6 +731,8 @@ def effect(
     approval_ttl: float | None = None,
     max_per_run: int | None = None,
     credentials: Mapping[str, str | Callable[[], str]] = ...,
+    undo: Callable[..., Any] | None = None,
+    find_existing: Callable[..., Any] | None = None,
 ) -> Callable[[Callable[P, T]], Effect[P, T]]: ...
 def effect(fn: Callable[P, T] | None = None, /, **options: Any) -> Any:
     """Make a tool once-only per (run, tool, canonical arguments). See EffectOptions."""

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine, inspect, select, text
 
 from .errors import LedgerError
-from .tables import approvals, effects, meta, schema_version
+from .tables import approvals, effects, meta, run_counters, runs, schema_version
 
 # Arbitrary constant that names "Call4Agents migrations" among other users of advisory locks.
 _PG_LOCK_ID = 0x0C4A_0001
@@ -31,7 +31,12 @@ def _v2(conn: Connection) -> None:
     conn.execute(meta.insert().values(name="key_salt", value=secrets.token_hex(32)))
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2]
+def _v3(conn: Connection) -> None:
+    runs.create(conn)  # run controls: escalation hand-offs and undo outcomes
+    run_counters.create(conn)  # budgets that survive a resume
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3]
 CURRENT = len(MIGRATIONS)
 
 

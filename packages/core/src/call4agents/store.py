@@ -31,7 +31,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
-    delete,
     func,
     literal,
     or_,
@@ -297,13 +296,59 @@ class Store:
         pause = 0.05
         while True:
             try:
+                if self._finish_at_once(key, attempt, state, result, error, note):
+                    return True
                 with self.tx() as conn:
                     return self._finish_once(conn, key, attempt, state, result, error, note)
             except LedgerError as exc:
-                if not self._transient(exc) or time.monotonic() + pause > deadline:
+                if not self.transient(exc) or time.monotonic() + pause > deadline:
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
+
+    def _finish_at_once(
+        self,
+        key: str,
+        attempt: int,
+        state: str,
+        result: str | None,
+        error: str | None,
+        note: str | None,
+    ) -> bool:
+        """The common case in one round trip (PostgreSQL): one UPDATE, its own transaction.
+
+        False when it matched nothing (fenced off, or an earlier try landed): the caller then
+        looks closer inside a transaction.
+        """
+        if self.dialect != "postgresql":
+            return False
+        params = self._finish_params(key, attempt, state, result, error, note)
+        try:
+            with self._autocommit.connect() as conn:
+                return conn.execute(self._finish_sql, params).first() is not None
+        except (DBAPIError, PoolTimeout) as exc:
+            raise LedgerError(f"the ledger database failed: {_short(exc)}") from exc
+
+    def _finish_params(
+        self,
+        key: str,
+        attempt: int,
+        state: str,
+        result: str | None,
+        error: str | None,
+        note: str | None,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "k": key,
+            "a": attempt,
+            "st": state,
+            "res": result,
+            "err": error,
+            "nt": note,
+        }
+        if self.dialect == "postgresql":
+            params["lock_id"] = _pg.lock_id(self._schema, key)
+        return params
 
     def _finish_once(
         self,
@@ -315,16 +360,8 @@ class Store:
         error: str | None,
         note: str | None,
     ) -> bool:
-        params: dict[str, Any] = {
-            "k": key,
-            "a": attempt,
-            "st": state,
-            "res": result,
-            "err": error,
-            "nt": note,
-        }
+        params = self._finish_params(key, attempt, state, result, error, note)
         if self.dialect == "postgresql":
-            params["lock_id"] = _pg.lock_id(self._schema, key)
             if conn.execute(self._finish_sql, params).first() is not None:
                 return True
         elif conn.execute(self._finish_sql, params).rowcount == 1:
@@ -357,6 +394,11 @@ class Store:
         return False
 
     @cached_property
+    def _autocommit(self) -> Engine:
+        # The same pool; each statement commits on its own, so no BEGIN and COMMIT round trips.
+        return self.engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    @cached_property
     def _schema(self) -> str | None:
         translate = self.engine.get_execution_options().get("schema_translate_map") or {}
         schema: str | None = translate.get(None)
@@ -370,7 +412,8 @@ class Store:
             .where(
                 effects.c.key == bindparam("k"),
                 effects.c.attempt == bindparam("a"),
-                effects.c.state.in_(OPEN_STATES),
+                # Not in_(): an expanding IN is re-rendered on every execution.
+                or_(*(effects.c.state == literal(s, effects.c.state.type) for s in OPEN_STATES)),
             )
             .values(
                 state=bindparam("st"),
@@ -402,7 +445,7 @@ class Store:
             lock = _pg.lock_id(self._schema, key)
             conn.execute(select(self._wake_waiters()), {"k": key, "lock_id": lock})
 
-    def _transient(self, exc: LedgerError) -> bool:
+    def transient(self, exc: LedgerError) -> bool:
         """A fault that may pass: the connection or the server went away, a lock was busy."""
         cause = exc.__cause__
         if isinstance(cause, PoolTimeout):
@@ -528,47 +571,6 @@ class Store:
                 if done.rowcount != 1:
                     lost.append(key)
         return lost
-
-    def prune(self, cutoff: float, batch: int) -> tuple[int, int]:
-        """Retention: tombstone succeeded actions and delete failed ones not touched since
-        ``cutoff`` (database clock); returns (pruned, deleted). Open actions are never touched.
-
-        Closes: a long lock, and a failed action deleted under the worker that just took it as
-        a new attempt. The table is walked once in ``seq`` order, ``batch`` rows per short
-        transaction (no batch scans past the rows an earlier one handled), and each write
-        re-checks state and age on the row it changes.
-        """
-        old = effects.c.updated_at < cutoff
-        finished = or_(
-            effects.c.state == "failed",
-            and_(effects.c.state == "succeeded", effects.c.pruned_at.is_(None)),
-        )
-        after, pruned, deleted = 0, 0, 0
-        while True:
-            with self.tx() as conn:
-                rows = conn.execute(
-                    select(effects.c.seq, effects.c.state)
-                    .where(effects.c.seq > after, old, finished)
-                    .order_by(effects.c.seq)
-                    .limit(batch)
-                ).all()
-                if not rows:
-                    return pruned, deleted
-                after = rows[-1].seq
-                done = [seq for seq, state in rows if state == "succeeded"]
-                gone = [seq for seq, state in rows if state == "failed"]
-                if done:
-                    pruned += conn.execute(
-                        update(effects)
-                        .where(effects.c.seq.in_(done), old, effects.c.state == "succeeded")
-                        .values(args="{}", result=None, evidence=None, pruned_at=self._now)
-                    ).rowcount
-                if gone:
-                    deleted += conn.execute(
-                        delete(effects).where(
-                            effects.c.seq.in_(gone), old, effects.c.state == "failed"
-                        )
-                    ).rowcount
 
     def now(self) -> float:
         with self.read() as conn:

@@ -101,3 +101,27 @@ approvals = Table(
 
 Index("c4a_approvals_key", approvals.c.key, approvals.c.for_attempt)
 Index("c4a_approvals_run", approvals.c.run_id, approvals.c.state)
+
+# How a run ended, when it ended by a run control (schema version 3): "escalated" with its
+# hand-off, or "undone" / "partly_undone" with the last undo report. A run still going has no row.
+runs = Table(
+    "c4a_runs",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("status", String(32), nullable=False),  # escalated | undone | partly_undone
+    Column("reason", Text),
+    Column("details", Text),  # JSON: the escalation's what_remains/blocking_fact, or undo report
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+# A run's budget counters (schema version 3): "tool_calls", "tool:<name>", and "started_at" (the
+# database time its budget first counted a call, for the deadline). In the ledger, so that a
+# crash and resume, or a second worker, continues the count instead of starting it again.
+run_counters = Table(
+    "c4a_run_counters",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("value", Float, nullable=False),
+)

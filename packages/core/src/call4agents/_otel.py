@@ -1,0 +1,265 @@
+"""OpenTelemetry spans and metrics for every recorded action (imported only when it is installed).
+
+One span per action, ``execute_tool {tool}``, a child of whatever span is current: under a
+framework's own tool span when it has one. Attributes follow the GenAI conventions plus ours
+(see ``_semconv``); arguments and results only with ``record_args=True``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from opentelemetry import context, metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from sqlalchemy.exc import SQLAlchemyError
+
+from . import _semconv as sc
+from .errors import LedgerError
+from .ledger import idempotency_key
+from .observe import AInner, Inner, Layer, Outcome, Watch, approval_of, external_id, outcome_of
+
+if TYPE_CHECKING:
+    from .effect import Action
+    from .ledger import Ledger
+    from .stats import OpenFigures
+
+T = TypeVar("T")
+
+# Outcomes that are a pause or an answer rather than a failure of the operation.
+_NOT_ERRORS = frozenset({"ok", "deduped", "approval_required"})
+
+
+class OtelLayer(Layer):
+    """Spans and metrics around each action; built by ``observe.configure``."""
+
+    def __init__(self, record_args: bool, tracer_provider: Any, meter_provider: Any) -> None:
+        from . import __version__
+
+        self.record_args = record_args
+        self.providers = (tracer_provider, meter_provider)
+        self.tracer = trace.get_tracer(sc.INSTRUMENTATION_SCOPE, __version__, tracer_provider)
+        meter = metrics.get_meter(sc.INSTRUMENTATION_SCOPE, __version__, meter_provider)
+        self.actions = meter.create_counter(
+            sc.METRIC_ACTIONS, unit="{action}", description="Actions by tool and outcome"
+        )
+        self.irreversible = meter.create_counter(
+            sc.METRIC_IRREVERSIBLE,
+            unit="{execution}",
+            description="Executions of tools declared irreversible",
+        )
+        self.duration = meter.create_histogram(
+            sc.METRIC_DURATION, unit="s", description="Time of one action, ledger work included"
+        )
+        # Ledgers actions ran against, read by the gauges; weak so a closed ledger can go.
+        self.ledgers: weakref.WeakSet[Ledger] = weakref.WeakSet()
+        meter.create_observable_gauge(
+            sc.METRIC_IN_DOUBT_OPEN,
+            [self._in_doubt],
+            unit="{action}",
+            description="Actions in doubt now, waiting for a person or a reconciler",
+        )
+        meter.create_observable_gauge(
+            sc.METRIC_APPROVALS_WAITING,
+            [self._approvals_waiting],
+            unit="{ticket}",
+            description="Approval tickets waiting for a person",
+        )
+        meter.create_observable_gauge(
+            sc.METRIC_APPROVALS_OLDEST_AGE,
+            [self._approvals_age],
+            unit="s",
+            description="Age of the oldest approval ticket still waiting",
+        )
+
+    # -- spans -------------------------------------------------------------------------------
+
+    def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
+        self.ledgers.add(action.ledger)
+        watch = Watch()
+        span, token = self._start(action)
+        started = time.perf_counter()
+        try:
+            result = inner(action, watch.wrap(call))
+        except BaseException as exc:
+            _leave(token)
+            outcome = outcome_of(action, watch, exc)
+            approval = _approval(action, outcome, exc)
+            self._finish(span, action, watch, outcome, approval, started, exc=exc)
+            raise
+        _leave(token)
+        outcome = outcome_of(action, watch, None)
+        approval = _approval(action, outcome, None)
+        self._finish(span, action, watch, outcome, approval, started, result=result)
+        return result
+
+    async def aperform(
+        self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
+    ) -> T:
+        self.ledgers.add(action.ledger)
+        watch = Watch()
+        span, token = self._start(action)
+        started = time.perf_counter()
+        try:
+            result = await inner(action, watch.awrap(call))
+        except BaseException as exc:
+            _leave(token)
+            outcome = outcome_of(action, watch, exc)
+            approval = await _aapproval(action, outcome, exc)
+            self._finish(span, action, watch, outcome, approval, started, exc=exc)
+            raise
+        _leave(token)
+        outcome = outcome_of(action, watch, None)
+        approval = await _aapproval(action, outcome, None)
+        self._finish(span, action, watch, outcome, approval, started, result=result)
+        return result
+
+    def _start(self, action: Action) -> tuple[Span, object | None]:
+        """Start the span, a child of the current one; make it current only if it records.
+
+        A span that records nothing (no SDK installed, or sampled out) is not made current:
+        spans the tool makes then parent to the same place it would have, and the context
+        switch, most of the cost of a no-op span, is skipped.
+        """
+        attributes: dict[str, Any] = {
+            sc.GEN_AI_OPERATION_NAME: sc.OPERATION_EXECUTE_TOOL,
+            sc.GEN_AI_TOOL_NAME: action.tool,
+            sc.GEN_AI_TOOL_TYPE: "function",
+            sc.RUN_ID: action.run_id,
+            sc.SIDE_EFFECT: action.options.kind,
+            sc.ACTION_KEY: action.key,
+            sc.IDEMPOTENCY_KEY: idempotency_key(action.key),
+        }
+        if action.call_id:
+            attributes[sc.GEN_AI_TOOL_CALL_ID] = action.call_id
+        if self.record_args:
+            attributes[sc.GEN_AI_TOOL_CALL_ARGUMENTS] = action.args_display
+        span = self.tracer.start_span(
+            sc.span_name(action.tool), kind=SpanKind.INTERNAL, attributes=attributes
+        )
+        if not span.is_recording():
+            return span, None
+        return span, context.attach(trace.set_span_in_context(span))
+
+    def _finish(
+        self,
+        span: Span,
+        action: Action,
+        watch: Watch,
+        outcome: Outcome,
+        approval: tuple[str, str],
+        started: float,
+        *,
+        result: Any = None,
+        exc: BaseException | None = None,
+    ) -> None:
+        elapsed = time.perf_counter() - started
+        tool = {sc.GEN_AI_TOOL_NAME: action.tool, sc.OUTCOME: outcome}
+        self.actions.add(1, {**tool, sc.SIDE_EFFECT: action.options.kind})
+        self.duration.record(elapsed, tool)
+        if watch.executed and action.options.kind == "irreversible":
+            self.irreversible.add(1, {sc.GEN_AI_TOOL_NAME: action.tool})
+        if not span.is_recording():
+            span.end()
+            return
+        # Exceptions are described by attributes only: the usual exception event would copy
+        # the message, which may quote arguments, onto the span.
+        span.set_attributes(_attributes(action, watch, outcome, approval, result, exc))
+        if self.record_args and exc is None and outcome in ("ok", "deduped"):
+            span.set_attribute(sc.GEN_AI_TOOL_CALL_RESULT, _result_text(action, result))
+        if exc is not None and outcome not in _NOT_ERRORS:
+            span.set_status(Status(StatusCode.ERROR, outcome))
+        span.end()
+
+    # -- gauges reading the ledgers --------------------------------------------------------
+
+    def _in_doubt(self, options: CallbackOptions) -> Iterable[Observation]:
+        for url, figures in self._figures():
+            yield Observation(figures.in_doubt, {sc.LEDGER: url})
+
+    def _approvals_waiting(self, options: CallbackOptions) -> Iterable[Observation]:
+        for url, figures in self._figures():
+            yield Observation(figures.approvals_waiting, {sc.LEDGER: url})
+
+    def _approvals_age(self, options: CallbackOptions) -> Iterable[Observation]:
+        for url, figures in self._figures():
+            yield Observation(figures.approvals_oldest_age or 0.0, {sc.LEDGER: url})
+
+    def _figures(self) -> Iterator[tuple[str, OpenFigures]]:
+        from .stats import open_figures
+
+        for ledger in list(self.ledgers):
+            try:
+                yield ledger.url, open_figures(ledger)
+            except (LedgerError, SQLAlchemyError):
+                continue  # a ledger that cannot be read now reports nothing, not a wrong zero
+
+
+def _leave(token: object | None) -> None:
+    if token is not None:
+        context.detach(token)  # type: ignore[arg-type]
+
+
+def _attributes(
+    action: Action,
+    watch: Watch,
+    outcome: Outcome,
+    approval: tuple[str, str],
+    result: Any,
+    exc: BaseException | None,
+) -> dict[str, Any]:
+    found: dict[str, Any] = {sc.OUTCOME: outcome}
+    attempt = watch.attempt if watch.attempt is not None else getattr(exc, "attempt", None)
+    if isinstance(attempt, int):
+        found[sc.ATTEMPT] = attempt
+    if watch.tool_seconds is not None:
+        found[sc.TOOL_DURATION] = watch.tool_seconds
+    if exc is None and (ext := external_id(result)) is not None:
+        found[sc.EXTERNAL_ID] = ext
+    if exc is not None:
+        found[sc.ERROR_TYPE] = type(exc).__qualname__
+    ticket, decided_by = approval
+    if ticket:
+        found[sc.APPROVAL_TICKET] = ticket
+    if decided_by:
+        found[sc.APPROVAL_DECIDED_BY] = decided_by
+    return found
+
+
+def _result_text(action: Action, result: Any) -> str:
+    from .codec import ResultEncodingError, encode_result
+
+    try:
+        return encode_result(result, max_bytes=action.ledger.max_result_bytes)
+    except ResultEncodingError:
+        return repr(result)[:2000]
+
+
+def _approval(action: Action, outcome: Outcome, exc: BaseException | None) -> tuple[str, str]:
+    if not _asks_ledger(action, outcome, exc):
+        return "", ""
+    try:
+        return approval_of(action, outcome, exc)
+    except Exception:  # noqa: BLE001 - telemetry must never turn an outcome into another error
+        return "", ""
+
+
+async def _aapproval(
+    action: Action, outcome: Outcome, exc: BaseException | None
+) -> tuple[str, str]:
+    if not _asks_ledger(action, outcome, exc):
+        return "", ""
+    try:
+        return await asyncio.to_thread(approval_of, action, outcome, exc)
+    except Exception:  # noqa: BLE001 - as in _approval
+        return "", ""
+
+
+def _asks_ledger(action: Action, outcome: Outcome, exc: BaseException | None) -> bool:
+    if outcome == "approval_required":
+        return True
+    return outcome == "denied" or (outcome == "ok" and action.needs_approval)

@@ -1,0 +1,314 @@
+"""Watching every recorded action: the hook OpenTelemetry and replay plug into.
+
+``effect.perform`` and ``effect.aperform`` read :data:`hook` once per call. While nothing is
+installed it is None, so the cost is one global read. A layer wraps the whole action (cache hit,
+claim, tool, record), which is what lets a span cover the tool and nest the tool's own spans.
+
+OpenTelemetry is on by default when ``opentelemetry`` is importable: like any library
+instrumented with the OpenTelemetry API, it does nothing until the application installs an SDK.
+Turn it off with ``c4a.init(otel=False)`` or ``CALL4AGENTS_OTEL=0``; ``otel=True`` insists.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from .context import _effect
+from .errors import (
+    ApprovalDenied,
+    ApprovalRequired,
+    ConfigurationError,
+    EffectInDoubt,
+    EffectInProgress,
+    ResultNotStored,
+    ResultPruned,
+)
+
+if TYPE_CHECKING:
+    from .effect import Action
+
+T = TypeVar("T")
+
+Outcome = Literal[
+    "ok",
+    "error",
+    "deduped",
+    "denied",
+    "in_doubt",
+    "in_progress",
+    "timeout",
+    "approval_required",
+]
+OUTCOMES: tuple[Outcome, ...] = (
+    "ok",
+    "error",
+    "deduped",
+    "denied",
+    "in_doubt",
+    "in_progress",
+    "timeout",
+    "approval_required",
+)
+
+Inner = Callable[["Action", Callable[[], T]], T]
+AInner = Callable[["Action", Callable[[], Awaitable[T]]], Awaitable[T]]
+
+
+class Layer:
+    """One thing wrapped around every recorded action. The base class passes straight through."""
+
+    def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
+        return inner(action, call)
+
+    async def aperform(
+        self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
+    ) -> T:
+        return await inner(action, call)
+
+
+class _Chain(Layer):
+    """Several layers, the first outermost (telemetry sees what replay served)."""
+
+    def __init__(self, layers: list[Layer]) -> None:
+        self.layers = layers
+
+    def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
+        for layer in reversed(self.layers[1:]):
+            inner = _bind(layer, inner)
+        return self.layers[0].perform(action, call, inner)
+
+    async def aperform(
+        self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
+    ) -> T:
+        for layer in reversed(self.layers[1:]):
+            inner = _abind(layer, inner)
+        return await self.layers[0].aperform(action, call, inner)
+
+
+def _bind(layer: Layer, inner: Inner[T]) -> Inner[T]:
+    return lambda action, call: layer.perform(action, call, inner)
+
+
+def _abind(layer: Layer, inner: AInner[T]) -> AInner[T]:
+    return lambda action, call: layer.aperform(action, call, inner)
+
+
+# The hook effect.py reads; rebuilt whenever a layer comes or goes.
+hook: Layer | None = None
+_layers: dict[str, Layer] = {}
+_ORDER = ("otel", "replay")
+_lock = threading.Lock()
+_lazy_lock = threading.Lock()
+
+
+def install(name: str, layer: Layer | None) -> None:
+    """Put (or with None, remove) the layer called ``name``: "otel" or "replay"."""
+    global hook
+    with _lock:
+        if layer is None:
+            _layers.pop(name, None)
+        else:
+            _layers[name] = layer
+        found = [_layers[n] for n in _ORDER if n in _layers]
+        hook = None if not found else found[0] if len(found) == 1 else _Chain(found)
+
+
+def installed(name: str) -> Layer | None:
+    return _layers.get(name)
+
+
+# -- what one action did ----------------------------------------------------------------------
+
+
+@dataclass
+class Watch:
+    """Filled in while one action runs: did the tool run, which attempt, for how long."""
+
+    executed: bool = False
+    returned: bool = False
+    attempt: int | None = None
+    tool_seconds: float | None = None
+
+    def wrap(self, call: Callable[[], T]) -> Callable[[], T]:
+        def run() -> T:
+            self._enter()
+            started = time.perf_counter()
+            try:
+                result = call()
+            finally:
+                self.tool_seconds = time.perf_counter() - started
+            self.returned = True
+            return result
+
+        return run
+
+    def awrap(self, call: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        async def run() -> T:
+            self._enter()
+            started = time.perf_counter()
+            try:
+                result = await call()
+            finally:
+                self.tool_seconds = time.perf_counter() - started
+            self.returned = True
+            return result
+
+        return run
+
+    def _enter(self) -> None:
+        # The engine sets the effect context just before it calls the tool.
+        self.executed = True
+        ctx = _effect.get()
+        self.attempt = ctx.attempt if ctx is not None else None
+
+
+def outcome_of(action: Action, watch: Watch, exc: BaseException | None) -> Outcome:
+    """Name what happened to one action; see OUTCOMES."""
+    if exc is None:
+        return "ok" if watch.executed else "deduped"
+    if watch.executed and not watch.returned:  # the tool itself raised
+        from .effect import is_in_doubt_error
+
+        if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError since 3.11
+            return "timeout"
+        return "in_doubt" if is_in_doubt_error(exc, action.options) else "error"
+    return _engine_outcome(watch, exc)
+
+
+def _engine_outcome(watch: Watch, exc: BaseException) -> Outcome:
+    if isinstance(exc, EffectInDoubt):
+        return "in_doubt"
+    if isinstance(exc, EffectInProgress):
+        return "in_progress"
+    if isinstance(exc, ApprovalRequired):
+        return "approval_required"
+    if isinstance(exc, ApprovalDenied):
+        return "denied"
+    if isinstance(exc, (ResultNotStored, ResultPruned)):
+        # The action is recorded as done: it ran now, or a repeat met the record.
+        return "ok" if watch.returned else "deduped"
+    return "error"
+
+
+def external_id(result: Any) -> str | None:
+    """The id a provider gave what the tool made: a mapping result's ``id``, else ``external_id``.
+
+    Only a str or int value counts (the same fields ``runs.external_ids`` reports first).
+    """
+    if isinstance(result, Mapping):
+        for name in ("id", "external_id"):
+            found = result.get(name)
+            if isinstance(found, (str, int)) and not isinstance(found, bool):
+                return str(found)
+    return None
+
+
+def approval_of(action: Action, outcome: Outcome, exc: BaseException | None) -> tuple[str, str]:
+    """(ticket, decided_by) of the approval behind this outcome; empty strings when none.
+
+    Reads the ledger, so it is only called for actions that went through an approval.
+    """
+    if isinstance(exc, ApprovalRequired):
+        return str(getattr(exc.request, "ticket", "")), ""
+    wanted = {"ok": "spent", "denied": "denied"}.get(outcome)
+    if wanted is None or not (action.needs_approval or outcome == "denied"):
+        return "", ""
+    found = action.ledger.approvals(key=action.key, state=wanted)
+    if not found:
+        return "", ""
+    last = found[-1]
+    return last.ticket, last.decided_by or ""
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+def otel_available() -> bool:
+    """Whether the OpenTelemetry API can be imported (looked up once per process)."""
+    if _available is None:
+        _set_available()
+    return bool(_available)
+
+
+_available: bool | None = None
+
+
+def _set_available() -> None:
+    global _available
+    try:
+        _available = importlib.util.find_spec("opentelemetry") is not None
+    except (ImportError, ValueError):
+        _available = False
+
+
+def configure(
+    otel: bool | None = None,
+    *,
+    record_args: bool = False,
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
+) -> None:
+    """Turn OpenTelemetry on (True), off (False) or back to automatic (None).
+
+    ``record_args=True`` puts arguments and results on spans (they may hold personal data).
+    Providers default to the global ones, so spans go wherever the application sends them.
+    """
+    if otel is False:
+        install("otel", None)
+        return
+    if not otel_available():
+        if otel:
+            raise ConfigurationError(
+                "otel=True needs OpenTelemetry, which is not installed: "
+                'pip install "call4agents[otel]"'
+            )
+        install("otel", None)
+        return
+    if otel is None and os.environ.get("CALL4AGENTS_OTEL") == "0" and record_args is False:
+        install("otel", None)
+        return
+    from ._otel import OtelLayer
+
+    current = installed("otel")
+    if isinstance(current, OtelLayer) and current.providers == (tracer_provider, meter_provider):
+        # The same providers: keep the instruments (a second set would double every gauge).
+        current.record_args = record_args
+        return
+    install("otel", OtelLayer(record_args, tracer_provider, meter_provider))
+
+
+class _Lazy(Layer):
+    """The automatic default: imports OpenTelemetry at the first action, not at import time."""
+
+    def _real(self) -> Layer | None:
+        with _lazy_lock:  # two first actions at once must not build two sets of instruments
+            if installed("otel") is self:
+                try:
+                    configure(None)
+                except ImportError:  # found but broken: stay out of the way
+                    install("otel", None)
+        return installed("otel")
+
+    def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
+        real = self._real()
+        return real.perform(action, call, inner) if real else inner(action, call)
+
+    async def aperform(
+        self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
+    ) -> T:
+        real = self._real()
+        return await (real.aperform(action, call, inner) if real else inner(action, call))
+
+
+def _auto() -> None:
+    if os.environ.get("CALL4AGENTS_OTEL") != "0" and otel_available():
+        install("otel", _Lazy())
+
+
+_auto()

@@ -1,0 +1,488 @@
+"""How a run ended when a run control ended it: escalated to a person, undone, partly undone.
+
+One row per such run in ``c4a_runs``. ``details`` is a JSON object with one section per control
+(``"escalation"``, ``"undo"``), so undoing an escalated run keeps the escalation's hand-off.
+
+Escalation is a legitimate ending, not a failure: ``c4a.escalate(...)`` records why the agent
+stopped and what is left, then raises :class:`Escalated` for the caller to catch and hand on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from sqlalchemy import Connection, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from .context import _effect, current_run
+from .errors import Call4AgentsError, ConfigurationError
+from .store import Gate, now_sql
+from .tables import run_counters, runs
+
+if TYPE_CHECKING:
+    from .effect import Action
+    from .ledger import EffectRecord, Ledger
+
+ESCALATED = "escalated"
+UNDONE = "undone"
+PARTLY_UNDONE = "partly_undone"
+_ID_FIELDS = ("id", "external_id")
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A run's ending as recorded by a run control (``ledger.run_status(run_id)``)."""
+
+    run_id: str
+    status: str
+    reason: str | None
+    details: dict[str, Any]
+    created_at: float
+    updated_at: float
+
+
+def record_status(
+    ledger: Ledger, run_id: str, status: str, reason: str | None, section: str, data: Any
+) -> None:
+    """Set the run's ending and one section of its details, keeping the other sections."""
+    with ledger.store.tx() as conn:
+        record_status_in(conn, ledger.store.dialect, run_id, status, reason, section, data)
+
+
+def record_status_in(
+    conn: Connection,
+    dialect: str,
+    run_id: str,
+    status: str,
+    reason: str | None,
+    section: str,
+    data: Any,
+) -> None:
+    """``record_status`` inside a transaction the caller holds (the claim's, for budgets)."""
+    now = now_sql(dialect)
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    # Make sure the row exists, then update it under the row lock: two controls at once
+    # (an undo while escalating) each keep the other's section.
+    conn.execute(
+        insert(runs)
+        .values(
+            run_id=run_id,
+            status=status,
+            reason=reason,
+            details="{}",
+            created_at=now,
+            updated_at=now,
+        )
+        .on_conflict_do_nothing(index_elements=["run_id"])
+    )
+    stmt = select(runs.c.details).where(runs.c.run_id == run_id)
+    if dialect == "postgresql":
+        stmt = stmt.with_for_update()
+    details = json.loads(conn.execute(stmt).scalar_one() or "{}")
+    details[section] = data
+    conn.execute(
+        update(runs)
+        .where(runs.c.run_id == run_id)
+        .values(
+            status=status,
+            reason=reason,
+            details=json.dumps(details, default=str),
+            updated_at=now,
+        )
+    )
+
+
+def run_status(ledger: Ledger, run_id: str) -> RunStatus | None:
+    with ledger.store.read() as conn:
+        row = conn.execute(select(runs).where(runs.c.run_id == run_id)).mappings().first()
+    if row is None:
+        return None
+    return RunStatus(
+        run_id=row["run_id"],
+        status=row["status"],
+        reason=row["reason"],
+        details=json.loads(row["details"] or "{}"),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+# -- escalation -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What the person taking over a run needs, so nothing is fired twice.
+
+    ``done`` lists each succeeded action with its result and any external ids found in it (the
+    ``id``/``*_id`` fields of a dict result); ``in_doubt`` the actions that may or may not have
+    happened (also ones still running); ``failed`` the ones that did not act.
+    """
+
+    run_id: str
+    reason: str
+    blocking_fact: str | None
+    what_remains: list[str]
+    done: list[dict[str, Any]] = field(default_factory=list)
+    in_doubt: list[dict[str, Any]] = field(default_factory=list)
+    failed: list[dict[str, Any]] = field(default_factory=list)
+    escalated_at: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": ESCALATED,
+            "reason": self.reason,
+            "blocking_fact": self.blocking_fact,
+            "what_remains": self.what_remains,
+            "done": self.done,
+            "in_doubt": self.in_doubt,
+            "failed": self.failed,
+            "escalated_at": self.escalated_at,
+        }
+
+    def text(self) -> str:
+        """The hand-off as a person reads it (``call4agents show RUN`` prints this)."""
+        lines = [f"Run {self.run_id} was escalated: {self.reason}"]
+        if self.blocking_fact:
+            lines.append(f"Blocking fact: {self.blocking_fact}")
+        lines.append("Done (do not do these again):" if self.done else "Done: nothing")
+        for item in self.done:
+            ids = ", ".join(f"{k}={v}" for k, v in item["external_ids"].items())
+            result = json.dumps(item["result"], default=str, ensure_ascii=False)
+            lines.append(f"  - {item['tool']} {_args(item)} -> {_cut(result)}")
+            if ids:
+                lines.append(f"    external ids: {ids}")
+        if self.in_doubt:
+            lines.append("In doubt (check before doing them again):")
+            lines.extend(f"  - {i['tool']} {_args(i)}: {i['why']}" for i in self.in_doubt)
+        if self.failed:
+            lines.append("Failed (they did not act):")
+            lines.extend(f"  - {i['tool']} {_args(i)}: {i['why']}" for i in self.failed)
+        lines.append("What remains:" if self.what_remains else "What remains: nothing stated")
+        lines.extend(f"  - {step}" for step in self.what_remains)
+        return "\n".join(lines)
+
+
+def _args(item: Mapping[str, Any]) -> str:
+    return _cut(json.dumps(item["args"], separators=(",", ":"), default=str), 80)
+
+
+def _cut(text: str, width: int = 100) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+class Escalated(Exception):  # a signal named for what happened, not an error
+    """The run ended by handing over to a person (``c4a.escalate``): a legitimate ending.
+
+    Catch it around the run: ``exc.handoff`` (a :class:`Handoff`, ``.as_dict()`` for a ticketing
+    system) says what was done, what is in doubt, what remains and what blocks. It is not a
+    ``Call4AgentsError``, so integrations let it end the agent's run instead of showing it to the
+    model as a tool error; raised inside a tool, that tool's action is recorded as failed.
+    """
+
+    def __init__(self, handoff: Handoff) -> None:
+        self.handoff = handoff
+        self.run_id = handoff.run_id
+        super().__init__(
+            f"run {handoff.run_id!r} was escalated to a person: {handoff.reason}. "
+            f"`call4agents show {handoff.run_id}` has the hand-off."
+        )
+
+
+def escalate(
+    reason: str,
+    *,
+    what_remains: str | Iterable[str] = (),
+    blocking_fact: str | None = None,
+    run_id: str | None = None,
+    ledger: Ledger | None = None,
+) -> NoReturn:
+    """End the current run as ``escalated``: record the hand-off, then raise :class:`Escalated`.
+
+    Call it inside ``c4a.run(...)`` (or an integration's run), from agent code or from a tool.
+    Raised inside a tool, the tool's own action is recorded as failed (it did not act).
+    """
+    from .effect import default_ledger
+
+    if not reason or not reason.strip():
+        raise ConfigurationError("escalate needs a reason: why a person must take over")
+    run = current_run()
+    run_id = run_id or (run.run_id if run else None)
+    if run_id is None:
+        raise ConfigurationError(
+            'c4a.escalate() needs a run: call it inside `with c4a.run("<id>")` or pass run_id='
+        )
+    ledger = ledger or (run.ledger if run and run.run_id == run_id else None) or default_ledger()
+    remains = [what_remains] if isinstance(what_remains, str) else list(what_remains)
+    record_status(
+        ledger,
+        run_id,
+        ESCALATED,
+        reason,
+        "escalation",
+        {"reason": reason, "blocking_fact": blocking_fact, "what_remains": remains},
+    )
+    # Escalating from inside a tool: that tool hands over instead of acting, and the engine
+    # records it as failed once Escalated leaves it, so list it as such already.
+    inside = _effect.get()
+    found = handoff(ledger, run_id, escalating=inside.key if inside else None)
+    assert found is not None  # just recorded
+    raise Escalated(found)
+
+
+def handoff(ledger: Ledger, run_id: str, *, escalating: str | None = None) -> Handoff | None:
+    """The hand-off of an escalated run, with its actions as they stand now; None otherwise."""
+    status = run_status(ledger, run_id)
+    if status is None or "escalation" not in status.details:
+        return None
+    given = status.details["escalation"]
+    ledger.sweep()  # a dead worker's action is in doubt, not "running"
+    done, doubt, failed = _sort_actions(ledger.effects(run_id), escalating, given["reason"])
+    return Handoff(
+        run_id=run_id,
+        reason=given["reason"],
+        blocking_fact=given.get("blocking_fact"),
+        what_remains=list(given.get("what_remains") or []),
+        done=done,
+        in_doubt=doubt,
+        failed=failed,
+        escalated_at=status.created_at,
+    )
+
+
+def _sort_actions(
+    records: Sequence[EffectRecord], escalating: str | None, reason: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    done, doubt, failed = [], [], []
+    for r in records:
+        base = {"tool": r.tool, "args": r.args, "key": r.key, "attempt": r.attempt}
+        if r.key == escalating and r.state == "started":
+            failed.append({**base, "why": f"Escalated: {reason} (it did not act)"})
+        elif r.state == "succeeded":
+            result = r.result if r.pruned_at is None else None
+            done.append({**base, "result": result, "external_ids": external_ids(result)})
+        elif r.state in ("in_doubt", "started"):
+            why = r.error or r.note or ("still running" if r.state == "started" else "")
+            doubt.append({**base, "state": r.state, "why": why})
+        else:
+            failed.append({**base, "why": r.error or r.note or ""})
+    return done, doubt, failed
+
+
+def external_ids(result: Any) -> dict[str, Any]:
+    """Ids a tool reported in its result: ``id``, ``external_id`` and ``*_id`` fields of a dict."""
+    if not isinstance(result, Mapping):
+        return {}
+    return {
+        str(k): v
+        for k, v in result.items()
+        if isinstance(k, str)
+        and (k in _ID_FIELDS or k.endswith("_id"))
+        and isinstance(v, (str, int))
+    }
+
+
+# -- budgets ----------------------------------------------------------------------------------
+
+STEP_LIMIT = "step_limit"
+DEADLINE = "deadline"
+_CALLS = "tool_calls"
+_STARTED = "started_at"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits on a run, counted in the ledger: a resume or a second worker continues the count.
+
+    Args:
+        max_tool_calls: tool executions the run may start in all (a repeat served from the
+            ledger is not an execution and costs nothing).
+        max_calls_per_tool: executions each tool may start.
+        deadline: seconds (or a timedelta) the run may keep acting after its first counted call.
+        soft: the share of any limit at which ``c4a.budget_usage().soft_reached`` turns true,
+            so the agent can be told to wrap up before the hard cut.
+    """
+
+    max_tool_calls: int | None = None
+    max_calls_per_tool: int | None = None
+    deadline: float | timedelta | None = None
+    soft: float = 0.8
+
+    def __post_init__(self) -> None:
+        for name in ("max_tool_calls", "max_calls_per_tool"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigurationError(f"Budget({name}=...) must be at least 1")
+        if isinstance(self.deadline, timedelta):
+            object.__setattr__(self, "deadline", self.deadline.total_seconds())
+        if self.deadline is not None and float(self.deadline) <= 0:  # type: ignore[arg-type]
+            raise ConfigurationError("Budget(deadline=...) must be a positive number of seconds")
+        if not 0 < self.soft <= 1:
+            raise ConfigurationError("Budget(soft=...) is a share of the limit, in (0, 1]")
+
+    @property
+    def deadline_seconds(self) -> float | None:
+        d = self.deadline
+        return d.total_seconds() if isinstance(d, timedelta) else d
+
+
+class BudgetExceeded(Call4AgentsError):
+    """The run hit a limit of its :class:`Budget`; the call was not run.
+
+    ``reason`` is ``"step_limit"`` (tool calls, in all or per tool) or ``"deadline"``; it is also
+    recorded as the run's ending (``ledger.run_status(run_id)``, ``call4agents show RUN``).
+    """
+
+    def __init__(self, *, run_id: str, tool: str, reason: str, detail: str) -> None:
+        self.run_id = run_id
+        self.tool = tool
+        self.reason = reason
+        self.detail = detail
+        super().__init__(
+            f"{tool} was not run: run {run_id!r} hit its {reason.replace('_', ' ')} ({detail}). "
+            "Wrap up the run, or start it again with a larger budget."
+        )
+
+
+@dataclass(frozen=True)
+class BudgetUsage:
+    """How much of its budget a run has spent (``c4a.budget_usage()``)."""
+
+    run_id: str
+    tool_calls: int
+    per_tool: dict[str, int]
+    elapsed: float | None  # seconds since the first counted call, by the database clock
+    budget: Budget
+
+    def shares(self) -> list[float]:
+        b, found = self.budget, []
+        if b.max_tool_calls:
+            found.append(self.tool_calls / b.max_tool_calls)
+        if b.max_calls_per_tool and self.per_tool:
+            found.append(max(self.per_tool.values()) / b.max_calls_per_tool)
+        if b.deadline_seconds is not None and self.elapsed is not None:
+            found.append(self.elapsed / b.deadline_seconds)
+        return found
+
+    @property
+    def soft_reached(self) -> bool:
+        """At or past the soft threshold of some limit: time to tell the agent to wrap up."""
+        return any(share >= self.budget.soft for share in self.shares())
+
+
+def _counters(conn: Connection, run_id: str) -> dict[str, float]:
+    rows = conn.execute(
+        select(run_counters.c.name, run_counters.c.value).where(run_counters.c.run_id == run_id)
+    ).all()
+    return {name: float(value) for name, value in rows}
+
+
+def budget_usage(run_id: str | None = None, *, ledger: Ledger | None = None) -> BudgetUsage:
+    """The current run's budget and what it spent; for the agent's "wrap up soon" prompt."""
+    from .effect import default_ledger
+
+    run = current_run()
+    if run is None or run.budget is None:
+        raise ConfigurationError("budget_usage() needs a run with a budget: c4a.run(id, budget=)")
+    counted = run_id or run.budget_run or run.run_id
+    ledger = ledger or run.ledger or default_ledger()
+    with ledger.store.read() as conn:
+        values = _counters(conn, counted)
+        now = float(conn.execute(select(now_sql(ledger.store.dialect))).scalar_one())
+    return _usage(counted, values, now, run.budget)
+
+
+def _usage(run_id: str, values: dict[str, float], now: float, budget: Budget) -> BudgetUsage:
+    started = values.get(_STARTED)
+    return BudgetUsage(
+        run_id=run_id,
+        tool_calls=int(values.get(_CALLS, 0)),
+        per_tool={k[5:]: int(v) for k, v in values.items() if k.startswith("tool:")},
+        elapsed=None if started is None else now - started,
+        budget=budget,
+    )
+
+
+def budget_gate(action: Action, inner: Gate | None) -> Gate | None:
+    """The claim's gate with the run's budget in front: checked and counted in the claim's own
+    transaction, so two workers cannot both take the last call, and a crash cannot lose a count.
+    """
+    run = current_run()
+    if run is None or run.budget is None:
+        return inner
+    if run.run_id != action.run_id and run.budget_run != action.run_id:
+        return inner  # an action of another run, keyed explicitly: not this budget's
+    budget, counted = run.budget, run.budget_run or run.run_id
+    dialect = action.ledger.store.dialect
+
+    def gate(conn: Connection, attempt: int) -> Call4AgentsError | None:
+        over = _over_budget(conn, dialect, counted, action.tool, budget)
+        if over is not None:
+            # Recorded in the claim's transaction, which commits: the refusal is returned.
+            record_status_in(
+                conn,
+                dialect,
+                counted,
+                over.reason,
+                over.detail,
+                "budget",
+                {"reason": over.reason, "tool": action.tool, "detail": over.detail},
+            )
+            return over
+        refusal = inner(conn, attempt) if inner is not None else None
+        if refusal is None:
+            _count(conn, dialect, counted, action.tool)
+        return refusal
+
+    return gate
+
+
+def _over_budget(
+    conn: Connection, dialect: str, run_id: str, tool: str, budget: Budget
+) -> BudgetExceeded | None:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    now = now_sql(dialect)
+    # The first counted call starts the deadline clock; later ones only read it.
+    conn.execute(
+        insert(run_counters)
+        .values(run_id=run_id, name=_STARTED, value=now)
+        .on_conflict_do_nothing(index_elements=["run_id", "name"])
+    )
+    stmt = select(run_counters.c.name, run_counters.c.value).where(run_counters.c.run_id == run_id)
+    if dialect == "postgresql":
+        stmt = stmt.with_for_update()  # the counters are read and raised under one lock
+    values = {name: float(value) for name, value in conn.execute(stmt).all()}
+    elapsed = float(conn.execute(select(now)).scalar_one()) - values[_STARTED]
+    calls, per_tool = int(values.get(_CALLS, 0)), int(values.get(f"tool:{tool}", 0))
+
+    def refuse(reason: str, detail: str) -> BudgetExceeded:
+        return BudgetExceeded(run_id=run_id, tool=tool, reason=reason, detail=detail)
+
+    deadline = budget.deadline_seconds
+    if deadline is not None and elapsed >= deadline:
+        return refuse(DEADLINE, f"{deadline:g}s after its first call")
+    if budget.max_tool_calls is not None and calls >= budget.max_tool_calls:
+        return refuse(STEP_LIMIT, f"{budget.max_tool_calls} tool calls")
+    if budget.max_calls_per_tool is not None and per_tool >= budget.max_calls_per_tool:
+        return refuse(STEP_LIMIT, f"{budget.max_calls_per_tool} calls of {tool}")
+    return None
+
+
+def _count(conn: Connection, dialect: str, run_id: str, tool: str) -> None:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    for name in (_CALLS, f"tool:{tool}"):
+        conn.execute(
+            insert(run_counters)
+            .values(run_id=run_id, name=name, value=0.0)
+            .on_conflict_do_nothing(index_elements=["run_id", "name"])
+        )
+        conn.execute(
+            update(run_counters)
+            .where(run_counters.c.run_id == run_id, run_counters.c.name == name)
+            .values(value=run_counters.c.value + 1)
+        )

@@ -1,0 +1,179 @@
+"""Health figures read from the ledger tables, for ``call4agents stats`` and the OTel gauges.
+
+Read-only. Times come from the database's clock, like everything else in the ledger.
+
+What the ledger cannot tell: how often deduplication fired. A repeat served from the record
+writes nothing (most are answered from the in-process cache without a database round trip), so
+the dedup rate is only counted live, by the ``call4agents.actions`` metric with
+``outcome="deduped"``; ``stats`` reports ``dedup_rate`` as null and says why.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+
+from .store import now_sql
+from .tables import approvals, effects, runs
+
+if TYPE_CHECKING:
+    from .ledger import Ledger
+
+DEDUP_NOTE = (
+    "repeats served from the record are not written to the ledger; count them with the "
+    "call4agents.actions metric (outcome=deduped)"
+)
+# A run's state: the ending a run control recorded (escalated, undone, partly_undone), else
+# derived from its actions, the first that applies in this order.
+RUN_STATES = ("in_doubt", "running", "waiting_approval", "has_failures", "done")
+
+
+@dataclass(frozen=True)
+class OpenFigures:
+    """What is open right now, whatever its age."""
+
+    in_doubt: int
+    in_doubt_oldest_age: float | None
+    approvals_waiting: int
+    approvals_oldest_age: float | None
+
+
+@dataclass(frozen=True)
+class Stats:
+    since_seconds: float | None
+    actions: int
+    actions_by_state: dict[str, int]
+    retried_actions: int  # actions that needed more than one attempt
+    dedup_rate: float | None
+    dedup_note: str
+    in_doubt: int
+    in_doubt_oldest_age: float | None
+    approvals_waiting: int
+    approvals_oldest_age: float | None
+    irreversible_executions: int
+    irreversible_per_run: dict[str, int] = field(default_factory=dict)
+    runs_by_state: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def open_figures(ledger: Ledger) -> OpenFigures:
+    """In-doubt actions and approvals waiting now, with the age of the oldest of each."""
+    with ledger.store.read() as conn:
+        now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
+        doubt, doubt_since = conn.execute(
+            select(func.count(), func.min(effects.c.updated_at)).where(
+                effects.c.state == "in_doubt"
+            )
+        ).one()
+        waiting, asked = conn.execute(
+            select(func.count(), func.min(approvals.c.requested_at)).where(
+                approvals.c.state == "pending", approvals.c.expires_at > now
+            )
+        ).one()
+    return OpenFigures(
+        int(doubt),
+        None if doubt_since is None else max(0.0, now - float(doubt_since)),
+        int(waiting),
+        None if asked is None else max(0.0, now - float(asked)),
+    )
+
+
+def compute(ledger: Ledger, since: float | None = None) -> Stats:
+    """Figures for actions first attempted in the last ``since`` seconds (all time if None).
+
+    Open figures (in doubt, approvals waiting) count everything open, whatever its age.
+    """
+    ledger.sweep()  # a dead worker's action counts as in doubt, not running
+    now = ledger.store.now()
+    cond = [] if since is None else [effects.c.created_at >= now - since]
+    with ledger.store.read() as conn:
+        rows = conn.execute(
+            select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt).where(
+                *cond
+            )
+        ).all()
+        endings = {r.run_id: r.status for r in conn.execute(select(runs.c.run_id, runs.c.status))}
+        waiting_runs = set(
+            conn.execute(
+                select(approvals.c.run_id).where(
+                    approvals.c.state == "pending", approvals.c.expires_at > now
+                )
+            ).scalars()
+        )
+    opened = open_figures(ledger)
+    irreversible = Counter(
+        r.run_id for r in rows if r.kind == "irreversible" and r.state in ("succeeded", "in_doubt")
+    )
+    return Stats(
+        since_seconds=since,
+        actions=len(rows),
+        actions_by_state=dict(Counter(r.state for r in rows)),
+        retried_actions=sum(r.attempt > 1 for r in rows),
+        dedup_rate=None,
+        dedup_note=DEDUP_NOTE,
+        in_doubt=opened.in_doubt,
+        in_doubt_oldest_age=opened.in_doubt_oldest_age,
+        approvals_waiting=opened.approvals_waiting,
+        approvals_oldest_age=opened.approvals_oldest_age,
+        irreversible_executions=sum(irreversible.values()),
+        irreversible_per_run=dict(irreversible),
+        runs_by_state=_runs_by_state(rows, waiting_runs, endings),
+    )
+
+
+def _runs_by_state(
+    rows: Sequence[Any], waiting_runs: set[str], endings: dict[str, str]
+) -> dict[str, int]:
+    states: dict[str, set[str]] = {}
+    for r in rows:
+        states.setdefault(r.run_id, set()).add(r.state)
+    found: Counter[str] = Counter()
+    for run_id, seen in states.items():
+        found[endings.get(run_id) or _run_state(seen, run_id in waiting_runs)] += 1
+    return dict(sorted(found.items()))
+
+
+def _run_state(seen: set[str], waiting: bool) -> str:
+    if "in_doubt" in seen:
+        return "in_doubt"
+    if "started" in seen:
+        return "running"
+    if waiting:
+        return "waiting_approval"
+    return "has_failures" if "failed" in seen else "done"
+
+
+def render(stats: Stats) -> str:
+    """The figures as a few readable lines."""
+    window = "all time" if stats.since_seconds is None else f"last {_age(stats.since_seconds)}"
+    by_state = ", ".join(f"{n} {s}" for s, n in sorted(stats.actions_by_state.items())) or "none"
+    per_run = ", ".join(f"{run}: {n}" for run, n in sorted(stats.irreversible_per_run.items()))
+    runs = ", ".join(f"{n} {s}" for s, n in stats.runs_by_state.items()) or "none"
+    lines = [
+        f"Window: {window}",
+        f"Actions:                  {stats.actions} ({by_state}); {stats.retried_actions} retried",
+        f"Dedup rate:               n/a ({stats.dedup_note})",
+        f"In doubt (open):          {stats.in_doubt}{_oldest(stats.in_doubt_oldest_age)}",
+        f"Approvals waiting:        {stats.approvals_waiting}{_oldest(stats.approvals_oldest_age)}",
+        f"Irreversible executions:  {stats.irreversible_executions}"
+        + (f" ({per_run})" if per_run else ""),
+        f"Runs:                     {runs}",
+    ]
+    return "\n".join(lines)
+
+
+def _oldest(age: float | None) -> str:
+    return "" if age is None else f", oldest {_age(age)}"
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"

@@ -1,0 +1,73 @@
+"""In-memory OpenTelemetry providers installed as Call4Agents' observer for one test (fixtures)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from call4agents import observe
+
+
+@dataclass
+class Telemetry:
+    exporter: InMemorySpanExporter
+    reader: InMemoryMetricReader
+    tracer_provider: TracerProvider
+
+    def spans(self, prefix: str = "execute_tool") -> list[ReadableSpan]:
+        return [s for s in self.exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+    def ours(self) -> list[ReadableSpan]:
+        """Spans made by Call4Agents (not by a framework's own instrumentation)."""
+        return [
+            s
+            for s in self.exporter.get_finished_spans()
+            if s.instrumentation_scope is not None and s.instrumentation_scope.name == "call4agents"
+        ]
+
+    def points(self, name: str) -> list[Any]:
+        data = self.reader.get_metrics_data()
+        found = []
+        for resource in data.resource_metrics if data else []:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == name:
+                        found.extend(metric.data.data_points)
+        return found
+
+
+def install(record_args: bool = False) -> Iterator[Telemetry]:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    observe.configure(
+        True,
+        record_args=record_args,
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+    )
+    try:
+        yield Telemetry(exporter, reader, tracer_provider)
+    finally:
+        observe.configure(None)  # back to the automatic default for the rest of the suite
+        meter_provider.shutdown()
+
+
+@pytest.fixture
+def telemetry() -> Iterator[Telemetry]:
+    yield from install()
+
+
+@pytest.fixture
+def telemetry_with_args() -> Iterator[Telemetry]:
+    yield from install(record_args=True)
