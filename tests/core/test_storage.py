@@ -158,3 +158,19 @@ def test_tool_name_is_the_same_as_script_and_as_module(tmp_path: Path) -> None:
         )
         assert done.stdout.strip() == "mailer.send bob", done.stderr
     assert (tmp_path / "outbox").read_text() == "bob\n"
+
+
+def test_reads_run_beside_a_writer(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "ledger.db"
+    ledger = c4a.Ledger(f"sqlite:///{db}", busy_timeout=0.5)
+    writer = sqlite3.connect(db, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")  # another process in the middle of a write
+    try:
+        assert ledger.effects() == []  # WAL readers do not wait for the write lock
+        assert ledger.runs() == []
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+        ledger.close()

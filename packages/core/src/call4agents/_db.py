@@ -185,8 +185,10 @@ def sqlite_engine(
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         # Take the write lock up front: a deferred transaction that reads then writes can fail
-        # with SQLITE_BUSY without waiting, where an immediate one waits its turn.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # with SQLITE_BUSY without waiting, where an immediate one waits its turn. Pure reads
+        # stay deferred, so WAL lets them run beside a writer.
+        reading = conn.get_execution_options().get("c4a_read", False)
+        conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
 
     return engine
 

@@ -159,7 +159,7 @@ class Store:
     def read(self) -> Iterator[Connection]:
         """A connection for reads, database faults as LedgerError."""
         try:
-            with self.engine.connect() as conn:
+            with self.engine.connect().execution_options(c4a_read=True) as conn:
                 yield conn
         except (DBAPIError, PoolTimeout) as exc:
             raise LedgerError(f"the ledger database failed: {_short(exc)}") from exc
