@@ -1,0 +1,457 @@
+"""What one once-only action costs in call4agents, next to the bare storage floor under it.
+
+    uv run python benchmarks/bench_core.py [--quick] [--postgres URL] [--n N] [--scale]
+
+Every durability mode gets a fresh SQLite file (and, with PostgreSQL, a fresh schema that is
+dropped at the end). The bare-driver floor and the library run against the same file or server,
+interleaved in rounds so that disk and CPU drift touch every case alike. Times are
+``time.perf_counter_ns`` around each single action, after a warm-up.
+
+``floor`` does per action what the ledger's storage must do at least: two commits, one for the
+intent (the library's INSERT ... ON CONFLICT DO NOTHING RETURNING) and one for the result
+(UPDATE ... SET state='succeeded'), on a table built from the same DDL as ``c4a_effects``.
+``floor: PK select`` is one bare lookup by key, the least a repeat from the database can cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import platform
+import shlex
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import sqlalchemy
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.schema import CreateIndex, CreateTable
+
+import call4agents as c4a
+from call4agents.tables import effects
+
+T = TypeVar("T")
+Durability = Literal["power", "process"]
+Chunk = Callable[[range], list[int]]  # times one action per id, in ns
+
+RUN_ID = "bench-run"
+FLOOR = "floor (2 commits)"
+SELECT_FLOOR = "floor: PK select"
+FRESH, AFRESH = "fresh effect (sync)", "fresh effect (async)"
+CACHED, FROM_DB = "repeat (same process)", "repeat (new process view)"
+OWNER = "bench-host/0a1b2c3d/4242/123456"  # shaped like the library's lease owner
+SCALE_SIZES = (1_000, 100_000, 1_000_000)
+
+
+@c4a.effect(name="bench.send")
+def send(i: int, to: str = "bob@example.com") -> dict[str, Any]:
+    return {"ok": True, "id": i}
+
+
+@c4a.effect(name="bench.asend")
+async def asend(i: int, to: str = "bob@example.com") -> dict[str, Any]:
+    return {"ok": True, "id": i}
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Result:
+    """One line of the table: the per-action times of one case."""
+
+    backend: str
+    durability: str
+    case: str
+    samples_ns: Sequence[int] = field(repr=False)
+    floor: str | None = FLOOR  # the case this one is compared with; None for a floor itself
+
+    @property
+    def median_us(self) -> float:
+        return statistics.median(self.samples_ns) / 1000
+
+    @property
+    def p95_us(self) -> float:
+        ordered = sorted(self.samples_ns)
+        return ordered[int(0.95 * (len(ordered) - 1))] / 1000
+
+
+def ratio(result: Result, results: Sequence[Result]) -> float | None:
+    if result.floor is None:
+        return None
+    for other in results:
+        same = (other.backend, other.durability) == (result.backend, result.durability)
+        if same and other.case == result.floor:
+            return result.median_us / other.median_us
+    return None
+
+
+def print_table(results: Sequence[Result]) -> None:
+    head = f"{'backend':<10} {'durability':<10} {'case':<36} {'median µs':>10} {'p95 µs':>10}"
+    print(head + f" {'x floor':>8}")
+    print("-" * (len(head) + 9))
+    for r in results:
+        x = ratio(r, results)
+        shown = "-" if x is None else f"{x:.2f}"
+        print(
+            f"{r.backend:<10} {r.durability:<10} {r.case:<36} {r.median_us:>10.1f} "
+            f"{r.p95_us:>10.1f} {shown:>8}"
+        )
+
+
+# -- timing ---------------------------------------------------------------------------------------
+
+
+def timed(op: Callable[[T], object], items: Iterable[T]) -> list[int]:
+    samples = []
+    for item in items:
+        start = time.perf_counter_ns()
+        op(item)
+        samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+async def atimed(op: Callable[[T], Awaitable[object]], items: Iterable[T]) -> list[int]:
+    samples = []
+    for item in items:
+        start = time.perf_counter_ns()
+        await op(item)
+        samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+def interleave(
+    cases: dict[str, Chunk], ids: range, warm: int, rounds: int = 10
+) -> dict[str, list[int]]:
+    """Warm every case up on ids just below ``ids``, then time each case on a slice per round."""
+    for chunk in cases.values():
+        chunk(range(ids.start - warm, ids.start))
+    samples: dict[str, list[int]] = {name: [] for name in cases}
+    step = -(-len(ids) // rounds)
+    for start in range(ids.start, ids.stop, step):
+        for name, chunk in cases.items():
+            samples[name] += chunk(range(start, min(start + step, ids.stop)))
+    return samples
+
+
+# -- the bare floor ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sql:
+    """How one dialect spells what the floor needs."""
+
+    mark: str  # parameter placeholder
+    now: str  # the database clock in epoch seconds, as the library computes it
+    begin: str | None  # statement that opens a write transaction (None: the driver does)
+
+
+SQLITE_SQL = Sql("?", "((julianday('now') - 2440587.5) * 86400.0)", "BEGIN IMMEDIATE")
+PG_SQL = Sql("%s", "extract(epoch from clock_timestamp())::float8", None)
+
+
+def floor_ddl(dialect: sqlalchemy.Dialect) -> list[str]:
+    """The DDL of c4a_effects and its indexes, renamed to bench_floor."""
+    ddl = [CreateTable(effects), *(CreateIndex(ix) for ix in effects.indexes)]
+    return [str(d.compile(dialect=dialect)).replace("c4a_effects", "bench_floor") for d in ddl]
+
+
+def fake_key(tag: str, i: int) -> str:
+    return hashlib.sha256(f"{tag}|{i}".encode()).hexdigest()
+
+
+class Bare:
+    """The bare driver (sqlite3 or psycopg), no SQLAlchemy: ``conn`` writes, ``reader`` looks up
+    in autocommit (one statement, one round trip)."""
+
+    def __init__(self, conn: Any, sql: Sql, reader: Any = None) -> None:
+        self.conn, self.sql, self.reader = conn, sql, reader or conn
+        m, now = sql.mark, sql.now
+        self.insert = (
+            "INSERT INTO bench_floor (key, run_id, tool, kind, args, owner, state, attempt, "
+            f"lease_expires_at, created_at, updated_at) VALUES ({m}, {m}, {m}, {m}, {m}, {m}, "
+            f"'started', 1, {now} + {m}, {now}, {now}) ON CONFLICT (key) DO NOTHING "
+            "RETURNING attempt"
+        )
+        self.update = (
+            f"UPDATE bench_floor SET state = 'succeeded', result = {m}, error = NULL, note = NULL,"
+            f" owner = NULL, lease_expires_at = NULL, updated_at = {now} WHERE key = {m} AND "
+            "attempt = 1 AND state IN ('started', 'in_doubt')"
+        )
+        cols = ", ".join(c.name for c in effects.c if c.name not in ("seq", "args", "evidence"))
+        self.select = f"SELECT {cols}, {now} FROM c4a_effects WHERE key = {m}"
+
+    def commit(self, stmt: str, params: Sequence[Any], *, fetch: bool = False) -> None:
+        if self.sql.begin:
+            self.conn.execute(self.sql.begin)
+        cursor = self.conn.execute(stmt, params)
+        if fetch:
+            cursor.fetchone()
+        self.conn.commit()
+
+    def action(self, i: int) -> None:
+        key = fake_key("floor", i)
+        self.commit(self.insert, (key, RUN_ID, "bench.send", "write", f'{{"i":{i}}}', OWNER, 30.0),
+                    fetch=True)  # fmt: skip
+        self.commit(self.update, (f'{{"ok":true,"id":{i}}}', key))
+
+    def lookup(self, key: str) -> None:
+        self.reader.execute(self.select, (key,)).fetchone()
+
+
+def sqlite_bare(path: Path, durability: Durability) -> Bare:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={'FULL' if durability == 'power' else 'NORMAL'}")
+    return Bare(conn, SQLITE_SQL)
+
+
+def pg_bare(url: str, schema: str, durability: Durability) -> Bare:
+    import psycopg
+
+    options = f"-c search_path={schema}"
+    if durability == "process":
+        options += " -c synchronous_commit=off"
+    url = url.replace("+psycopg", "", 1)
+    conn = psycopg.connect(url, options=options, autocommit=False)
+    return Bare(conn, PG_SQL, reader=psycopg.connect(url, options=options, autocommit=True))
+
+
+# -- one backend in one durability mode --------------------------------------------------------
+
+
+@dataclass
+class Target:
+    backend: str
+    durability: Durability
+    url: str
+    schema: str | None
+    bare: Bare
+    scale: bool = False  # measured by bench_scale, not bench_target
+
+    def ledger(self) -> c4a.Ledger:
+        return c4a.Ledger(self.url, durability=self.durability, schema=self.schema)
+
+    def result(self, case: str, samples: Sequence[int], floor: str | None = FLOOR) -> Result:
+        return Result(self.backend, self.durability, case, samples, floor)
+
+    def close(self) -> None:
+        self.bare.reader.close()
+        self.bare.conn.close()
+        if self.schema:  # made for this run only; a new connection, in case the old one died
+            import psycopg
+
+            with psycopg.connect(self.url.replace("+psycopg", "", 1), autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+def open_sqlite(folder: Path, durability: Durability, tag: str = "") -> Target:
+    path = folder / f"ledger-{durability}{tag}.db"
+    url = f"sqlite:///{path}"
+    c4a.Ledger(url, durability=durability).close()  # creates the ledger's tables
+    bare = sqlite_bare(path, durability)
+    for ddl in floor_ddl(sqlite.dialect()):
+        bare.conn.execute(ddl)
+    return Target("sqlite", durability, url, None, bare, scale=bool(tag))
+
+
+def open_postgres(url: str, durability: Durability, tag: str = "") -> Target:
+    schema = f"c4a_bench_{os.getpid()}_{durability}{tag}"
+    c4a.Ledger(url, durability=durability, schema=schema).close()
+    bare = pg_bare(url, schema, durability)
+    for ddl in floor_ddl(postgresql.dialect()):
+        bare.conn.execute(ddl)
+    bare.conn.commit()
+    return Target("postgresql", durability, url, schema, bare, scale=bool(tag))
+
+
+# -- the cases -----------------------------------------------------------------------------------
+
+
+def floor_chunk(bare: Bare) -> Chunk:
+    return lambda ids: timed(bare.action, ids)
+
+
+def sync_chunk(ledger: c4a.Ledger, op: Callable[[int], object]) -> Chunk:
+    def chunk(ids: range) -> list[int]:
+        with c4a.run(RUN_ID, ledger=ledger):
+            return timed(op, ids)
+
+    return chunk
+
+
+def async_chunk(ledger: c4a.Ledger, loop: asyncio.AbstractEventLoop) -> Chunk:
+    async def timed_in_run(ids: range) -> list[int]:
+        async with c4a.run(RUN_ID, ledger=ledger):
+            return await atimed(asend, ids)
+
+    return lambda ids: loop.run_until_complete(timed_in_run(ids))
+
+
+def bench_writes(t: Target, ledger: c4a.Ledger, n: int, warm: int) -> list[Result]:
+    loop = asyncio.new_event_loop()
+    cases = {
+        FLOOR: floor_chunk(t.bare),
+        FRESH: sync_chunk(ledger, send),
+        AFRESH: async_chunk(ledger, loop),
+    }
+    samples = interleave(cases, range(n), warm)
+    loop.close()
+    floor = t.result(FLOOR, samples.pop(FLOOR), floor=None)
+    return [floor, *(t.result(name, s) for name, s in samples.items())]
+
+
+def bench_repeats(t: Target, ledger: c4a.Ledger, n: int, warm: int) -> list[Result]:
+    """The cache repeat, then each key once through a new Ledger, against a bare lookup."""
+    cached = sync_chunk(ledger, lambda _: send(0))(range(max(10 * n, 10_000)))
+    keys = {r.args["i"]: r.key for r in ledger.effects(RUN_ID) if r.tool == send.tool}
+    new_view = t.ledger()  # same database, empty cache: what a resumed process sees
+    cases = {
+        SELECT_FLOOR: lambda ids: timed(t.bare.lookup, [keys[i] for i in ids]),
+        FROM_DB: sync_chunk(new_view, send),
+    }
+    samples = interleave(cases, range(n), warm)
+    new_view.close()
+    return [
+        t.result(CACHED, cached, floor=None),
+        t.result(SELECT_FLOOR, samples[SELECT_FLOOR], floor=None),
+        t.result(FROM_DB, samples[FROM_DB], floor=SELECT_FLOOR),
+    ]
+
+
+def bench_target(t: Target, n: int, warm: int) -> list[Result]:
+    ledger = t.ledger()
+    try:
+        floor, *fresh = bench_writes(t, ledger, n, warm)
+        cached, select_floor, from_db = bench_repeats(t, ledger, n, warm)
+    finally:
+        ledger.close()
+    return [floor, select_floor, *fresh, cached, from_db]
+
+
+# -- ledger size -----------------------------------------------------------------------------------
+
+
+def fill_sql(table: str, sql: Sql) -> str:
+    """A bare INSERT ... SELECT of rows numbered {mark}..{mark}, shaped like succeeded actions."""
+    m, now = sql.mark, sql.now
+    head, source = "", f"generate_series({m}::bigint, {m}::bigint) AS s(i)"
+    key = "encode(sha256(('fill-' || i)::bytea), 'hex')"
+    if sql is SQLITE_SQL:  # no generate_series or sha256 in a bare SQLite
+        head = f"WITH RECURSIVE s(i) AS (SELECT {m} UNION ALL SELECT i + 1 FROM s WHERE i < {m}) "
+        source, key = "s", "lower(hex(randomblob(32)))"
+    return (
+        f"{head}INSERT INTO {table} (key, run_id, tool, kind, state, attempt, args, result, "
+        f"created_at, updated_at) SELECT {key}, 'run-' || (i / 20), 'agent.send_email', 'write',"
+        """ 'succeeded', 1, '{"to":"user' || i || '@example.com"}', '{"id":' || i || '}', """
+        f"{now} - 86400 + i * 0.001, {now} - 86400 + i * 0.001 FROM {source}"
+    )
+
+
+def fill(bare: Bare, table: str, size: int, batch: int = 100_000) -> None:
+    """Add rows until ``table`` holds ``size``, one transaction per batch; ANALYZE on PostgreSQL."""
+    have = bare.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    for lo in range(have, size, batch):  # row numbers go on from the count, so keys stay unique
+        bare.commit(fill_sql(table, bare.sql), (lo, min(lo + batch, size) - 1))
+    if bare.sql is PG_SQL:  # fresh statistics, rather than an autovacuum mid-measurement
+        bare.commit(f"ANALYZE {table}", ())
+    bare.conn.commit()
+
+
+def bench_scale(t: Target, n: int, warm: int) -> list[Result]:
+    """Floor and fresh effect as both tables grow to each of SCALE_SIZES (n/4 actions each)."""
+    results: list[Result] = []
+    ledger = t.ledger()
+    cases = {FLOOR: floor_chunk(t.bare), FRESH: sync_chunk(ledger, send)}
+    try:
+        for size in SCALE_SIZES:
+            for table in ("c4a_effects", "bench_floor"):
+                fill(t.bare, table, size)
+            ids = range(size * 10, size * 10 + max(100, n // 4))  # ids not met before
+            samples = interleave(cases, ids, warm)
+            label = f" @ {size:,} rows"
+            results += [t.result(FLOOR + label, samples[FLOOR], floor=None),
+                        t.result(FRESH + label, samples[FRESH], floor=FLOOR + label)]  # fmt: skip
+    finally:
+        ledger.close()
+    return results
+
+
+# -- main ------------------------------------------------------------------------------------------
+
+
+def header(args: argparse.Namespace, folder: Path) -> None:
+    runner = "uv run python" if os.environ.get("UV") else "python"
+    print(f"command: {runner} {shlex.join(sys.argv)}")
+    print(
+        f"python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
+        f"SQLAlchemy {sqlalchemy.__version__}, call4agents {c4a.__version__}, "
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs"
+    )
+    print(f"N={args.n} per case (warm-up {args.warm}); SQLite files in {folder}")
+    if args.postgres:
+        import psycopg
+
+        print(f"PostgreSQL: {args.postgres} (psycopg {psycopg.__version__})")
+    print()
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a ~15 s run with fewer samples")
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get("CALL4AGENTS_TEST_POSTGRES_URL"),
+        metavar="URL",
+        help="also run on this PostgreSQL server",
+    )
+    parser.add_argument("--n", type=int, help="timed actions per case")
+    parser.add_argument("--scale", action="store_true", help="fresh effect at 1k/100k/1M rows")
+    args = parser.parse_args(argv)
+    args.n = args.n or (300 if args.quick else 2000)
+    args.warm = min(100, args.n)
+    return args
+
+
+def open_targets(args: argparse.Namespace, folder: Path, tag: str = "") -> list[Target]:
+    modes: tuple[Durability, ...] = ("process",) if tag else ("power", "process")
+    targets = [open_sqlite(folder, d, tag) for d in modes]
+    if args.postgres:
+        targets += [open_postgres(args.postgres, d, tag) for d in modes]
+    return targets
+
+
+def run_all(args: argparse.Namespace, folder: Path) -> list[Result]:
+    results: list[Result] = []
+    targets = open_targets(args, folder)
+    if args.scale:  # fresh files and schemas, so that the sizes are the sizes
+        targets += open_targets(args, folder, tag="_scale")
+    try:
+        for t in targets:
+            bench = bench_scale if t.scale else bench_target
+            results += bench(t, args.n, args.warm)
+    finally:
+        for t in targets:
+            t.close()
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="c4a-bench-") as tmp:
+        header(args, Path(tmp))
+        results = run_all(args, Path(tmp))
+    print_table(results)
+    print(f"\nx floor: fresh effects against {FLOOR!r}, {FROM_DB!r} against {SELECT_FLOOR!r}.")
+
+
+if __name__ == "__main__":
+    main()
