@@ -1,0 +1,161 @@
+"""Budgets: counted in the ledger, so neither a resume nor a second worker resets them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic_ai import Agent
+from sqlalchemy import update
+
+import call4agents as c4a
+from call4agents.tables import run_counters
+from call4agents_pydantic_ai import OnceOnly
+from tests.conftest import Target, run_child
+from tests.pydantic_ai.scripted import Outbox, scripted
+
+CHILD = Path(__file__).with_name("run_controls_child.py")
+
+
+def spend(ledger: c4a.Ledger, run_id: str, budget: c4a.Budget, amounts: list[int]) -> list[str]:
+    done: list[str] = []
+
+    @c4a.effect(name="pay")
+    def pay(amount: int) -> int:
+        done.append(f"pay {amount}")
+        return amount
+
+    outcomes = []
+    with c4a.run(run_id, budget=budget):
+        for amount in amounts:
+            try:
+                pay(amount)
+                outcomes.append("ok")
+            except c4a.BudgetExceeded as exc:
+                outcomes.append(exc.reason)
+    return outcomes
+
+
+def test_step_limit_counts_executions_not_repeats(ledger: c4a.Ledger) -> None:
+    budget = c4a.Budget(max_tool_calls=3)
+    # The repeat of 1 is served from the ledger: it costs nothing.
+    assert spend(ledger, "b-1", budget, [1, 2, 1, 3, 4]) == ["ok"] * 4 + ["step_limit"]
+    status = ledger.run_status("b-1")
+    assert status is not None
+    assert status.status == "step_limit"
+    assert status.details["budget"]["detail"] == "3 tool calls"
+    assert [r.args["amount"] for r in ledger.effects("b-1")] == [1, 2, 3]  # 4 never started
+
+
+def test_per_tool_limit_and_soft_threshold(ledger: c4a.Ledger) -> None:
+    @c4a.effect(name="email")
+    def email(to: str) -> str:
+        return "sent"
+
+    @c4a.effect(name="sms")
+    def sms(to: str) -> str:
+        return "sent"
+
+    budget = c4a.Budget(max_calls_per_tool=5, soft=0.8)
+    with c4a.run("b-2", budget=budget):
+        for i in range(3):
+            email(f"u{i}")
+        assert not c4a.budget_usage().soft_reached
+        email("u3")
+        usage = c4a.budget_usage()
+        assert usage.soft_reached  # 4 of 5: tell the agent to wrap up
+        assert usage.per_tool == {"email": 4}
+        assert usage.tool_calls == 4
+        email("u4")
+        with pytest.raises(c4a.BudgetExceeded, match="5 calls of email"):
+            email("u5")
+        sms("u0")  # another tool still has its own allowance
+
+
+def test_deadline_survives_a_new_process(ledger: c4a.Ledger, target: Target) -> None:
+    budget = c4a.Budget(deadline=3600)
+    assert spend(ledger, "b-3", budget, [1]) == ["ok"]
+    # An hour passes (moved in the ledger rather than waited for).
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            update(run_counters)
+            .where(run_counters.c.run_id == "b-3", run_counters.c.name == "started_at")
+            .values(value=run_counters.c.value - 3601)
+        )
+    fresh = c4a.init(target.open())  # as a resumed worker would open it
+    assert spend(fresh, "b-3", budget, [1, 2]) == ["ok", "deadline"]  # the repeat is free
+    status = fresh.run_status("b-3")
+    assert status is not None
+    assert status.status == "deadline"
+
+
+def test_nested_runs_count_against_the_parent(ledger: c4a.Ledger) -> None:
+    @c4a.effect(name="step")
+    def step(n: int) -> int:
+        return n
+
+    with c4a.run("parent", budget=c4a.Budget(max_tool_calls=3)):
+        step(1)
+        with c4a.run("sub-agent"):  # an agent used as a tool: its own run id, the parent's budget
+            step(1)
+            step(2)
+            with pytest.raises(c4a.BudgetExceeded):
+                step(3)
+        assert c4a.budget_usage().tool_calls == 3
+    status = ledger.run_status("parent")
+    assert status is not None
+    assert status.status == "step_limit"
+
+
+def test_budget_survives_a_crash_and_resume(target: Target, tmp_path: Path) -> None:
+    out = tmp_path / "world.txt"
+    env = dict(target.env(), MAX_CALLS="3", AMOUNTS="1,2,3,4")
+    killed = run_child(CHILD, "budget", "b-4", str(out), "kill_after_2", env=env)
+    assert killed.returncode == -signal.SIGKILL
+    resumed = run_child(CHILD, "budget", "b-4", str(out), env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout) == ["ok", "ok", "ok", "refused:step_limit"]
+    assert out.read_text().splitlines() == ["charge 1", "charge 2", "charge 3"]
+
+
+def test_two_workers_share_one_budget(target: Target, tmp_path: Path) -> None:
+    out = tmp_path / "world.txt"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(CHILD), "budget", "b-5", str(out)],
+            env=dict(target.env(), MAX_CALLS="4", AMOUNTS=amounts),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for amounts in ("1,2,3,4,5", "6,7,8,9,10")
+    ]
+    outcomes = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr
+        outcomes += json.loads(stdout)
+    assert outcomes.count("ok") == 4  # not 4 each
+    assert outcomes.count("refused:step_limit") == 6
+    assert len(out.read_text().splitlines()) == 4
+
+
+def test_budget_on_a_pydantic_ai_agent(target: Target, tmp_path: Path) -> None:
+    c4a.init(target.open())
+    outbox = Outbox(tmp_path / "out.jsonl")
+
+    def send_email(to: str, body: str) -> str:
+        """Email a customer."""
+        return outbox.send(to, body)
+
+    calls = [("send_email", {"to": f"u{i}@example.com", "body": "hi"}, f"c{i}") for i in range(3)]
+    agent = Agent(scripted(calls), tools=[send_email], capabilities=[OnceOnly()])
+    with c4a.run("conv-b", budget=c4a.Budget(max_tool_calls=2)):
+        result = agent.run_sync("go", conversation_id="conv-b")
+    assert len(outbox.sent()) == 2
+    refused = [r for r in json.loads(result.output) if "step limit" in str(r[1])]
+    assert len(refused) == 1  # the third call went back to the model as a refusal

@@ -1,0 +1,43 @@
+"""The run-controls example runs offline and says what the README says it does."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from call4agents.cli import main
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "plain_python" / "run_controls.py"
+
+
+def test_run_controls_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "charged: [12, 30]" in out
+    assert "undo run_controls.post_to_slack: no_undo (no undo registered" in out
+    assert out.count("undo run_controls.charge: undone (reversed)") == 2
+    assert "run is partly_undone; charges left: 0" in out
+    assert "second undo: ['no_undo', 'already_undone', 'already_undone']" in out
+    assert "found T-1 instead of opening another; tickets: 1" in out
+    assert "escalated: refunds over 100 need a person" in out
+    assert "done: [('run_controls.charge', {'charge_id': 'ch_1'})]" in out
+
+    found = re.search(r"call4agents show (refund-\w+)", out)
+    assert found is not None
+    url = f"sqlite:///{tmp_path / '.c4a' / 'ledger.db'}"
+    assert main(["show", found.group(1), "--url", url]) == 0
+    shown = capsys.readouterr().out
+    assert "was escalated: refunds over 100 need a person" in shown
+    assert "  - refund 500 to carol once approved" in shown
