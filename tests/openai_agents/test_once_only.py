@@ -106,11 +106,10 @@ async def test_parallel_calls_in_one_turn(ledger: c4a.Ledger, outbox: Outbox) ->
     result = await Runner.run(OnceOnly().wrap(agent), "go", context=RUN)
     assert sorted(line["to"] for line in outbox.lines()) == ["ann", "bob"]
     first, second, third = outputs(result)
-    assert first == third
-    assert {first, second} == {"message 1 sent to ann", "message 2 sent to bob"} or {
-        first,
-        second,
-    } == {"message 2 sent to ann", "message 1 sent to bob"}
+    assert first == third  # the identical parallel call got the one recorded result
+    # The two sends run concurrently, so the outbox's message numbers may come in either order.
+    assert first.endswith("sent to ann")
+    assert second.endswith("sent to bob")
 
 
 async def test_scope_call_keys_on_the_tool_call_id(ledger: c4a.Ledger, outbox: Outbox) -> None:

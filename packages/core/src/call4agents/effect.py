@@ -264,8 +264,12 @@ def cached(action: Action) -> Any:
     return _MISS if found is None else decode_result(found)
 
 
-def begin(action: Action) -> _Go | _Found:
-    """Claim the action, or wait on a live owner; returns what to do next."""
+def begin(action: Action, *, wait: bool = True) -> _Go | _Found:
+    """Claim the action, or wait on a live owner; returns what to do next.
+
+    ``wait=False`` returns a live owner's row at once, for callers that wait elsewhere (the
+    async path waits on the event loop, so waiters never fill the default thread pool).
+    """
     store = action.ledger.store
     owner = str(_owner.me())
     gate = budget_gate(action, _gate(action))
@@ -285,7 +289,7 @@ def begin(action: Action) -> _Go | _Found:
         if claim.refusal is not None:
             raise claim.refusal
         if claim.row is not None:
-            return _Found(_wait_while_live(action, claim.row))
+            return _Found(_wait_while_live(action, claim.row) if wait else claim.row)
 
 
 def _gate(action: Action) -> Gate | None:
@@ -512,10 +516,11 @@ async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
     if hit is not _MISS:
         return cast(T, hit)
     while True:
-        step = await asyncio.to_thread(begin, action)
+        step = await asyncio.to_thread(functools.partial(begin, action, wait=False))
         if isinstance(step, _Go):
             return await _aexecute(action, step.attempt, call)
-        outcome = settle_found(action, step.row)
+        row = await _waiting.await_while_live(action, step.row)
+        outcome = settle_found(action, row)
         if isinstance(outcome, _Doubt):
             outcome = await _aon_doubt(action, outcome.row)
             if isinstance(outcome, _Go):

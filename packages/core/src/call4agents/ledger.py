@@ -629,9 +629,11 @@ class Ledger:
                 )
                 if not keys:
                     return total
-                target = effects.c.seq.in_(keys)
+                # Re-check state and age in the write itself: on PostgreSQL the SELECT above takes
+                # no lock, and a worker may have taken a failed action up again meanwhile.
+                target = and_(effects.c.seq.in_(keys), cond, effects.c.updated_at < cutoff)
                 if prune:
-                    conn.execute(
+                    done = conn.execute(
                         update(effects)
                         .where(target)
                         .values(
@@ -639,8 +641,8 @@ class Ledger:
                         )
                     )
                 else:
-                    conn.execute(delete(effects).where(target))
-            total += len(keys)
+                    done = conn.execute(delete(effects).where(target))
+            total += done.rowcount
 
 
 def _record(m: Any) -> EffectRecord:

@@ -1,0 +1,365 @@
+"""Call4Agents on a shared PostgreSQL ledger, next to bare psycopg on the same server.
+
+    uv run python benchmarks/bench_postgres.py [--quick] [--postgres URL] [--n N]
+                                               [--workers 8] [--gc-rows 1000000]
+
+Three parts, one run, one server (each part in a fresh schema, dropped at the end):
+
+latency      per action, one worker, interleaved with the floor (bench_core's cases):
+             ``floor (2 commits)`` is the intent INSERT and the result UPDATE through bare
+             psycopg, two commits; ``floor: PK select`` is one bare lookup by key, the least a
+             repeat from the database can cost.
+throughput   actions per second of 1 and of ``--workers`` processes started together, each on
+             its own keys: the floor, a fresh effect, a bare PK select and a repeat (each process
+             a new view of the ledger, so a repeat goes to the database).
+retention    ``gc`` over ``--gc-rows`` old actions while a worker records fresh ones: how long,
+             the longest batch transaction, and the worker's latency before and during it.
+
+Targets (the issue's): a fresh effect within 1.3x the floor; a repeat within 1.3x a PK select;
+``--workers`` processes at least 4x one process's throughput. The machine's CPU count bounds the
+last one: with fewer cores than workers, processes queue for CPU rather than for the database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import multiprocessing as mp
+import os
+import platform
+import queue
+import shlex
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy
+from sqlalchemy import event
+
+import call4agents as c4a
+
+sys.path.insert(0, str(Path(__file__).parent))  # run as a script: bench_core sits beside it
+from bench_core import (
+    FLOOR,
+    FRESH,
+    RUN_ID,
+    Result,
+    Target,
+    bench_target,
+    open_postgres,
+    pg_bare,
+    print_table,
+    send,
+    timed,
+)
+
+DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+# -- throughput: worker processes started together ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    case: str  # floor | fresh | select | repeat
+    url: str
+    schema: str
+    first: int  # this process's ids are first .. first + count - 1
+    count: int
+
+
+def _operation(job: Job) -> tuple[Callable[[int], object], Callable[[], None]]:
+    """What one process does per id, and how it cleans up."""
+    if job.case in ("floor", "select"):
+        bare = pg_bare(job.url, job.schema, "power")
+        if job.case == "floor":
+            return bare.action, bare.conn.close
+        return lambda i: bare.lookup(fake_key_of_send(i)), bare.conn.close
+    ledger = c4a.Ledger(job.url, schema=job.schema)
+
+    def op(i: int) -> object:
+        with c4a.run(RUN_ID, ledger=ledger):
+            return send(i)
+
+    return op, ledger.close
+
+
+_KEYS: dict[int, str] = {}
+
+
+def fake_key_of_send(i: int) -> str:
+    return _KEYS[i]
+
+
+def _worker(job: Job, keys: dict[int, str], ready: Any, go: Event, out: Any) -> None:
+    _KEYS.update(keys)
+    op, close = _operation(job)
+    for i in range(job.first - 20, job.first):  # warm: connections, statement caches
+        op(i)
+    ready.put(os.getpid())
+    go.wait()
+    start = time.monotonic()  # one system-wide clock on Linux, so processes compare
+    for i in range(job.first, job.first + job.count):
+        op(i)
+    out.put((start, time.monotonic(), job.count))
+    close()
+
+
+def run_together(jobs: Sequence[Job], keys: dict[int, str]) -> float:
+    """Actions per second of ``jobs`` run by one process each, started at the same moment."""
+    ctx = mp.get_context("spawn")
+    ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_worker, args=(j, keys, ready, go, out)) for j in jobs]
+    for p in procs:
+        p.start()
+    waiting = len(procs)
+    while waiting:
+        try:
+            ready.get(timeout=1)
+            waiting -= 1
+        except queue.Empty:
+            if any(p.exitcode not in (None, 0) for p in procs):
+                for p in procs:
+                    p.kill()
+                raise RuntimeError("a worker process failed before it was ready") from None
+    go.set()
+    spans = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    return sum(n for _, _, n in spans) / (max(e for _, e, _ in spans) - min(s for s, _, _ in spans))
+
+
+@dataclass(frozen=True)
+class Rate:
+    case: str
+    one: float  # actions per second, one process
+    many: float  # with ``workers`` processes
+
+
+def bench_throughput(url: str, workers: int, per_worker: int) -> list[Rate]:
+    t = open_postgres(url, "power", tag="_tp")
+    try:
+        ledger = t.ledger()
+        total = per_worker * (1 + workers) + 20 * (1 + workers)
+        with c4a.run(RUN_ID, ledger=ledger):  # actions the repeat and select cases find
+            timed(send, range(1_000_000, 1_000_000 + total))
+        keys = {r.args["i"]: r.key for r in ledger.effects(RUN_ID)}
+        ledger.close()
+        rates = []
+        for case, base in (
+            ("floor", 0),
+            ("fresh", 0),
+            ("select", 1_000_000),
+            ("repeat", 1_000_000),
+        ):
+            one = run_together([Job(case, url, t.schema or "", base + 20, per_worker)], keys)
+            step = per_worker + 20
+            jobs = [
+                Job(case, url, t.schema or "", base + 20 + step * (k + 1), per_worker)
+                for k in range(workers)
+            ]
+            rates.append(Rate(case, one, run_together(jobs, keys)))
+        return rates
+    finally:
+        t.close()
+
+
+# -- retention ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GcRun:
+    rows: int
+    seconds: float
+    batches: int
+    longest_batch_ms: float
+    before: list[int]  # the worker's fresh-effect times before gc, ns
+    during: list[int]  # and while gc ran
+
+
+def bench_gc(url: str, rows: int, samples: int) -> GcRun:
+    t = open_postgres(url, "power", tag="_gc")
+    try:
+        fill_old(t, rows)
+        worker, collector = t.ledger(), t.ledger()
+        commits: list[float] = []
+        event.listen(collector.engine, "commit", lambda *_: commits.append(time.perf_counter()))
+        op = _fresh(worker)
+        before = timed(op, range(10_000_000, 10_000_000 + samples))
+        done = threading.Event()
+        report: list[Any] = []
+
+        def collect() -> None:
+            report.append(collector.gc(3600))
+            done.set()
+
+        started = time.perf_counter()
+        threading.Thread(target=collect).start()
+        during, i = [], 20_000_000
+        while not done.is_set():
+            during += timed(op, [i])
+            i += 1
+        seconds = time.perf_counter() - started
+        marks = [started, *commits]
+        longest = max(b - a for a, b in itertools.pairwise(marks)) * 1000
+        worker.close()
+        collector.close()
+        return GcRun(report[0].pruned, seconds, len(commits), longest, before, during)
+    finally:
+        t.close()
+
+
+def fill_old(t: Target, rows: int, batch: int = 100_000) -> None:
+    """``rows`` succeeded actions, two days old, one transaction per ``batch``."""
+    for lo in range(0, rows, batch):
+        t.bare.commit(
+            "INSERT INTO c4a_effects (key, run_id, tool, kind, state, attempt, args, result, "
+            "created_at, updated_at) SELECT encode(sha256(('old-' || i)::bytea), 'hex'), "
+            "'run-' || (i / 20), 'agent.send_email', 'write', 'succeeded', 1, "
+            """'{"to":"user' || i || '@example.com"}', '{"id":' || i || '}', old, old """
+            "FROM generate_series(%s::bigint, %s::bigint) AS s(i), LATERAL (SELECT "
+            "extract(epoch FROM clock_timestamp()) - 2 * 86400 + i * 0.001 AS old) AS t",
+            (lo, min(lo + batch, rows) - 1),
+        )
+    t.bare.commit("ANALYZE c4a_effects", ())
+
+
+def _fresh(ledger: c4a.Ledger) -> Callable[[int], object]:
+    def op(i: int) -> object:
+        with c4a.run(RUN_ID, ledger=ledger):
+            return send(i)
+
+    return op
+
+
+# -- printing ----------------------------------------------------------------------------------
+
+
+def header(args: argparse.Namespace) -> None:
+    import psycopg
+
+    runner = "uv run python" if os.environ.get("UV") else "python"
+    print(f"command: {runner} {shlex.join(sys.argv)}")
+    print(
+        f"python {platform.python_version()}, SQLAlchemy {sqlalchemy.__version__}, psycopg "
+        f"{psycopg.__version__}, call4agents {c4a.__version__}, {platform.system()} "
+        f"{platform.machine()}, {os.cpu_count()} CPUs"
+    )
+    with psycopg.connect(args.postgres.replace("+psycopg", "", 1)) as conn:
+        version = conn.execute("SHOW server_version").fetchone()
+    print(f"PostgreSQL {version[0] if version else '?'} at {args.postgres}")
+    print(f"latency: N={args.n} per case; throughput: {args.per_worker} actions per process\n")
+
+
+def print_rates(rates: Sequence[Rate], workers: int) -> None:
+    head = f"{'case':<28} {'1 process /s':>14} {f'{workers} processes /s':>16} {'ratio':>7}"
+    print(head + "\n" + "-" * len(head))
+    names = {
+        "floor": FLOOR,
+        "fresh": FRESH,
+        "select": "floor: PK select",
+        "repeat": "repeat (new process view)",
+    }
+    for r in rates:
+        print(f"{names[r.case]:<28} {r.one:>14,.0f} {r.many:>16,.0f} {r.many / r.one:>7.2f}")
+
+
+def print_gc(run: GcRun) -> None:
+    def p(samples: list[int], q: float) -> float:
+        ordered = sorted(samples)
+        return ordered[int(q * (len(ordered) - 1))] / 1000
+
+    print(
+        f"gc of {run.rows:,} actions: {run.seconds:.1f} s ({run.rows / run.seconds:,.0f}/s), "
+        f"{run.batches} transactions, the longest {run.longest_batch_ms:.0f} ms"
+    )
+    print(
+        f"a worker's fresh effect meanwhile: median {statistics.median(run.during) / 1000:.0f} µs"
+        f", p99 {p(run.during, 0.99):.0f} µs, {len(run.during)} recorded during gc "
+        f"(before gc: median {statistics.median(run.before) / 1000:.0f} µs, "
+        f"p99 {p(run.before, 0.99):.0f} µs)"
+    )
+
+
+def verdicts(latency: Sequence[Result], rates: Sequence[Rate], workers: int) -> list[str]:
+    def median(case: str, durability: str) -> float:
+        found = [r for r in latency if r.case == case and r.durability == durability]
+        return found[0].median_us if found else float("nan")
+
+    lines = []
+    for durability in ("power", "process"):
+        fresh = median(FRESH, durability) / median(FLOOR, durability)
+        repeat = median("repeat (new process view)", durability) / median(
+            "floor: PK select", durability
+        )
+        lines += [
+            f"fresh effect / floor ({durability}): {fresh:.2f}x (target <= 1.3x)",
+            f"repeat from the database / PK select ({durability}): {repeat:.2f}x (target <= 1.3x)",
+        ]
+    by_case = {r.case: r for r in rates}
+    scale = by_case["fresh"].many / by_case["fresh"].one if "fresh" in by_case else float("nan")
+    lines.append(
+        f"fresh effects, {workers} processes / 1 process: {scale:.2f}x (target >= 4x; "
+        f"{os.cpu_count()} CPUs here)"
+    )
+    return lines
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a short run with fewer samples")
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get("CALL4AGENTS_TEST_POSTGRES_URL", DEFAULT_URL),
+        metavar="URL",
+    )
+    parser.add_argument("--n", type=int, help="timed actions per latency case")
+    parser.add_argument("--workers", type=int, default=8, help="processes in the crowd")
+    parser.add_argument("--gc-rows", type=int, help="ledger size for the retention part")
+    parser.add_argument(
+        "--parts",
+        default="latency,throughput,retention",
+        help="which parts to run, comma-separated (default: all three)",
+    )
+    args = parser.parse_args(argv)
+    args.n = args.n or (300 if args.quick else 2000)
+    args.warm = min(100, args.n)
+    args.per_worker = 200 if args.quick else 1000
+    args.gc_rows = args.gc_rows or (100_000 if args.quick else 1_000_000)
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    parts = set(args.parts.split(","))
+    header(args)
+    latency: list[Result] = []
+    rates: list[Rate] = []
+    if "latency" in parts:
+        for durability in ("power", "process"):
+            target: Target = open_postgres(args.postgres, durability)
+            try:
+                latency += bench_target(target, args.n, args.warm)
+            finally:
+                target.close()
+        print_table(latency)
+        print()
+    if "throughput" in parts:
+        rates = bench_throughput(args.postgres, args.workers, args.per_worker)
+        print_rates(rates, args.workers)
+        print()
+    if "retention" in parts:
+        print_gc(bench_gc(args.postgres, args.gc_rows, samples=min(args.n, 500)))
+        print()
+    for line in verdicts(latency, rates, args.workers):
+        if "nan" not in line:  # a part that was not run
+            print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""One clock: leases are judged by the database server's clock, whatever the workers' clocks say.
+
+The workers run under libfaketime with their wall clocks minutes off the server's (their
+monotonic clocks are left alone). Judged by a fast local clock a live lease would look long
+expired (stolen early); judged by a slow one a dead lease would look live for minutes (kept late).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from tests.conftest import Target
+from tests.postgres.helpers import deliveries, report, spawn, unavailable, wait_for
+
+LIBFAKETIME = [
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+]
+
+
+def skewed(minutes: int) -> dict[str, str]:
+    """Environment that sets a worker's wall clock ``minutes`` off, or skip saying why."""
+    found = next((p for p in LIBFAKETIME if Path(p).exists()), None)
+    if found is None:
+        unavailable("libfaketime is not installed (apt-get install -y faketime)")
+    return {
+        "LD_PRELOAD": found,
+        "FAKETIME": f"{minutes:+d}m",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "DONT_FAKE_MONOTONIC": "1",  # the name before libfaketime 0.9.8
+    }
+
+
+def assert_skewed(worker: dict[str, object], minutes: int) -> None:
+    """The worker's clock really was off by about ``minutes``, or the test proves nothing."""
+    skew = float(worker["local_clock"]) - float(worker["db_clock"])  # type: ignore[arg-type]
+    assert abs(skew - minutes * 60) < 30, skew
+
+
+def test_live_lease_is_not_stolen_by_a_fast_clock(pg_target: Target, tmp_path: Path) -> None:
+    pg_target.open().close()
+    outbox, started = tmp_path / "outbox.jsonl", tmp_path / "started"
+    key = ["bob@example.com"]
+    slow = spawn(
+        pg_target,
+        "skew",
+        outbox,
+        key,
+        TOOL_SECONDS="4",
+        LEASE="2",
+        STARTED=str(started),
+        **skewed(-5),
+    )
+    wait_for(started, slow)
+    # Five minutes ahead, this worker would find a 2 s lease long lapsed by its own clock.
+    fast = report(spawn(pg_target, "skew", outbox, key, LEASE="2", WAIT="60", **skewed(+5)))
+    owner = report(slow)
+
+    assert owner["code"] == 0, owner["stderr"]
+    assert fast["code"] == 0, fast["stderr"] + str(fast.get("errors"))
+    assert fast["results"] == owner["results"]  # it waited for the result, not judged doubt
+    assert len(deliveries(outbox)) == 1
+    assert_skewed(owner, -5)
+    assert_skewed(fast, +5)
+    [record] = pg_target.open().effects("skew")
+    assert (record.state, record.attempt, record.evidence) == ("succeeded", 1, [])
+
+
+def test_lapsed_lease_is_not_kept_by_a_slow_clock(pg_target: Target, tmp_path: Path) -> None:
+    pg_target.open().close()
+    outbox, started = tmp_path / "outbox.jsonl", tmp_path / "started"
+    key = ["bob@example.com"]
+    frozen = spawn(
+        pg_target,
+        "skew",
+        outbox,
+        key,
+        TOOL_SECONDS="2",
+        LEASE="1",
+        STARTED=str(started),
+        **skewed(+5),
+    )
+    wait_for(started, frozen)
+    os.kill(frozen.pid, signal.SIGSTOP)  # alive but silent: no heartbeat renews its lease
+    try:
+        # Five minutes behind, this worker would think the lease live for five more minutes
+        # and, with a one-minute wait, give up with EffectInProgress.
+        slow = report(spawn(pg_target, "skew", outbox, key, WAIT="60", **skewed(-5)))
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    owner = report(frozen)
+
+    assert slow["code"] == 1, slow["stderr"]
+    [error] = slow["errors"].values()
+    assert error.startswith("EffectInDoubt:"), error
+    assert "lease expired" in error
+    assert_skewed(slow, -5)
+    assert owner["code"] == 0, owner["stderr"]
+    assert_skewed(owner, +5)
+    # Its late result then settles the doubt: it is what really happened.
+    [record] = pg_target.open().effects("skew")
+    assert (record.state, record.attempt) == ("succeeded", 1)
+    assert len(deliveries(outbox)) == 1
