@@ -139,3 +139,20 @@ def run_child(
         timeout=timeout,
         check=False,
     )
+
+
+EXAMPLES = Path(__file__).parents[1] / "examples"
+
+
+def run_example(path: Path, cwd: Path, timeout: float = 120) -> str:
+    """Run one example file as a user would, in ``cwd``; its stdout, or fail with its stderr."""
+    done = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from call4agents.cli import main
+from tests.conftest import run_example
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "plain_python" / "run_controls.py"
 
 
 def test_run_controls_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLE)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = run_example(EXAMPLE, tmp_path)
     assert "charged: [12, 30]" in out
     assert "undo run_controls.post_to_slack: no_undo (no undo registered" in out
     assert out.count("undo run_controls.charge: undone (reversed)") == 2

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.conftest import run_example
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "observability"
 
 
 def test_traces_and_replay(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / "traces_and_replay.py")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
+    out = run_example(EXAMPLES / "traces_and_replay.py", tmp_path)
     assert "span execute_tool send_email: ok (under invoke_agent)" in out
     assert "span execute_tool send_email: deduped (under invoke_agent)" in out
     assert "span execute_tool wire_money: timeout (under invoke_agent)" in out

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import run_example as shared_run_example
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "pydantic_ai"
 
 
 def run_example(name: str, cwd: Path) -> str:
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return shared_run_example(EXAMPLES / name, cwd)
 
 
 def test_send_email(tmp_path: Path) -> None:

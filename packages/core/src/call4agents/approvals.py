@@ -211,9 +211,22 @@ def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsErro
 
 
 def _open_ticket(gate: Gate, conn: Connection, attempt: int) -> ApprovalRequest:
-    action = gate.action
-    now = now_sql(conn.dialect.name)
-    stamp = conn.execute(select(now)).scalar_one()
+    return _new_ticket(conn, gate.ledger.signer(), gate.action, attempt, ttl=gate.ttl)
+
+
+def _new_ticket(
+    conn: Connection,
+    signer: Signer,
+    action: Action,
+    attempt: int,
+    *,
+    ttl: float,
+    state: str = "pending",
+    by: str | None = None,
+    reason: str | None = None,
+) -> ApprovalRequest:
+    """Write one signed ticket for ``attempt`` of the action: asked (pending) or decided."""
+    stamp = conn.execute(select(now_sql(conn.dialect.name))).scalar_one()
     row = {
         "ticket": "apr_" + secrets.token_hex(10),
         "key": action.key,
@@ -221,16 +234,21 @@ def _open_ticket(gate: Gate, conn: Connection, attempt: int) -> ApprovalRequest:
         "run_id": action.run_id,
         "tool": action.tool,
         "args": action.args_display,
-        "state": "pending",
-        "expires_at": float(stamp) + gate.ttl,
-        "decided_by": None,
+        "state": state,
+        "expires_at": float(stamp) + ttl,
+        "decided_by": by,
     }
+    decided_at = stamp if by is not None else None
     conn.execute(
         approvals.insert().values(
-            **row, requested_at=stamp, signature=gate.ledger.signer().sign(_fields(row))
+            **row,
+            requested_at=stamp,
+            decided_at=decided_at,
+            reason=reason,
+            signature=signer.sign(_fields(row)),
         )
     )
-    return _request({**row, "requested_at": stamp, "reason": None})
+    return _request({**row, "requested_at": stamp, "reason": reason})
 
 
 def _required(action: Action, request: ApprovalRequest, *, tampered: bool) -> ApprovalRequired:
@@ -333,28 +351,10 @@ def decide_action(
         if found is not None and found.state != "failed":
             return None  # it ran (or is running): a repeat returns its result, nothing to decide
         attempt = 1 if found is None else found.attempt + 1
-        stamp = conn.execute(select(now_sql(conn.dialect.name))).scalar_one()
-        row = {
-            "ticket": "apr_" + secrets.token_hex(10),
-            "key": action.key,
-            "for_attempt": attempt,
-            "run_id": action.run_id,
-            "tool": action.tool,
-            "args": action.args_display,
-            "state": "approved" if approve else "denied",
-            "expires_at": float(stamp) + ttl,
-            "decided_by": by,
-        }
-        conn.execute(
-            approvals.insert().values(
-                **row,
-                requested_at=stamp,
-                decided_at=stamp,
-                reason=reason,
-                signature=signer.sign(_fields(row)),
-            )
+        state = "approved" if approve else "denied"
+        return _new_ticket(
+            conn, signer, action, attempt, ttl=ttl, state=state, by=by, reason=reason
         )
-        return _request({**row, "requested_at": stamp, "reason": reason})
 
 
 def request(ledger: Ledger, action: Action, *, ttl: float) -> ApprovalRequest | None:
