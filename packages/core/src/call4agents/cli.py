@@ -36,7 +36,7 @@ from . import _db, migrations
 from .errors import Call4AgentsError, ConfigurationError, LedgerError
 from .ledger import EffectRecord, Ledger
 from .runs import Handoff, RunStatus
-from .store import now_sql
+from .store import now_sql, short_error
 from .tables import effects
 
 PROG = "call4agents"
@@ -163,11 +163,6 @@ def _engine(url: URL, schema: str | None) -> Engine:
         busy_timeout=30.0,
         allow_network_fs=os.environ.get("CALL4AGENTS_ALLOW_NETWORK_FS") == "1",
     )
-
-
-def _short(exc: BaseException) -> str:
-    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 # -- commands -------------------------------------------------------------------------------
@@ -512,7 +507,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         before, after = migrations.migrate(engine, schema=_schema(args))
     except SQLAlchemyError as exc:
         raise LedgerError(
-            f"cannot migrate the ledger at {_db.safe_url(url)}: {_short(exc)}"
+            f"cannot migrate the ledger at {_db.safe_url(url)}: {short_error(exc)}"
         ) from exc
     finally:
         engine.dispose()
@@ -671,7 +666,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
                 Check(name, "SKIP", "needs the current schema") for name in ("actions", "secret")
             ]
     except (SQLAlchemyError, OSError) as exc:
-        checks.append(Check("database", "FAIL", f"cannot use the database: {_short(exc)}"))
+        checks.append(Check("database", "FAIL", f"cannot use the database: {short_error(exc)}"))
     except Call4AgentsError as exc:
         checks.append(Check("database", "FAIL", str(exc)))
     finally:
@@ -859,7 +854,7 @@ def main(argv: list[str] | None = None) -> int:
     except Call4AgentsError as exc:
         return _fail(str(exc), argv)
     except SQLAlchemyError as exc:
-        return _fail(f"the ledger database failed: {_short(exc)}", argv)
+        return _fail(f"the ledger database failed: {short_error(exc)}", argv)
     except OSError as exc:
         if isinstance(exc, BrokenPipeError):  # `call4agents show x | head`
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stop the flush at exit failing

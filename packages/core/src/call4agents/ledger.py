@@ -23,7 +23,7 @@ from .approvals import ApprovalRequest, Signer
 from .codec import decode_result, encode_result
 from .errors import ConfigurationError, LedgerError
 from .migrations import CURRENT, current_version, migrate, refuse_newer
-from .store import Store, now_sql
+from .store import Store, now_sql, short_error
 from .tables import approvals as approvals_table
 from .tables import effects, meta
 from .tables import runs as runs_table
@@ -305,8 +305,8 @@ class Ledger:
         except Exception as exc:
             self.engine.dispose()
             raise LedgerError(
-                f"cannot open the ledger at {self.url}: {_short(exc)}. Check that the database is "
-                "reachable and that you may write to it (`call4agents doctor`)."
+                f"cannot open the ledger at {self.url}: {short_error(exc)}. Check that the "
+                "database is reachable and that you may write to it (`call4agents doctor`)."
             ) from exc
 
     @property
@@ -666,11 +666,6 @@ def _record(m: Any) -> EffectRecord:
         pruned_at=m["pruned_at"],
         evidence=json.loads(m["evidence"]) if m["evidence"] else [],
     )
-
-
-def _short(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def _load_secret(url: Any) -> bytes:

@@ -149,20 +149,14 @@ class Store:
     @contextmanager
     def tx(self) -> Iterator[Connection]:
         """One write transaction (BEGIN IMMEDIATE on SQLite), database faults as LedgerError."""
-        try:
-            with self.engine.begin() as conn:
-                yield conn
-        except (DBAPIError, PoolTimeout) as exc:
-            raise LedgerError(f"the ledger database failed: {_short(exc)}") from exc
+        with db_faults(), self.engine.begin() as conn:
+            yield conn
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
         """A connection for reads, database faults as LedgerError."""
-        try:
-            with self.engine.connect().execution_options(c4a_read=True) as conn:
-                yield conn
-        except (DBAPIError, PoolTimeout) as exc:
-            raise LedgerError(f"the ledger database failed: {_short(exc)}") from exc
+        with db_faults(), self.engine.connect().execution_options(c4a_read=True) as conn:
+            yield conn
 
     def _row(self, conn: Connection, key: str, *, lock: bool = False) -> Row | None:
         stmt = self._select_row
@@ -323,11 +317,8 @@ class Store:
         if self.dialect != "postgresql":
             return False
         params = self._finish_params(key, attempt, state, result, error, note)
-        try:
-            with self._autocommit.connect() as conn:
-                return conn.execute(self._finish_sql, params).first() is not None
-        except (DBAPIError, PoolTimeout) as exc:
-            raise LedgerError(f"the ledger database failed: {_short(exc)}") from exc
+        with db_faults(), self._autocommit.connect() as conn:
+            return conn.execute(self._finish_sql, params).first() is not None
 
     def _finish_params(
         self,
@@ -577,9 +568,19 @@ class Store:
             return float(conn.execute(select(self._now)).scalar_one())
 
 
-def _short(exc: BaseException) -> str:
+def short_error(exc: BaseException) -> str:
+    """The first line of a database error, without SQLAlchemy's statement and parameters."""
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+@contextmanager
+def db_faults() -> Iterator[None]:
+    """Database faults (a dropped connection, a full pool) as one-line LedgerErrors."""
+    try:
+        yield
+    except (DBAPIError, PoolTimeout) as exc:
+        raise LedgerError(f"the ledger database failed: {short_error(exc)}") from exc
 
 
 def owner_is_gone(row: Row) -> bool:
