@@ -159,3 +159,74 @@ def test_budget_on_a_pydantic_ai_agent(target: Target, tmp_path: Path) -> None:
     assert len(outbox.sent()) == 2
     refused = [r for r in json.loads(result.output) if "step limit" in str(r[1])]
     assert len(refused) == 1  # the third call went back to the model as a refusal
+
+
+def test_model_requests_and_cost_share_the_ledger_budget(ledger: c4a.Ledger) -> None:
+    budget = c4a.Budget(max_model_requests=5, max_cost=0.02, token_prices=(3.0, 15.0))
+    with c4a.run("b-model", budget=budget):
+        first = c4a.count_model_request()
+        assert first is not None and first.model_requests == 1
+        c4a.record_model_usage(1000, 200)  # 0.003 + 0.003
+        assert c4a.budget_usage().cost == pytest.approx(0.006)
+        assert not c4a.budget_usage().soft_reached
+        c4a.count_model_request()
+        c4a.record_model_usage(2000, 500)  # 0.006 + 0.0075: 0.0195 in all, past 80%
+        usage = c4a.budget_usage()
+        assert (usage.input_tokens, usage.output_tokens) == (3000, 700)
+        assert usage.soft_reached
+        note = usage.wrap_up_note()
+        assert note is not None and "do not start new work" in note
+        c4a.record_model_usage(cost=0.001)  # an explicit cost wins over token prices
+        with pytest.raises(c4a.BudgetExceeded) as caught:
+            c4a.count_model_request()
+        assert caught.value.reason == "budget"
+        assert "spent 0.0205 of 0.02" in str(caught.value)
+
+        @c4a.effect(name="refund")
+        def refund(order: str) -> str:
+            raise AssertionError("must not run past the cost ceiling")
+
+        with pytest.raises(c4a.BudgetExceeded, match="budget"):
+            refund("o-1")  # tool calls stop at the cost ceiling too
+    status = ledger.run_status("b-model")
+    assert status is not None and status.status == "budget"
+
+
+def test_model_request_limit_is_a_step_limit(ledger: c4a.Ledger) -> None:
+    with c4a.run("b-req", budget=c4a.Budget(max_model_requests=2)):
+        c4a.count_model_request()
+        c4a.count_model_request()
+        with pytest.raises(c4a.BudgetExceeded) as caught:
+            c4a.count_model_request()
+    assert caught.value.reason == "step_limit"
+    assert caught.value.detail == "2 model requests"
+    with c4a.run("b-req", budget=c4a.Budget(max_model_requests=2)):  # a resume: still spent
+        with pytest.raises(c4a.BudgetExceeded):
+            c4a.count_model_request()
+
+
+def test_outside_a_budget_model_usage_is_not_counted(ledger: c4a.Ledger) -> None:
+    assert c4a.count_model_request() is None
+    c4a.record_model_usage(10, 10)
+    with c4a.run("b-none"):
+        assert c4a.count_model_request() is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_model_requests": 0}, "max_model_requests=...) must be a whole number"),
+        ({"max_cost": -1}, "max_cost=...) must be a positive amount"),
+        ({"token_prices": (3.0,)}, "per million tokens"),
+        ({"token_prices": (3.0, -1.0)}, "per million tokens"),
+    ],
+)
+def test_bad_budgets_are_refused(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(c4a.ConfigurationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        c4a.Budget(**kwargs)  # type: ignore[arg-type]
+
+
+def test_negative_usage_is_refused(ledger: c4a.Ledger) -> None:
+    with c4a.run("b-neg", budget=c4a.Budget(max_cost=1.0)):
+        with pytest.raises(c4a.ConfigurationError, match="0 or more"):
+            c4a.record_model_usage(-5, 0)

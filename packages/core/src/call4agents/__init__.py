@@ -48,7 +48,9 @@ from .runs import (
     Handoff,
     RunStatus,
     budget_usage,
+    count_model_request,
     escalate,
+    record_model_usage,
 )
 from .undo import UndoItem, UndoReport
 
@@ -91,6 +93,7 @@ __all__ = [
     "approve",
     "bind",
     "budget_usage",
+    "count_model_request",
     "current",
     "default_ledger",
     "deny",
@@ -99,6 +102,7 @@ __all__ = [
     "find_marked",
     "init",
     "key_marker",
+    "record_model_usage",
     "replay",
     "run",
     "tool_call",

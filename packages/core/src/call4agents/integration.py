@@ -26,6 +26,7 @@ from .errors import (
     ResultPruned,
 )
 from .ledger import Ledger
+from .runs import BudgetExceeded, Escalated, count_model_request, record_model_usage
 
 T = TypeVar("T")
 
@@ -67,6 +68,16 @@ async def arun_tool(action: Action, call: Callable[[], Awaitable[T]]) -> T:
     return await call() if not action.options.recorded else await aperform(action, call)
 
 
+def ends_run(exc: BaseException) -> bool:
+    """True for the outcomes that end the agent's run instead of going back to the model.
+
+    A hard budget cut and an escalation are endings, not tool errors the model could work
+    around: integrations re-raise them out of the framework's run (as the framework does with
+    its own step limits), and never record them as a tool's result.
+    """
+    return isinstance(exc, (BudgetExceeded, Escalated))
+
+
 def message_for_model(exc: Call4AgentsError) -> str:
     """A tool-error text for the model: what happened and that it must not simply retry."""
     if isinstance(exc, EffectInDoubt):
@@ -103,11 +114,14 @@ __all__ = [
     "arun_tool",
     "canonical_args",
     "check_run_id",
+    "count_model_request",
     "current_run",
+    "ends_run",
     "failure_message",
     "is_in_doubt_error",
     "message_for_model",
     "options_for",
+    "record_model_usage",
     "run_tool",
     "warn_once",
 ]

@@ -290,8 +290,13 @@ def external_ids(result: Any) -> dict[str, Any]:
 # -- budgets ----------------------------------------------------------------------------------
 
 STEP_LIMIT = "step_limit"
+BUDGET = "budget"
 DEADLINE = "deadline"
 _CALLS = "tool_calls"
+_REQUESTS = "model_requests"
+_COST = "cost"
+_TOKENS_IN = "input_tokens"
+_TOKENS_OUT = "output_tokens"
 _STARTED = "started_at"
 
 
@@ -303,6 +308,12 @@ class Budget:
         max_tool_calls: tool executions the run may start in all (a repeat served from the
             ledger is not an execution and costs nothing).
         max_calls_per_tool: executions each tool may start.
+        max_model_requests: model requests the run may make, where the integration sees them
+            (counted by ``c4a.count_model_request()``).
+        max_cost: money the run may spend on its model, fed from the framework's token counts
+            priced by ``token_prices`` (or by a cost given to ``c4a.record_model_usage``).
+        token_prices: ``(input, output)`` price per million tokens, in the currency of
+            ``max_cost``.
         deadline: seconds (or a timedelta) the run may keep acting after its first counted call.
         soft: the share of any limit at which ``c4a.budget_usage().soft_reached`` turns true,
             so the agent can be told to wrap up before the hard cut.
@@ -310,14 +321,24 @@ class Budget:
 
     max_tool_calls: int | None = None
     max_calls_per_tool: int | None = None
+    max_model_requests: int | None = None
+    max_cost: float | None = None
+    token_prices: tuple[float, float] | None = None
     deadline: float | timedelta | None = None
     soft: float = 0.8
 
     def __post_init__(self) -> None:
-        for name in ("max_tool_calls", "max_calls_per_tool"):
+        for name in ("max_tool_calls", "max_calls_per_tool", "max_model_requests"):
             value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ConfigurationError(f"Budget({name}=...) must be at least 1")
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigurationError(f"Budget({name}=...) must be a whole number, at least 1")
+        if self.max_cost is not None and not self.max_cost > 0:
+            raise ConfigurationError("Budget(max_cost=...) must be a positive amount")
+        prices = self.token_prices
+        if prices is not None and (len(prices) != 2 or any(not p >= 0 for p in prices)):
+            raise ConfigurationError(
+                "Budget(token_prices=...) is (input, output) price per million tokens: (3.0, 15.0)"
+            )
         if isinstance(self.deadline, timedelta):
             object.__setattr__(self, "deadline", self.deadline.total_seconds())
         if self.deadline is not None and float(self.deadline) <= 0:  # type: ignore[arg-type]
@@ -330,12 +351,21 @@ class Budget:
         d = self.deadline
         return d.total_seconds() if isinstance(d, timedelta) else d
 
+    def price(self, input_tokens: int, output_tokens: int) -> float:
+        """What these tokens cost at ``token_prices`` (0 when no prices are set)."""
+        if self.token_prices is None:
+            return 0.0
+        price_in, price_out = self.token_prices
+        return (input_tokens * price_in + output_tokens * price_out) / 1_000_000
+
 
 class BudgetExceeded(Call4AgentsError):
     """The run hit a limit of its :class:`Budget`; the call was not run.
 
-    ``reason`` is ``"step_limit"`` (tool calls, in all or per tool) or ``"deadline"``; it is also
-    recorded as the run's ending (``ledger.run_status(run_id)``, ``call4agents show RUN``).
+    ``reason`` is ``"step_limit"`` (tool calls in all or per tool, or model requests),
+    ``"budget"`` (the cost ceiling) or ``"deadline"``; it is also recorded as the run's ending
+    (``ledger.run_status(run_id)``, ``call4agents show RUN``). Integrations let it end the
+    agent's run rather than show it to the model: the hard cut is not a tool error to work around.
     """
 
     def __init__(self, *, run_id: str, tool: str, reason: str, detail: str) -> None:
@@ -358,6 +388,10 @@ class BudgetUsage:
     per_tool: dict[str, int]
     elapsed: float | None  # seconds since the first counted call, by the database clock
     budget: Budget
+    model_requests: int = 0
+    cost: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
 
     def shares(self) -> list[float]:
         b, found = self.budget, []
@@ -365,6 +399,10 @@ class BudgetUsage:
             found.append(self.tool_calls / b.max_tool_calls)
         if b.max_calls_per_tool and self.per_tool:
             found.append(max(self.per_tool.values()) / b.max_calls_per_tool)
+        if b.max_model_requests:
+            found.append(self.model_requests / b.max_model_requests)
+        if b.max_cost:
+            found.append(self.cost / b.max_cost)
         if b.deadline_seconds is not None and self.elapsed is not None:
             found.append(self.elapsed / b.deadline_seconds)
         return found
@@ -373,6 +411,16 @@ class BudgetUsage:
     def soft_reached(self) -> bool:
         """At or past the soft threshold of some limit: time to tell the agent to wrap up."""
         return any(share >= self.budget.soft for share in self.shares())
+
+    def wrap_up_note(self) -> str | None:
+        """A line for the model once the soft threshold is passed; None before it."""
+        if not self.soft_reached:
+            return None
+        spent = max(self.shares())
+        return (
+            f"Note from the run's budget: {spent:.0%} of a limit is spent. Finish the task with "
+            "what you have, or stop and say what remains; do not start new work."
+        )
 
 
 def _counters(conn: Connection, run_id: str) -> dict[str, float]:
@@ -384,17 +432,20 @@ def _counters(conn: Connection, run_id: str) -> dict[str, float]:
 
 def budget_usage(run_id: str | None = None, *, ledger: Ledger | None = None) -> BudgetUsage:
     """The current run's budget and what it spent; for the agent's "wrap up soon" prompt."""
+    budget, counted, ledger = _current_budget("budget_usage()", ledger)
+    with ledger.store.read() as conn:
+        values = _counters(conn, run_id or counted)
+        now = float(conn.execute(select(now_sql(ledger.store.dialect))).scalar_one())
+    return _usage(run_id or counted, values, now, budget)
+
+
+def _current_budget(what: str, ledger: Ledger | None) -> tuple[Budget, str, Ledger]:
     from .effect import default_ledger
 
     run = current_run()
     if run is None or run.budget is None:
-        raise ConfigurationError("budget_usage() needs a run with a budget: c4a.run(id, budget=)")
-    counted = run_id or run.budget_run or run.run_id
-    ledger = ledger or run.ledger or default_ledger()
-    with ledger.store.read() as conn:
-        values = _counters(conn, counted)
-        now = float(conn.execute(select(now_sql(ledger.store.dialect))).scalar_one())
-    return _usage(counted, values, now, run.budget)
+        raise ConfigurationError(f"{what} needs a run with a budget: c4a.run(id, budget=...)")
+    return run.budget, run.budget_run or run.run_id, ledger or run.ledger or default_ledger()
 
 
 def _usage(run_id: str, values: dict[str, float], now: float, budget: Budget) -> BudgetUsage:
@@ -405,6 +456,10 @@ def _usage(run_id: str, values: dict[str, float], now: float, budget: Budget) ->
         per_tool={k[5:]: int(v) for k, v in values.items() if k.startswith("tool:")},
         elapsed=None if started is None else now - started,
         budget=budget,
+        model_requests=int(values.get(_REQUESTS, 0)),
+        cost=values.get(_COST, 0.0),
+        input_tokens=int(values.get(_TOKENS_IN, 0)),
+        output_tokens=int(values.get(_TOKENS_OUT, 0)),
     )
 
 
@@ -421,33 +476,84 @@ def budget_gate(action: Action, inner: Gate | None) -> Gate | None:
     dialect = action.ledger.store.dialect
 
     def gate(conn: Connection, attempt: int) -> Call4AgentsError | None:
-        over = _over_budget(conn, dialect, counted, action.tool, budget)
+        values, elapsed = _locked_counters(conn, dialect, counted)
+        over = _over_budget(values, elapsed, budget) or _over_tool_limits(
+            values, budget, action.tool
+        )
         if over is not None:
             # Recorded in the claim's transaction, which commits: the refusal is returned.
-            record_status_in(
-                conn,
-                dialect,
-                counted,
-                over.reason,
-                over.detail,
-                "budget",
-                {"reason": over.reason, "tool": action.tool, "detail": over.detail},
-            )
-            return over
+            cut = BudgetExceeded(run_id=counted, tool=action.tool, **over)
+            _record_refusal(conn, dialect, cut)
+            return cut
         refusal = inner(conn, attempt) if inner is not None else None
         if refusal is None:
-            _count(conn, dialect, counted, action.tool)
+            _add(conn, dialect, counted, {_CALLS: 1, f"tool:{action.tool}": 1})
         return refusal
 
     return gate
 
 
-def _over_budget(
-    conn: Connection, dialect: str, run_id: str, tool: str, budget: Budget
-) -> BudgetExceeded | None:
+def count_model_request(*, ledger: Ledger | None = None) -> BudgetUsage | None:
+    """Check the current run's budget before a model request and count it; integrations call it.
+
+    Raises :class:`BudgetExceeded` (``step_limit`` for ``max_model_requests``, ``budget`` for
+    ``max_cost``, ``deadline``) before the request is made, recording it as the run's ending.
+    Returns the usage after counting (for a wrap-up note), or None when the run has no budget.
+    """
+    run = current_run()
+    if run is None or run.budget is None:
+        return None
+    budget, counted, ledger = _current_budget("count_model_request()", ledger)
+    store, dialect = ledger.store, ledger.store.dialect
+    with store.tx() as conn:
+        values, elapsed = _locked_counters(conn, dialect, counted)
+        over = _over_budget(values, elapsed, budget)
+        limit = budget.max_model_requests
+        if over is None and limit is not None and values.get(_REQUESTS, 0) >= limit:
+            over = {"reason": STEP_LIMIT, "detail": f"{limit} model requests"}
+        if over is None:
+            _add(conn, dialect, counted, {_REQUESTS: 1})
+            values[_REQUESTS] = values.get(_REQUESTS, 0) + 1
+            return _usage(counted, values, values[_STARTED] + elapsed, budget)
+        refusal = BudgetExceeded(run_id=counted, tool="model request", **over)
+        _record_refusal(conn, dialect, refusal)  # committed as the block ends, then raised
+    raise refusal
+
+
+def record_model_usage(
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    *,
+    cost: float | None = None,
+    ledger: Ledger | None = None,
+) -> None:
+    """Add one model response's tokens (and cost) to the current run's budget counters.
+
+    ``cost`` defaults to the tokens priced by ``Budget(token_prices=...)``. The money is already
+    spent, so this never refuses; the next tool call or model request past ``max_cost`` does.
+    Nothing is counted outside a run with a budget.
+    """
+    run = current_run()
+    if run is None or run.budget is None:
+        return
+    budget, counted, ledger = _current_budget("record_model_usage()", ledger)
+    if input_tokens < 0 or output_tokens < 0 or (cost is not None and cost < 0):
+        raise ConfigurationError("record_model_usage() takes token counts and a cost of 0 or more")
+    spent = budget.price(input_tokens, output_tokens) if cost is None else cost
+    with ledger.store.tx() as conn:
+        _add(
+            conn,
+            ledger.store.dialect,
+            counted,
+            {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, _COST: spent},
+        )
+
+
+def _locked_counters(conn: Connection, dialect: str, run_id: str) -> tuple[dict[str, float], float]:
+    """The run's counters under its lock, and the seconds since its first counted step."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     now = now_sql(dialect)
-    # The first counted call starts the deadline clock; later ones only read it.
+    # The first counted step starts the deadline clock; later ones only read it.
     conn.execute(
         insert(run_counters)
         .values(run_id=run_id, name=_STARTED, value=now)
@@ -457,25 +563,41 @@ def _over_budget(
     if dialect == "postgresql":
         stmt = stmt.with_for_update()  # the counters are read and raised under one lock
     values = {name: float(value) for name, value in conn.execute(stmt).all()}
-    elapsed = float(conn.execute(select(now)).scalar_one()) - values[_STARTED]
-    calls, per_tool = int(values.get(_CALLS, 0)), int(values.get(f"tool:{tool}", 0))
+    return values, float(conn.execute(select(now)).scalar_one()) - values[_STARTED]
 
-    def refuse(reason: str, detail: str) -> BudgetExceeded:
-        return BudgetExceeded(run_id=run_id, tool=tool, reason=reason, detail=detail)
 
+def _over_budget(
+    values: Mapping[str, float], elapsed: float, budget: Budget
+) -> dict[str, str] | None:
+    """The limits every step shares: the deadline and the cost ceiling."""
     deadline = budget.deadline_seconds
     if deadline is not None and elapsed >= deadline:
-        return refuse(DEADLINE, f"{deadline:g}s after its first call")
-    if budget.max_tool_calls is not None and calls >= budget.max_tool_calls:
-        return refuse(STEP_LIMIT, f"{budget.max_tool_calls} tool calls")
-    if budget.max_calls_per_tool is not None and per_tool >= budget.max_calls_per_tool:
-        return refuse(STEP_LIMIT, f"{budget.max_calls_per_tool} calls of {tool}")
+        return {"reason": DEADLINE, "detail": f"{deadline:g}s after its first step"}
+    if budget.max_cost is not None and values.get(_COST, 0.0) >= budget.max_cost:
+        spent = values.get(_COST, 0.0)
+        return {"reason": BUDGET, "detail": f"spent {spent:.4g} of {budget.max_cost:g}"}
     return None
 
 
-def _count(conn: Connection, dialect: str, run_id: str, tool: str) -> None:
+def _over_tool_limits(
+    values: Mapping[str, float], budget: Budget, tool: str
+) -> dict[str, str] | None:
+    calls, per_tool = int(values.get(_CALLS, 0)), int(values.get(f"tool:{tool}", 0))
+    if budget.max_tool_calls is not None and calls >= budget.max_tool_calls:
+        return {"reason": STEP_LIMIT, "detail": f"{budget.max_tool_calls} tool calls"}
+    if budget.max_calls_per_tool is not None and per_tool >= budget.max_calls_per_tool:
+        return {"reason": STEP_LIMIT, "detail": f"{budget.max_calls_per_tool} calls of {tool}"}
+    return None
+
+
+def _record_refusal(conn: Connection, dialect: str, refusal: BudgetExceeded) -> None:
+    data = {"reason": refusal.reason, "tool": refusal.tool, "detail": refusal.detail}
+    record_status_in(conn, dialect, refusal.run_id, refusal.reason, refusal.detail, "budget", data)
+
+
+def _add(conn: Connection, dialect: str, run_id: str, amounts: Mapping[str, float]) -> None:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    for name in (_CALLS, f"tool:{tool}"):
+    for name, amount in amounts.items():
         conn.execute(
             insert(run_counters)
             .values(run_id=run_id, name=name, value=0.0)
@@ -484,5 +606,5 @@ def _count(conn: Connection, dialect: str, run_id: str, tool: str) -> None:
         conn.execute(
             update(run_counters)
             .where(run_counters.c.run_id == run_id, run_counters.c.name == name)
-            .values(value=run_counters.c.value + 1)
+            .values(value=run_counters.c.value + amount)
         )
