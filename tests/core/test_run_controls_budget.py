@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -165,7 +166,8 @@ def test_model_requests_and_cost_share_the_ledger_budget(ledger: c4a.Ledger) -> 
     budget = c4a.Budget(max_model_requests=5, max_cost=0.02, token_prices=(3.0, 15.0))
     with c4a.run("b-model", budget=budget):
         first = c4a.count_model_request()
-        assert first is not None and first.model_requests == 1
+        assert first is not None
+        assert first.model_requests == 1
         c4a.record_model_usage(1000, 200)  # 0.003 + 0.003
         assert c4a.budget_usage().cost == pytest.approx(0.006)
         assert not c4a.budget_usage().soft_reached
@@ -175,7 +177,8 @@ def test_model_requests_and_cost_share_the_ledger_budget(ledger: c4a.Ledger) -> 
         assert (usage.input_tokens, usage.output_tokens) == (3000, 700)
         assert usage.soft_reached
         note = usage.wrap_up_note()
-        assert note is not None and "do not start new work" in note
+        assert note is not None
+        assert "do not start new work" in note
         c4a.record_model_usage(cost=0.001)  # an explicit cost wins over token prices
         with pytest.raises(c4a.BudgetExceeded) as caught:
             c4a.count_model_request()
@@ -189,7 +192,8 @@ def test_model_requests_and_cost_share_the_ledger_budget(ledger: c4a.Ledger) -> 
         with pytest.raises(c4a.BudgetExceeded, match="budget"):
             refund("o-1")  # tool calls stop at the cost ceiling too
     status = ledger.run_status("b-model")
-    assert status is not None and status.status == "budget"
+    assert status is not None
+    assert status.status == "budget"
 
 
 def test_model_request_limit_is_a_step_limit(ledger: c4a.Ledger) -> None:
@@ -200,9 +204,9 @@ def test_model_request_limit_is_a_step_limit(ledger: c4a.Ledger) -> None:
             c4a.count_model_request()
     assert caught.value.reason == "step_limit"
     assert caught.value.detail == "2 model requests"
-    with c4a.run("b-req", budget=c4a.Budget(max_model_requests=2)):  # a resume: still spent
-        with pytest.raises(c4a.BudgetExceeded):
-            c4a.count_model_request()
+    resumed = c4a.run("b-req", budget=c4a.Budget(max_model_requests=2))
+    with resumed, pytest.raises(c4a.BudgetExceeded):  # a resume: the requests are still spent
+        c4a.count_model_request()
 
 
 def test_outside_a_budget_model_usage_is_not_counted(ledger: c4a.Ledger) -> None:
@@ -222,11 +226,13 @@ def test_outside_a_budget_model_usage_is_not_counted(ledger: c4a.Ledger) -> None
     ],
 )
 def test_bad_budgets_are_refused(kwargs: dict[str, object], message: str) -> None:
-    with pytest.raises(c4a.ConfigurationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(c4a.ConfigurationError, match=re.escape(message)):
         c4a.Budget(**kwargs)  # type: ignore[arg-type]
 
 
 def test_negative_usage_is_refused(ledger: c4a.Ledger) -> None:
-    with c4a.run("b-neg", budget=c4a.Budget(max_cost=1.0)):
-        with pytest.raises(c4a.ConfigurationError, match="0 or more"):
-            c4a.record_model_usage(-5, 0)
+    with (
+        c4a.run("b-neg", budget=c4a.Budget(max_cost=1.0)),
+        pytest.raises(c4a.ConfigurationError, match="0 or more"),
+    ):
+        c4a.record_model_usage(-5, 0)

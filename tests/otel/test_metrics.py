@@ -68,3 +68,43 @@ def test_counters_histogram_and_gauges(target: Target, telemetry: Telemetry) -> 
     assert waiting.value == 1
     [age] = telemetry.points("call4agents.approvals.oldest_age")
     assert age.value >= 0
+
+
+def test_runs_carry_their_terminal_reason(ledger: c4a.Ledger, telemetry: Telemetry) -> None:
+    tracer = telemetry.tracer_provider.get_tracer("agent")
+
+    @c4a.effect(name="pay")
+    def pay(amount: int) -> int:
+        return amount
+
+    def spend_two() -> None:
+        with c4a.run("r-budget", budget=c4a.Budget(max_tool_calls=1)):
+            pay(1)
+            pay(2)
+
+    with tracer.start_as_current_span("agent run budget"), pytest.raises(c4a.BudgetExceeded):
+        spend_two()  # the cut leaves the run: the span around it carries the reason
+    with (
+        tracer.start_as_current_span("agent run escalate"),
+        pytest.raises(c4a.Escalated),
+        c4a.run("r-esc"),
+    ):
+        c4a.escalate("the customer wants a person")
+    with tracer.start_as_current_span("agent run plain"), c4a.run("r-plain"):
+        pay(3)
+
+    runs = {s.name: s for s in telemetry.spans("agent run")}
+    assert runs["agent run budget"].attributes["call4agents.run.terminal_reason"] == "step_limit"
+    assert runs["agent run budget"].attributes["call4agents.run.id"] == "r-budget"
+    assert runs["agent run escalate"].attributes["call4agents.run.terminal_reason"] == "escalated"
+    assert "call4agents.run.terminal_reason" not in runs["agent run plain"].attributes
+    events = [e for e in runs["agent run escalate"].events if e.name == "call4agents.run.ended"]
+    assert len(events) == 1
+    assert events[0].attributes["call4agents.run.id"] == "r-esc"
+    # The refused action's own span says which call hit the limit.
+    refused = [s for s in telemetry.spans() if s.attributes.get("call4agents.run.terminal_reason")]
+    assert [s.name for s in refused] == ["execute_tool pay"]
+
+    ended = telemetry.points("call4agents.runs.ended")
+    assert value(ended, call4agents__run__terminal_reason="step_limit") == 1  # counted once
+    assert value(ended, call4agents__run__terminal_reason="escalated") == 1

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +15,7 @@ from sqlalchemy import update
 import call4agents as c4a
 from call4agents.cli import main
 from call4agents.stats import compute
-from call4agents.tables import effects
+from call4agents.tables import dedup_hits, effects
 from tests.conftest import Target
 
 
@@ -43,7 +47,7 @@ def fill(ledger: c4a.Ledger) -> None:
 
     with c4a.run("a"):
         send(1)
-        send(1)  # a dedup hit: not visible in the ledger
+        send(1)  # a dedup hit, counted in memory
         send(2)
         wire(1)
         with pytest.raises(TimeoutError):
@@ -78,7 +82,9 @@ EXPECTED: dict[str, Any] = {
     "actions": 9,
     "actions_by_state": {"succeeded": 7, "in_doubt": 1, "failed": 1},
     "retried_actions": 0,
-    "dedup_rate": None,
+    "executions": 9,
+    "deduped": 1,
+    "dedup_rate": 0.1,
     "in_doubt": 1,
     "approvals_waiting": 1,
     "irreversible_executions": 3,
@@ -96,16 +102,19 @@ EXPECTED: dict[str, Any] = {
 def test_stats_figures(target: Target) -> None:
     ledger = c4a.init(target.open())
     fill(ledger)
+    assert compute(ledger).deduped == 0  # still in memory, on its way
+    ledger.dedup.flush()
     found = compute(ledger).as_dict()
     assert {k: found[k] for k in EXPECTED} == EXPECTED
     assert found["in_doubt_oldest_age"] >= 0
     assert found["approvals_oldest_age"] >= 0
-    assert "not written to the ledger" in found["dedup_note"]
+    assert "written every few seconds" in found["dedup_note"]
 
 
 def test_stats_cli_window(target: Target, capsys: pytest.CaptureFixture[str]) -> None:
     ledger = c4a.init(target.open())
     fill(ledger)
+    ledger.dedup.flush()
     age_run(ledger, "d", 2 * 86400)
     capsys.readouterr()
     assert main(cli_args(target, "stats", "--json", "--since", "24h")) == 0
@@ -119,4 +128,71 @@ def test_stats_cli_window(target: Target, capsys: pytest.CaptureFixture[str]) ->
     assert "In doubt (open):          1, oldest" in text
     assert "Approvals waiting:        1, oldest" in text
     assert "Irreversible executions:  3 (a: 2, c: 1)" in text
-    assert "Dedup rate:               n/a" in text
+    assert "Dedup rate:               10.0% (1 served from the record, 9 executed)" in text
+
+
+def test_dedup_hits_of_other_processes_are_counted(target: Target, tmp_path: Path) -> None:
+    """Repeats in a process that then exits (cache hits and rows read from the ledger)."""
+    ledger = c4a.init(target.open())
+    script = tmp_path / "repeats.py"
+    script.write_text(REPEATS)
+    for _ in range(2):  # the second process meets recorded rows, not its own cache
+        done = subprocess.run(
+            [sys.executable, str(script)], env=target.env(), capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+    found = compute(ledger)
+    # First process: 3 executions and 3 cache hits; second: 6 repeats read from the ledger.
+    assert (found.executions, found.deduped) == (3, 9)
+    assert found.dedup_rate == pytest.approx(0.75)
+
+
+REPEATS = """
+import os
+
+import call4agents as c4a
+
+c4a.init(os.environ["C4A_TEST_URL"], schema=os.environ.get("C4A_TEST_SCHEMA") or None)
+
+
+@c4a.effect(name="notify")
+def notify(n: int) -> int:
+    return n
+
+
+with c4a.run("r"):
+    for n in (1, 2, 3, 1, 2, 3):
+        notify(n)
+"""
+
+
+def test_counts_reach_the_ledger_on_their_own(
+    target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No close() and no exit: the timer writes them (here after 0.1 s instead of seconds)."""
+    from call4agents import _hits
+
+    monkeypatch.setattr(_hits, "FLUSH_AFTER", 0.1)
+    ledger = c4a.init(target.open())
+
+    @c4a.effect(name="ping")
+    def ping() -> str:
+        return "pong"
+
+    with c4a.run("t"):
+        for _ in range(4):
+            ping()
+    deadline = time.monotonic() + 30
+    while compute(ledger).deduped < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert compute(ledger).deduped == 3
+
+
+def test_gc_drops_old_dedup_counts(target: Target) -> None:
+    ledger = c4a.init(target.open())
+    with ledger.store.tx() as conn:
+        minute = int(ledger.store.now() // 60)
+        conn.execute(dedup_hits.insert().values(tool="old", minute=minute - 3 * 24 * 60, hits=5))
+        conn.execute(dedup_hits.insert().values(tool="new", minute=minute, hits=2))
+    ledger.gc(older_than=86400)
+    assert compute(ledger).deduped == 2

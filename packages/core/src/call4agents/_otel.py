@@ -52,6 +52,11 @@ class OtelLayer(Layer):
             unit="{execution}",
             description="Executions of tools declared irreversible",
         )
+        self.runs_ended = meter.create_counter(
+            sc.METRIC_RUNS_ENDED,
+            unit="{run}",
+            description="Runs ended by a run control, by terminal reason",
+        )
         self.duration = meter.create_histogram(
             sc.METRIC_DURATION, unit="s", description="Time of one action, ledger work included"
         )
@@ -75,6 +80,16 @@ class OtelLayer(Layer):
             unit="s",
             description="Age of the oldest approval ticket still waiting",
         )
+
+    def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attribute(sc.RUN_ID, run_id)
+            span.set_attribute(sc.RUN_TERMINAL_REASON, reason)
+        if count:  # the moment the ending was recorded
+            self.runs_ended.add(1, {sc.RUN_TERMINAL_REASON: reason})
+            attributes = {sc.RUN_ID: run_id, sc.RUN_TERMINAL_REASON: reason}
+            span.add_event(sc.EVENT_RUN_ENDED, attributes)
 
     # -- spans -------------------------------------------------------------------------------
 

@@ -37,9 +37,13 @@ APPROVAL_TICKET: Final = "call4agents.approval.ticket"
 APPROVAL_DECIDED_BY: Final = "call4agents.approval.decided_by"
 LEDGER: Final = "call4agents.ledger"  # on the gauges: the ledger URL, password masked
 TOOL_DURATION: Final = "call4agents.tool.duration"  # seconds inside the tool, ledger I/O excluded
+# How a run ended when a run control ended it: escalated, step_limit, budget, deadline, undone...
+RUN_TERMINAL_REASON: Final = "call4agents.run.terminal_reason"
+EVENT_RUN_ENDED: Final = "call4agents.run.ended"
 
 # -- metrics --------------------------------------------------------------------------------------
 METRIC_ACTIONS: Final = "call4agents.actions"
+METRIC_RUNS_ENDED: Final = "call4agents.runs.ended"  # by call4agents.run.terminal_reason
 METRIC_IRREVERSIBLE: Final = "call4agents.irreversible.executions"
 METRIC_DURATION: Final = "call4agents.action.duration"
 METRIC_IN_DOUBT_OPEN: Final = "call4agents.in_doubt.open"

@@ -91,6 +91,8 @@ class run:
         tb: TracebackType | None,
     ) -> None:
         _run.reset(self._tokens.pop())
+        if exc is not None:
+            _mark_ending(self._ctx.run_id, exc)
 
     async def __aenter__(self) -> run:
         return self.__enter__()
@@ -102,6 +104,17 @@ class run:
         tb: TracebackType | None,
     ) -> None:
         self.__exit__(exc_type, exc, tb)
+
+
+def _mark_ending(run_id: str, exc: BaseException) -> None:
+    """An escalation or a budget cut leaving the run: the span around the run carries it too."""
+    from . import observe
+    from .runs import BudgetExceeded, Escalated
+
+    if isinstance(exc, Escalated):
+        observe.run_ended(exc.run_id, "escalated", count=False)
+    elif isinstance(exc, BudgetExceeded):
+        observe.run_ended(exc.run_id, exc.reason, count=False)
 
 
 class tool_call:

@@ -261,7 +261,10 @@ _MISS = object()
 
 def cached(action: Action) -> Any:
     found = action.ledger._cache.get(action.key)
-    return _MISS if found is None else decode_result(found)
+    if found is None:
+        return _MISS
+    action.ledger.dedup.add(action.tool)
+    return decode_result(found)
 
 
 def begin(action: Action, *, wait: bool = True) -> _Go | _Found:
@@ -312,6 +315,7 @@ def _wait_while_live(action: Action, row: Row) -> Row:
 def settle_found(action: Action, row: Row) -> Any:
     """A row that is not ours to run: its result, a retry marker, or an error."""
     if row.state == "succeeded":
+        action.ledger.dedup.add(action.tool)  # done before: not run again
         return _recorded_result(action, row)
     if row.state == "failed" or row.state == "started":
         return _AGAIN  # failed: claim takes it as a new attempt; started: lost a race, look again

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -19,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import and_, delete, func, select, update
 
 from . import _db, _owner, approvals
+from ._hits import DedupCounter
 from .approvals import ApprovalRequest, Signer
 from .codec import decode_result, encode_result
 from .errors import ConfigurationError, LedgerError
 from .migrations import CURRENT, current_version, migrate, refuse_newer
 from .store import Store, now_sql, short_error
 from .tables import approvals as approvals_table
-from .tables import effects, meta
+from .tables import dedup_hits, effects, meta
 from .tables import runs as runs_table
 
 if TYPE_CHECKING:
@@ -276,6 +278,7 @@ class Ledger:
         self._secret: bytes | None = None
         self._salt: bytes | None = None
         self._cache: dict[str, str] = {}
+        self.dedup = DedupCounter(self.store)
         self._heartbeat = _Heartbeat(self)
         self._open(auto_migrate)
         _ledgers.add(self)
@@ -319,6 +322,9 @@ class Ledger:
         return self.store.dialect
 
     def close(self) -> None:
+        # The counts are a health figure; closing must not fail over them.
+        with contextlib.suppress(LedgerError):
+            self.dedup.flush()
         self.engine.dispose()
 
     def __enter__(self) -> Ledger:
@@ -608,6 +614,8 @@ class Ledger:
             prune=True,
         )
         deleted = self._gc_batches(effects.c.state == "failed", cutoff, batch, prune=False)
+        with self.store.tx() as conn:  # dedup counts of that age go too (one row per tool-minute)
+            conn.execute(delete(dedup_hits).where(dedup_hits.c.minute < int(cutoff // 60)))
         with self.store.read() as conn:
             kept = conn.execute(
                 select(func.count()).where(

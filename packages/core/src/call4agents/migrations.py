@@ -14,7 +14,7 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine, inspect, select, text
 
 from .errors import LedgerError
-from .tables import approvals, effects, meta, run_counters, runs, schema_version
+from .tables import approvals, dedup_hits, effects, meta, run_counters, runs, schema_version
 
 # Arbitrary constant that names "Call4Agents migrations" among other users of advisory locks.
 _PG_LOCK_ID = 0x0C4A_0001
@@ -36,7 +36,11 @@ def _v3(conn: Connection) -> None:
     run_counters.create(conn)  # budgets that survive a resume
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3]
+def _v4(conn: Connection) -> None:
+    dedup_hits.create(conn)  # how often a repeat was served from the record
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
 CURRENT = len(MIGRATIONS)
 
 

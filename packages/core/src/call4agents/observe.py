@@ -71,6 +71,9 @@ class Layer:
     ) -> T:
         return await inner(action, call)
 
+    def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
+        """A run control ended run ``run_id``; ``count`` once per ending, not per span marked."""
+
 
 class _Chain(Layer):
     """Several layers, the first outermost (telemetry sees what replay served)."""
@@ -121,6 +124,17 @@ def install(name: str, layer: Layer | None) -> None:
 
 def installed(name: str) -> Layer | None:
     return _layers.get(name)
+
+
+def run_ended(run_id: str, reason: str, *, count: bool = True) -> None:
+    """Tell telemetry a run ended by a run control (escalated, a budget limit, undone).
+
+    Called when the ending is recorded (``count=True``: the runs-ended metric) and again as the
+    ending leaves ``c4a.run(...)`` (``count=False``), so the span around the run carries it too.
+    """
+    layer = _layers.get("otel")
+    if layer is not None:
+        layer.run_ended(run_id, reason, count=count)
 
 
 # -- what one action did ----------------------------------------------------------------------
@@ -304,6 +318,11 @@ class _Lazy(Layer):
     ) -> T:
         real = self._real()
         return await (real.aperform(action, call, inner) if real else inner(action, call))
+
+    def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
+        real = self._real()
+        if real is not None:
+            real.run_ended(run_id, reason, count=count)
 
 
 def _auto() -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from sqlalchemy import Connection, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
+from . import observe
 from .context import _effect, current_run
 from .errors import Call4AgentsError, ConfigurationError
 from .store import Gate, now_sql
@@ -94,6 +95,7 @@ def record_status_in(
             updated_at=now,
         )
     )
+    observe.run_ended(run_id, status)
 
 
 def run_status(ledger: Ledger, run_id: str) -> RunStatus | None:

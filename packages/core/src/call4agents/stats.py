@@ -2,10 +2,8 @@
 
 Read-only. Times come from the database's clock, like everything else in the ledger.
 
-What the ledger cannot tell: how often deduplication fired. A repeat served from the record
-writes nothing (most are answered from the in-process cache without a database round trip), so
-the dedup rate is only counted live, by the ``call4agents.actions`` metric with
-``outcome="deduped"``; ``stats`` reports ``dedup_rate`` as null and says why.
+How often deduplication fired comes from ``c4a_dedup_hits``: repeats are counted in memory and
+added there every few seconds (see ``_hits``), so the last few seconds may not show yet.
 """
 
 from __future__ import annotations
@@ -18,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 
 from .store import now_sql
-from .tables import approvals, effects, runs
+from .tables import approvals, dedup_hits, effects, runs
 
 if TYPE_CHECKING:
     from .ledger import Ledger
 
 DEDUP_NOTE = (
-    "repeats served from the record are not written to the ledger; count them with the "
-    "call4agents.actions metric (outcome=deduped)"
+    "repeats served from the record, over repeats plus executions; counted in memory and "
+    "written every few seconds, so the last seconds may not show yet"
 )
 # A run's state: the ending a run control recorded (escalated, undone, partly_undone), else
 # derived from its actions, the first that applies in this order.
@@ -48,6 +46,8 @@ class Stats:
     actions: int
     actions_by_state: dict[str, int]
     retried_actions: int  # actions that needed more than one attempt
+    executions: int  # attempts started: each ran (or began to run) the tool
+    deduped: int  # repeats served from the record instead of running the tool again
     dedup_rate: float | None
     dedup_note: str
     in_doubt: int
@@ -106,7 +106,16 @@ def compute(ledger: Ledger, since: float | None = None) -> Stats:
                 )
             ).scalars()
         )
+        minute = None if since is None else int((now - since) // 60)
+        deduped = int(
+            conn.execute(
+                select(func.coalesce(func.sum(dedup_hits.c.hits), 0)).where(
+                    *([] if minute is None else [dedup_hits.c.minute >= minute])
+                )
+            ).scalar_one()
+        )
     opened = open_figures(ledger)
+    executions = sum(r.attempt for r in rows)
     irreversible = Counter(
         r.run_id for r in rows if r.kind == "irreversible" and r.state in ("succeeded", "in_doubt")
     )
@@ -115,7 +124,9 @@ def compute(ledger: Ledger, since: float | None = None) -> Stats:
         actions=len(rows),
         actions_by_state=dict(Counter(r.state for r in rows)),
         retried_actions=sum(r.attempt > 1 for r in rows),
-        dedup_rate=None,
+        executions=executions,
+        deduped=deduped,
+        dedup_rate=deduped / (deduped + executions) if deduped + executions else None,
         dedup_note=DEDUP_NOTE,
         in_doubt=opened.in_doubt,
         in_doubt_oldest_age=opened.in_doubt_oldest_age,
@@ -158,7 +169,7 @@ def render(stats: Stats) -> str:
     lines = [
         f"Window: {window}",
         f"Actions:                  {stats.actions} ({by_state}); {stats.retried_actions} retried",
-        f"Dedup rate:               n/a ({stats.dedup_note})",
+        f"Dedup rate:               {_rate(stats)}",
         f"In doubt (open):          {stats.in_doubt}{_oldest(stats.in_doubt_oldest_age)}",
         f"Approvals waiting:        {stats.approvals_waiting}{_oldest(stats.approvals_oldest_age)}",
         f"Irreversible executions:  {stats.irreversible_executions}"
@@ -166,6 +177,15 @@ def render(stats: Stats) -> str:
         f"Runs:                     {runs}",
     ]
     return "\n".join(lines)
+
+
+def _rate(stats: Stats) -> str:
+    if stats.dedup_rate is None:
+        return "n/a (nothing ran or repeated in this window)"
+    return (
+        f"{stats.dedup_rate:.1%} ({stats.deduped} served from the record, "
+        f"{stats.executions} executed)"
+    )
 
 
 def _oldest(age: float | None) -> str:

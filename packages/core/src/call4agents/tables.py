@@ -125,3 +125,14 @@ run_counters = Table(
     Column("name", Text, primary_key=True),
     Column("value", Float, nullable=False),
 )
+
+# Repeats served from the record (schema version 4), per tool and minute of the database clock.
+# A repeat writes nothing to its action's row (most never reach the database), so they are
+# counted in memory and added here in batches; ``call4agents stats`` reads its dedup rate here.
+dedup_hits = Table(
+    "c4a_dedup_hits",
+    metadata,
+    Column("tool", Text, primary_key=True),
+    Column("minute", BigInteger, primary_key=True),  # database epoch seconds // 60
+    Column("hits", BigInteger, nullable=False),
+)
