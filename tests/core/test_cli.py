@@ -202,6 +202,29 @@ def test_show_unknown_run(target: Any, cli: Cli) -> None:
     assert cli(target, "show", "no-such-run", "--json")[:2] == (1, "[]\n")
 
 
+def test_show_prints_what_a_budget_spent(target: Any, cli: Cli) -> None:
+    c4a.init(target.open())
+
+    @c4a.effect(name="pay")
+    def pay(n: int) -> int:
+        return n
+
+    with c4a.run("spender", budget=c4a.Budget(max_tool_calls=2, token_prices=(2.0, 10.0))):
+        c4a.count_model_request()
+        c4a.record_model_usage(1000, 500)
+        pay(1)
+        pay(2)
+        with pytest.raises(c4a.BudgetExceeded):
+            pay(3)
+    code, out, _ = cli(target, "show", "spender")
+    assert code == 0
+    assert (
+        "Budget spent: 2 tool calls (pay: 2), 1 model requests, 1000 input / 500 output tokens, "
+        "cost 0.007"
+    ) in out
+    assert "Run ended: step limit (2 tool calls)" in out
+
+
 def test_gc(target: Any, cli: Cli) -> None:
     Agent(target.open())
     code, out, _ = cli(target, "gc", "--older-than", "30d")

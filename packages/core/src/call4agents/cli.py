@@ -35,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import _db, migrations
 from .errors import Call4AgentsError, ConfigurationError, LedgerError
 from .ledger import EffectRecord, Ledger
-from .runs import Handoff, RunStatus
+from .runs import Handoff, RunStatus, spending_text
 from .store import now_sql, short_error
 from .tables import effects
 
@@ -350,6 +350,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         found = ledger.effects(args.run)
         status = ledger.run_status(args.run)
         handoff = ledger.handoff(args.run) if status is not None else None
+        spent = spending_text(ledger, args.run)
     if args.handoff:
         return _show_handoff(args, handoff)
     if args.json:
@@ -388,6 +389,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if counts["started"]:
         summary += f", {counts['started']} running"
     print(f"\n{summary}")
+    if spent:
+        print(spent)
     if status is not None:
         print("\n" + _ending_text(status, handoff))
     return EXIT_OK

@@ -441,6 +441,26 @@ def budget_usage(run_id: str | None = None, *, ledger: Ledger | None = None) -> 
     return _usage(run_id or counted, values, now, budget)
 
 
+def spending_text(ledger: Ledger, run_id: str) -> str | None:
+    """What a run's budget counted, in one line for ``call4agents show``; None if nothing."""
+    with ledger.store.read() as conn:
+        values = _counters(conn, run_id)
+    if not values:
+        return None
+    per_tool = ", ".join(
+        f"{k[5:]}: {int(v)}" for k, v in sorted(values.items()) if k.startswith("tool:")
+    )
+    parts = [f"{int(values.get(_CALLS, 0))} tool calls" + (f" ({per_tool})" if per_tool else "")]
+    if _REQUESTS in values:
+        parts.append(f"{int(values[_REQUESTS])} model requests")
+    if _TOKENS_IN in values or _TOKENS_OUT in values:
+        tokens_in, tokens_out = int(values.get(_TOKENS_IN, 0)), int(values.get(_TOKENS_OUT, 0))
+        parts.append(f"{tokens_in} input / {tokens_out} output tokens")
+    if values.get(_COST):
+        parts.append(f"cost {values[_COST]:.4g}")
+    return "Budget spent: " + ", ".join(parts)
+
+
 def _current_budget(what: str, ledger: Ledger | None) -> tuple[Budget, str, Ledger]:
     from .effect import default_ledger
 
