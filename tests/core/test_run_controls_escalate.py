@@ -133,3 +133,62 @@ def test_escalate_needs_a_run_and_a_reason(ledger: c4a.Ledger) -> None:
         c4a.escalate("why")
     with pytest.raises(c4a.ConfigurationError, match="needs a reason"), c4a.run("r"):
         c4a.escalate(" ")
+
+
+def test_escalate_on_policy_turns_outcomes_into_handoffs(ledger: c4a.Ledger) -> None:
+    sent: list[str] = []
+
+    @c4a.effect(name="wire", escalate_on=("in_doubt", "denied", "budget"), approval=True)
+    def wire(amount: int) -> dict[str, Any]:
+        sent.append(f"wire {amount}")
+        if amount == 13:
+            raise TimeoutError("the bank did not answer")
+        return {"transfer_id": f"t-{amount}"}
+
+    # A denied approval: the run ends with a hand-off, not a refusal for the model to work around.
+    with c4a.run("pol-denied"):
+        with pytest.raises(c4a.ApprovalRequired) as asked:
+            wire(5)
+        ledger.deny(asked.value.request.ticket, by="ops@example.com", reason="too large")
+        with pytest.raises(c4a.Escalated) as caught:
+            wire(5)
+    handoff = caught.value.handoff
+    assert handoff.reason == "a person denied wire"
+    assert handoff.blocking_fact == "denied by ops@example.com: too large"
+    assert isinstance(caught.value.__cause__, c4a.ApprovalDenied)
+
+    # In doubt: the timeout escalates at once, and so does a later repeat.
+    with c4a.run("pol-doubt"):
+        with pytest.raises(c4a.ApprovalRequired) as asked:
+            wire(13)
+        ledger.approve(asked.value.request.ticket, by="ops@example.com")
+        with pytest.raises(c4a.Escalated) as caught:
+            wire(13)
+        assert isinstance(caught.value.__cause__, TimeoutError)
+        with pytest.raises(c4a.Escalated) as again:
+            wire(13)
+    assert isinstance(again.value.__cause__, c4a.EffectInDoubt)
+    assert [i["args"] for i in again.value.handoff.in_doubt] == [{"amount": 13}]
+    assert "call4agents resolve" in again.value.handoff.what_remains[0]
+    assert sent == ["wire 13"]  # never re-run
+
+    # A budget cut: the hand-off says which limit and lists what remains.
+    @c4a.effect(name="notify", escalate_on="budget")
+    def notify(to: str) -> str:
+        return "sent"
+
+    with c4a.run("pol-budget", budget=c4a.Budget(max_tool_calls=1)):
+        notify("a")
+        with pytest.raises(c4a.Escalated) as caught:
+            notify("b")
+    assert caught.value.handoff.reason == "the run hit its step limit"
+    assert caught.value.handoff.what_remains == ['notify {"to":"b"}']
+    status = ledger.run_status("pol-budget")
+    assert status is not None
+    assert status.status == "escalated"
+    assert status.details["budget"]["reason"] == "step_limit"  # the cut is kept beside it
+
+
+def test_escalate_on_refuses_unknown_outcomes() -> None:
+    with pytest.raises(c4a.ConfigurationError, match=r"escalate_on=\['failed'\] is not under"):
+        c4a.EffectOptions(escalate_on=("failed",))

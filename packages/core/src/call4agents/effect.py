@@ -35,7 +35,7 @@ from .errors import (
 )
 from .ledger import Ledger, idempotency_key
 from .lookup import afinder_first, check_from_finder, finder_first
-from .runs import budget_gate
+from .runs import ESCALATE_ON, budget_gate, escalate_by_policy
 from .store import Row
 from .undo import register_undo
 
@@ -89,10 +89,19 @@ class EffectOptions:
     credentials: Mapping[str, str | Callable[[], str]] = field(default_factory=dict)
     undo: Callable[..., Any] | None = None
     find_existing: Callable[..., Any] | None = None
+    escalate_on: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConfigurationError(f"kind={self.kind!r} is not one of {', '.join(KINDS)}")
+        policy = getattr(self, "escalate_on")  # noqa: B009 - a lone string is a classic slip
+        if isinstance(policy, str):
+            object.__setattr__(self, "escalate_on", (policy,))
+        if unknown := set(self.escalate_on) - set(ESCALATE_ON):
+            raise ConfigurationError(
+                f"escalate_on={sorted(unknown)} is not understood: use any of "
+                f"{', '.join(map(repr, ESCALATE_ON))}"
+            )
         if self.scope not in ("args", "call"):
             raise ConfigurationError(f"scope={self.scope!r} must be 'args' or 'call'")
         for name in ("ignore", "redact"):
@@ -426,9 +435,14 @@ def record_result(action: Action, attempt: int, result: Any) -> Any:
 def perform(action: Action, call: Callable[[], T]) -> T:
     """Run ``call`` once for ``action`` (sync tools)."""
     hook = observe.hook  # telemetry or replay; None (one global read) when neither is on
-    if hook is not None:
-        return hook.perform(action, call, _perform)
-    return _perform(action, call)
+    try:
+        if hook is not None:
+            return hook.perform(action, call, _perform)
+        return _perform(action, call)
+    except Exception as exc:
+        if action.options.escalate_on:
+            escalate_by_policy(action, exc)
+        raise
 
 
 def _perform(action: Action, call: Callable[[], T]) -> T:
@@ -509,9 +523,14 @@ def _unrecorded(action: Action, attempt: int, lost: LedgerError) -> EffectInDoub
 async def aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
     """Run ``call`` once for ``action`` (async tools). Ledger I/O runs off the event loop."""
     hook = observe.hook
-    if hook is not None:
-        return await hook.aperform(action, call, _aperform)
-    return await _aperform(action, call)
+    try:
+        if hook is not None:
+            return await hook.aperform(action, call, _aperform)
+        return await _aperform(action, call)
+    except Exception as exc:
+        if action.options.escalate_on:
+            await asyncio.to_thread(escalate_by_policy, action, exc)
+        raise
 
 
 async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
@@ -742,6 +761,7 @@ def effect(
     credentials: Mapping[str, str | Callable[[], str]] = ...,
     undo: Callable[..., Any] | None = None,
     find_existing: Callable[..., Any] | None = None,
+    escalate_on: tuple[str, ...] = (),
 ) -> Callable[[Callable[P, T]], Effect[P, T]]: ...
 def effect(fn: Callable[P, T] | None = None, /, **options: Any) -> Any:
     """Make a tool once-only per (run, tool, canonical arguments). See EffectOptions."""

@@ -237,6 +237,51 @@ def escalate(
     raise Escalated(found)
 
 
+# What ``escalate_on=`` understands: the outcomes after which a person, not the model, decides.
+ESCALATE_ON = ("denied", "in_doubt", "budget")
+
+
+def escalate_by_policy(action: Action, exc: Exception) -> None:
+    """Escalate the action's run when ``exc`` is an outcome its ``escalate_on`` names.
+
+    Raises :class:`Escalated` (chained to ``exc``) when it applies, else returns and the caller
+    re-raises ``exc``. A denied approval, an action in doubt or a budget cut then ends the run
+    with a hand-off instead of going back to the model as a tool error.
+    """
+    from .effect import is_in_doubt_error
+    from .errors import ApprovalDenied, EffectInDoubt
+
+    policy, tool = action.options.escalate_on, action.tool
+    call = f"{tool} {action.args_display}"
+    if "denied" in policy and isinstance(exc, ApprovalDenied):
+        reason, fact = f"a person denied {tool}", exc.reason
+        remains = [f"decide with the requester what to do instead of: {call}"]
+    elif "in_doubt" in policy and (
+        isinstance(exc, EffectInDoubt) or is_in_doubt_error(exc, action.options)
+    ):
+        reason = f"{tool} may or may not have happened"
+        fact = f"{type(exc).__name__}: {exc}"[:500]
+        remains = [
+            f"check with the provider whether this happened, then settle it with "
+            f"`call4agents resolve`: {call}"
+        ]
+    elif "budget" in policy and isinstance(exc, BudgetExceeded):
+        reason, fact = f"the run hit its {exc.reason.replace('_', ' ')}", exc.detail
+        remains = [call]
+    else:
+        return
+    try:
+        escalate(
+            reason,
+            what_remains=remains,
+            blocking_fact=fact,
+            run_id=action.run_id,
+            ledger=action.ledger,
+        )
+    except Escalated as escalated:
+        raise escalated from exc
+
+
 def handoff(ledger: Ledger, run_id: str, *, escalating: str | None = None) -> Handoff | None:
     """The hand-off of an escalated run, with its actions as they stand now; None otherwise."""
     status = run_status(ledger, run_id)
