@@ -278,3 +278,26 @@ def test_read_tools_are_not_spanned(ledger: c4a.Ledger, telemetry: Telemetry) ->
     with c4a.run("r"):
         lookup("x")
     assert telemetry.spans() == []
+
+
+@pytest.mark.parametrize(
+    ("result", "found"),
+    [
+        ({"id": "re_1"}, "re_1"),
+        ({"external_id": 42}, "42"),
+        ({"id": True}, None),
+        ("re_1", None),
+        # An MCP CallToolResult as a server records it: the tool's value is structuredContent.
+        ({"content": [], "structuredContent": {"id": "tk_9"}, "isError": False}, "tk_9"),
+        ({"content": [], "structuredContent": {"result": {"id": "tk_8"}}}, "tk_8"),
+        ({"content": [], "structuredContent": {"result": "plain"}}, None),
+    ],
+)
+def test_external_id_of_a_result(result: object, found: str | None) -> None:
+    from call4agents.observe import external_id
+    from call4agents.runs import external_ids
+
+    assert external_id(result) == found
+    assert (external_ids(result).get("id") or external_ids(result).get("external_id")) == (
+        None if found is None else (42 if found == "42" else found)
+    )

@@ -210,11 +210,27 @@ def _engine_outcome(watch: Watch, exc: BaseException) -> Outcome:
     return "error"
 
 
+def tool_payload(result: Any) -> Any:
+    """The tool's own value inside a framework's envelope, for finding the ids it reported.
+
+    An MCP server records a whole ``CallToolResult`` (``content`` plus ``structuredContent``);
+    the tool's value is its ``structuredContent``, which wraps a non-object value as
+    ``{"result": value}``.
+    """
+    if not isinstance(result, Mapping) or not isinstance(result.get("content"), list):
+        return result
+    inner = result.get("structuredContent")
+    if not isinstance(inner, Mapping):
+        return result
+    return inner["result"] if set(inner) == {"result"} else inner
+
+
 def external_id(result: Any) -> str | None:
     """The id a provider gave what the tool made: a mapping result's ``id``, else ``external_id``.
 
     Only a str or int value counts (the same fields ``runs.external_ids`` reports first).
     """
+    result = tool_payload(result)
     if isinstance(result, Mapping):
         for name in ("id", "external_id"):
             found = result.get(name)

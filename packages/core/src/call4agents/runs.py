@@ -323,6 +323,7 @@ def _sort_actions(
 
 def external_ids(result: Any) -> dict[str, Any]:
     """Ids a tool reported in its result: ``id``, ``external_id`` and ``*_id`` fields of a dict."""
+    result = observe.tool_payload(result)
     if not isinstance(result, Mapping):
         return {}
     return {
@@ -331,6 +332,7 @@ def external_ids(result: Any) -> dict[str, Any]:
         if isinstance(k, str)
         and (k in _ID_FIELDS or k.endswith("_id"))
         and isinstance(v, (str, int))
+        and not isinstance(v, bool)  # a flag such as {"is_id": true} is not an id
     }
 
 
