@@ -35,6 +35,19 @@ def test_in_memory_example(sqlite_target: Target, tmp_path: Path) -> None:
     assert "emails sent: 1" in out
 
 
+def test_run_controls_example(sqlite_target: Target, tmp_path: Path) -> None:
+    out = run_example("run_controls.py", target=sqlite_target, cwd=tmp_path)
+    assert out.splitlines() == [
+        "charged: ch_alice_20",
+        "charged: ch_bob_20",
+        "charged: ch_alice_20",
+        "escalated: credits over 100 need a team lead",
+        "already done: [{'charge_id': 'ch_alice_20'}, {'charge_id': 'ch_bob_20'}]",
+        "stopped: step_limit (3 tool calls)",
+        "undo: undone, refunded ['ch_bob_20', 'ch_alice_20']",
+    ]
+
+
 @pytest.mark.slow
 def test_http_server_and_client_examples(sqlite_target: Target, tmp_path: Path) -> None:
     env = dict(sqlite_target.env(), CALL4AGENTS_URL=sqlite_target.url)

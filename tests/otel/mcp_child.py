@@ -1,4 +1,4 @@
-"""Child: an MCP server with OnceOnly, the SDK's own OpenTelemetry spans on, one client call.
+"""Child: an MCP server with OnceOnly, the SDK's own OpenTelemetry spans on, a call and a retry.
 
 Runs in its own interpreter because it sets the process-wide tracer provider, which the MCP SDK
 reads. Prints every finished span as JSON lines.
@@ -38,7 +38,8 @@ def send_email(to: str, body: str) -> str:
 async def main() -> None:
     async with Client(app) as client:
         args = {"to": "bob@example.com", "body": "hello"}
-        await client.call_tool("send_email", args, meta={KEY_META: "k-1"})
+        for _ in range(2):  # the second is a retry: answered from the ledger
+            await client.call_tool("send_email", args, meta={KEY_META: "k-1"})
 
 
 anyio.run(main)

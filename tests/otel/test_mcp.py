@@ -1,14 +1,30 @@
-"""Inside a real MCP server, our span nests under the SDK's own tools/call span."""
+"""Spans of actions served by an MCP server with OnceOnly: one per outcome, with MCP's request id.
+
+In a child process with the SDK's own OpenTelemetry spans on, ours nest under the SDK's
+``tools/call`` server span; in this process (the in-memory exporter of tests/otel/conftest.py),
+each outcome's attributes are checked.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import anyio
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult
+from opentelemetry.trace import StatusCode
+
+import call4agents as c4a
+from call4agents_mcp import KEY_META, OnceOnly
 from tests.conftest import Target, run_child
+from tests.otel.conftest import Telemetry
 
 CHILD = Path(__file__).with_name("mcp_child.py")
 REPO = Path(__file__).parents[2]
+RUN = "mcp:job-otel"
 
 
 def test_span_nests_under_mcp_server_span(target: Target) -> None:
@@ -16,11 +32,148 @@ def test_span_nests_under_mcp_server_span(target: Target) -> None:
     assert done.returncode == 0, done.stderr
     spans = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     by_id = {s["span_id"]: s for s in spans}
-    [ours] = [s for s in spans if s["scope"] == "call4agents"]
-    assert ours["name"] == "execute_tool send_email"
-    assert ours["attributes"]["call4agents.outcome"] == "ok"
-    server = by_id[ours["parent_id"]]
-    assert server["scope"] == "mcp-python-sdk"
-    assert server["name"] == "tools/call send_email"
-    assert server["attributes"]["gen_ai.operation.name"] == "execute_tool"
-    assert server["trace_id"] == ours["trace_id"]
+    ours = [s for s in spans if s["scope"] == "call4agents"]
+    assert [s["name"] for s in ours] == ["execute_tool send_email"] * 2
+    assert [s["attributes"]["call4agents.outcome"] for s in ours] == ["ok", "deduped"]
+    servers = [by_id[s["parent_id"]] for s in ours]
+    for span, outer in zip(ours, servers, strict=True):
+        assert outer["scope"] == "mcp-python-sdk"
+        assert outer["name"] == "tools/call send_email"
+        assert outer["attributes"]["gen_ai.operation.name"] == "execute_tool"
+        assert outer["trace_id"] == span["trace_id"]
+        # The GenAI tool call id is MCP's JSON-RPC id of this very request.
+        request_id = outer["attributes"]["jsonrpc.request.id"]
+        assert span["attributes"]["gen_ai.tool.call.id"] == request_id
+    assert servers[0]["span_id"] != servers[1]["span_id"]  # the retry is its own request
+
+
+# -- one span per outcome, in this process ------------------------------------------------------
+
+
+def attrs(span: Any) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def server(once: OnceOnly, tool: Any) -> tuple[MCPServer, list[str]]:
+    """An MCP server with one tool, and the request ids of the tools/calls it receives."""
+    app = MCPServer("otel", middleware=[once])
+    app.tool()(tool)
+    request_ids: list[str] = []
+
+    async def spy(ctx: Any, call_next: Any) -> Any:
+        if ctx.method == "tools/call":
+            request_ids.append(str(ctx.request_id))
+        return await call_next(ctx)
+
+    app.middleware.insert(0, spy)  # outside OnceOnly: it sees calls the ledger answers
+    return app, request_ids
+
+
+def call_twice(app: MCPServer, name: str, args: dict[str, Any]) -> list[CallToolResult]:
+    async def main() -> list[CallToolResult]:
+        async with Client(app) as client:
+            return [await client.call_tool(name, args, meta={KEY_META: "k-1"}) for _ in "12"]
+
+    return anyio.run(main)
+
+
+def test_ok_then_deduped(target: Target, telemetry: Telemetry) -> None:
+    ledger = target.open()
+
+    def send_email(to: str) -> dict[str, Any]:
+        return {"id": "msg-1", "to": to}
+
+    app, request_ids = server(OnceOnly(ledger=ledger, identity=lambda ctx: "job-otel"), send_email)
+    call_twice(app, "send_email", {"to": "bob@example.com"})
+    first, second = telemetry.spans()
+    [record] = ledger.effects(RUN)
+    a, b = attrs(first), attrs(second)
+    assert first.name == "execute_tool send_email"
+    assert a["gen_ai.operation.name"] == "execute_tool"
+    assert a["gen_ai.tool.name"] == "send_email"
+    assert a["call4agents.run.id"] == RUN
+    assert a["call4agents.side_effect"] == "write"
+    assert a["call4agents.idempotency_key"] == record.idempotency_key
+    assert a["call4agents.attempt"] == 1
+    assert a["call4agents.outcome"] == "ok"
+    assert b["call4agents.outcome"] == "deduped"
+    assert [a["gen_ai.tool.call.id"], b["gen_ai.tool.call.id"]] == request_ids
+    assert request_ids[0] != request_ids[1]
+    assert first.status.status_code is StatusCode.UNSET
+    assert second.status.status_code is StatusCode.UNSET
+
+
+def test_error_then_ok(target: Target, telemetry: Telemetry) -> None:
+    runs: list[str] = []
+
+    def book(seat: str) -> str:
+        runs.append(seat)
+        if len(runs) == 1:
+            raise ValueError("seat map not loaded")  # did not act: a retry runs again
+        return f"booked {seat}"
+
+    once = OnceOnly(ledger=target.open(), identity=lambda ctx: "job-otel")
+    app, request_ids = server(once, book)
+    call_twice(app, "book", {"seat": "12A"})
+    failed, ok = telemetry.spans()
+    assert attrs(failed)["call4agents.outcome"] == "error"
+    assert attrs(failed)["error.type"] == "ValueError"  # the tool's own error, not a wrapper
+    assert failed.status.status_code is StatusCode.ERROR
+    assert attrs(ok)["call4agents.outcome"] == "ok"
+    assert attrs(ok)["call4agents.attempt"] == 2
+    assert [attrs(s)["gen_ai.tool.call.id"] for s in (failed, ok)] == request_ids
+
+
+def test_in_doubt_and_timeout(target: Target, telemetry: Telemetry) -> None:
+    ledger = target.open()
+
+    def restock(item: str) -> str:
+        raise c4a.OutcomeUnknown("the warehouse hung up")
+
+    def pay(amount: int) -> str:
+        raise TimeoutError("no answer from the bank")
+
+    once = OnceOnly(ledger=ledger, identity=lambda ctx: "job-otel")
+    for tool, args in ((restock, {"item": "x"}), (pay, {"amount": 5})):
+        app, _ = server(once, tool)
+        results = call_twice(app, tool.__name__, args)
+        assert all(r.is_error for r in results)
+    outcomes = [(s.name, attrs(s)["call4agents.outcome"]) for s in telemetry.spans()]
+    assert outcomes == [
+        ("execute_tool restock", "in_doubt"),
+        ("execute_tool restock", "in_doubt"),  # the retry met the record: not run again
+        ("execute_tool pay", "timeout"),
+        ("execute_tool pay", "in_doubt"),
+    ]
+    assert all(s.status.status_code is StatusCode.ERROR for s in telemetry.spans())
+    assert len(ledger.in_doubt()) == 2
+
+
+def test_approval_required_then_denied(target: Target, telemetry: Telemetry) -> None:
+    ledger = target.open()
+
+    def wire(amount: int) -> str:
+        raise AssertionError("a denied call must not run")
+
+    once = OnceOnly(
+        ledger=ledger, identity=lambda ctx: "job-otel", tools={"wire": {"approval": True}}
+    )
+    app, request_ids = server(once, wire)
+
+    async def ask() -> CallToolResult:
+        async with Client(app) as client:
+            return await client.call_tool("wire", {"amount": 900}, meta={KEY_META: "w-1"})
+
+    asked = anyio.run(ask)
+    assert isinstance(asked.structured_content, dict)
+    ticket = asked.structured_content["call4agents"]["approval"]["ticket"]
+    ledger.deny(ticket, by="ann@example.com", reason="not today")
+    anyio.run(ask)
+    waiting, denied = telemetry.spans()
+    assert attrs(waiting)["call4agents.outcome"] == "approval_required"
+    assert attrs(waiting)["call4agents.approval.ticket"] == ticket
+    assert waiting.status.status_code is StatusCode.UNSET  # a pause, not a failure
+    assert attrs(denied)["call4agents.outcome"] == "denied"
+    assert attrs(denied)["call4agents.approval.ticket"] == ticket
+    assert attrs(denied)["call4agents.approval.decided_by"] == "ann@example.com"
+    assert [attrs(s)["gen_ai.tool.call.id"] for s in (waiting, denied)] == request_ids

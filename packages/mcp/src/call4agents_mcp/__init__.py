@@ -9,7 +9,8 @@ Server, one line::
 
 Client: send a stable idempotency key in ``_meta`` with :func:`call_tool`, or plug
 :func:`tool_meta_resolver` (Agents SDK) or :func:`process_tool_call` (Pydantic AI) into the
-framework's MCP client.
+framework's MCP client. :func:`ending_of` reads a result that says the run ended (a budget cut,
+an escalation) as ``c4a.BudgetExceeded`` / ``c4a.Escalated``; ``call_tool`` raises it.
 """
 
 try:
@@ -27,6 +28,7 @@ if not getattr(_core, "__c4a_core__", False):  # pragma: no cover - depends on t
         'unrelated project): pip install "call4agents[mcp]" from this project\'s index'
     )
 
+from ._endings import ending_of
 from ._keys import KEY_META, call_tool, idempotency_key, process_tool_call, tool_meta_resolver
 from ._server import OnceOnly
 
@@ -34,6 +36,7 @@ __all__ = [
     "KEY_META",
     "OnceOnly",
     "call_tool",
+    "ending_of",
     "idempotency_key",
     "process_tool_call",
     "tool_meta_resolver",

@@ -15,6 +15,8 @@ from call4agents.canonical import canonical_args
 from call4agents.context import check_run_id, current_run
 from call4agents.errors import ConfigurationError
 
+from ._endings import ending_in_error, ending_of
+
 if TYPE_CHECKING:
     from mcp.types import CallToolResult
 
@@ -74,6 +76,7 @@ async def call_tool(
     run_id: str | None = None,
     key: str | None = None,
     meta: Mapping[str, Any] | None = None,
+    raise_on_end: bool = True,
     **options: Any,
 ) -> CallToolResult:
     """``client.call_tool(name, arguments)`` with a stable idempotency key in ``_meta``.
@@ -82,6 +85,10 @@ async def call_tool(
     else from (run, tool, arguments); retrying with the same run and arguments sends the same key,
     so a server with ``OnceOnly`` answers the retry with the first result. ``options`` go to
     ``call_tool`` unchanged (``read_timeout_seconds``, ``progress_callback``, ...).
+
+    When the server answers that the run has ended (its budget is spent, or it was handed over
+    to a person), this raises that ending: ``c4a.BudgetExceeded`` or ``c4a.Escalated`` (with
+    the hand-off). ``raise_on_end=False`` returns the error result instead.
     """
     args = dict(arguments or {})
     sent = dict(meta or {})
@@ -89,7 +96,11 @@ async def call_tool(
         KEY_META, key if key is not None else idempotency_key(name, args, run_id=run_id)
     )
     caller: _Caller = client
-    return await caller.call_tool(name, args, meta=sent, **options)
+    result = await caller.call_tool(name, args, meta=sent, **options)
+    ending = ending_of(result) if raise_on_end else None
+    if ending is not None:
+        raise ending
+    return result
 
 
 def tool_meta_resolver(*, run_id: RunId = None) -> Callable[[Any], dict[str, Any]]:
@@ -113,6 +124,9 @@ def process_tool_call(*, run_id: RunId = None) -> Callable[..., Awaitable[Any]]:
     ``MCPToolset(client, process_tool_call=process_tool_call())``. ``run_id`` is a string, a
     function of the ``RunContext``, or None: the enclosing ``with c4a.run(...)``, else the run's
     ``conversation_id`` (stable when the agent resumes with its message history).
+
+    A server answer saying the run has ended ends the agent's run: ``c4a.BudgetExceeded`` or
+    ``c4a.Escalated`` leaves ``agent.run(...)`` instead of going back to the model.
     """
 
     async def process(
@@ -122,7 +136,18 @@ def process_tool_call(*, run_id: RunId = None) -> Callable[..., Awaitable[Any]]:
         if run is None and current_run() is None:
             run = getattr(ctx, "conversation_id", None)
         key = idempotency_key(name, tool_args, run_id=run)
-        return await call(name, tool_args, metadata={KEY_META: key})
+        try:
+            result = await call(name, tool_args, metadata={KEY_META: key})
+        except Exception as exc:
+            # MCPToolset raises ModelRetry for an error result; ours carries the ending.
+            ending = ending_in_error(exc)
+            if ending is not None:
+                raise ending from None
+            raise
+        ending = ending_of(result)
+        if ending is not None:
+            raise ending
+        return result
 
     return process
 

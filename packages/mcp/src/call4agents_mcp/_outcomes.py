@@ -15,7 +15,7 @@ from typing import Any, Final
 from mcp.server.mcpserver.exceptions import UnexpectedToolError
 from pydantic import BaseModel
 
-from call4agents.effect import Action, EffectOptions, is_in_doubt_error
+from call4agents.effect import Action
 from call4agents.errors import (
     ApprovalDenied,
     ApprovalRequired,
@@ -23,11 +23,10 @@ from call4agents.errors import (
     EffectInDoubt,
     EffectInProgress,
     LedgerError,
-    OutcomeUnknown,
     ResultNotStored,
     ResultPruned,
 )
-from call4agents.integration import message_for_model
+from call4agents.integration import ends_run, message_for_model
 
 OUTCOME_META: Final = "io.call4agents/outcome"
 """``_meta`` field of an answer the ledger gave: ``{"outcome": "replayed" | "in_doubt" | ...}``."""
@@ -55,8 +54,11 @@ class NotTheAnswer(Exception):
         super().__init__(why)
 
 
-class ToolInDoubt(OutcomeUnknown):
-    """The tool failed with an error that may have left it half done: recorded as in doubt."""
+class ToolErrorResult(Exception):
+    """The tool answered with an error result, its exception unknown: it did not act (failed)."""
+
+    def __init__(self, result: Mapping[str, Any]) -> None:
+        super().__init__(f"the tool returned an error: {error_text(result)}")
 
 
 def as_dict(result: Any) -> dict[str, Any]:
@@ -94,7 +96,21 @@ class _ToolErrorWitness(logging.Filter):
         seen = _witness.get()
         if seen is not None and record.exc_info and record.exc_info[1] is not None:
             seen.append(record.exc_info[1])
-        return True  # observe only: the record is logged as the SDK meant
+            cause = original(record.exc_info[1])
+            if ends_run(cause):
+                _as_an_ending(record, cause)
+        return True  # the record is logged, as the SDK meant or as an ending
+
+
+def _as_an_ending(record: logging.LogRecord, cause: BaseException) -> None:
+    """An escalation or a budget cut is how a run ends, not a crash of the tool: say it at
+    INFO, without the traceback the SDK logs for an unexpected exception."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    tool = f"Tool {args[0]!r}" if args else "A tool"
+    record.msg = f"{tool} ended its run: {type(cause).__name__}: {cause}"
+    record.args = None
+    record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
+    record.exc_info = record.exc_text = None
 
 
 _WITNESS = _ToolErrorWitness()
@@ -116,20 +132,11 @@ def stop_watching(token: Any) -> None:
     _witness.reset(token)
 
 
-def _original(exc: BaseException) -> BaseException:
+def original(exc: BaseException) -> BaseException:
     """The tool's own exception under the SDK's wrappers (it wraps with ``raise ... from``)."""
     while isinstance(exc, UnexpectedToolError) and exc.__cause__ is not None:
         exc = exc.__cause__
     return exc
-
-
-def in_doubt_cause(errors: list[BaseException], options: EffectOptions) -> BaseException | None:
-    """The tool exception, among those the SDK logged, that means "it may have acted"."""
-    for error in errors:
-        exc = _original(error)
-        if is_in_doubt_error(exc, options):
-            return exc
-    return None
 
 
 # -- answers ------------------------------------------------------------------------------------
@@ -210,7 +217,17 @@ def mark_failed(result: Mapping[str, Any], action: Action) -> dict[str, Any]:
 
 def replayed(stored: Mapping[str, Any], action: Action) -> dict[str, Any]:
     """The first result, marked as a replay (the tool did not run for this request)."""
+    return _marked(stored, "replayed", action)
+
+
+def found_existing(stored: Mapping[str, Any], action: Action) -> dict[str, Any]:
+    """What the tool's ``find_existing=`` hook found, recorded as its result; the tool did not
+    run, because what it would have made already exists."""
+    return _marked(stored, "found_existing", action)
+
+
+def _marked(stored: Mapping[str, Any], outcome: str, action: Action) -> dict[str, Any]:
     answer = dict(stored)
-    marker = {"outcome": "replayed", "action": action.key[:16]}
+    marker = {"outcome": outcome, "action": action.key[:16]}
     answer["_meta"] = {**(stored.get("_meta") or {}), OUTCOME_META: marker}
     return answer

@@ -11,15 +11,20 @@ How one call is keyed:
   other arguments is refused, as Stripe refuses it.
 - without one: the caller's identity (authenticated client, else transport session, else
   ``anonymous``), the tool and its canonical arguments, within ``window`` seconds.
+
+Each call's tool runs inside its caller's run, ``mcp:<caller>``, with the server's budget. A
+budget cut or an escalation answers with an ``isError`` result saying the run ended (see
+``_endings``); it is never recorded as the tool's result.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar
@@ -35,11 +40,29 @@ from mcp_types.methods import is_input_required, serialize_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+import call4agents as c4a
 from call4agents.effect import Action, EffectOptions
-from call4agents.errors import Call4AgentsError, ConfigurationError, LedgerError, ResultNotStored
-from call4agents.integration import action_for, arun_tool, options_for, warn_once
+from call4agents.errors import (
+    ApprovalDenied,
+    Call4AgentsError,
+    ConfigurationError,
+    EffectInDoubt,
+    LedgerError,
+    ResultNotStored,
+)
+from call4agents.integration import (
+    action_for,
+    arun_tool,
+    ends_run,
+    is_in_doubt_error,
+    options_for,
+    warn_once,
+)
 from call4agents.ledger import Ledger
+from call4agents.runs import Budget, BudgetExceeded, Escalated
+from call4agents.store import Row
 
+from . import _endings, _hooks
 from . import _outcomes as out
 from ._keys import EXTENSION, KEY_META, MAX_KEY_LENGTH, client_key
 
@@ -53,6 +76,8 @@ _HANDSHAKES: Final = ("initialize", "server/discover")
 _HINTS_TTL: Final = 60.0  # seconds a tools/list answer seeds options before it is asked again
 _HINTS_RETRY: Final = 1.0  # at most this often for a tool the last listing did not show
 _MAX_LIST_PAGES: Final = 100
+# What may end the run as escalated to a person instead of answering the client with an error.
+ESCALATE_ON: Final = ("in_doubt", "denied", "budget")
 
 # Set while OnceOnly handles a tools/call, so the same object given as middleware and as an
 # extension acts once: a nested claim of the same action would wait on its own lease.
@@ -104,6 +129,13 @@ class OnceOnly(Extension):
         anonymous_window: apply the keyless window to callers with no identity at all (no
             auth, no session id). Off by default: such callers cannot be told apart, so two
             clients sending the same request would get one execution between them.
+        budget: limits on each run's tool executions (``max_tool_calls``,
+            ``max_calls_per_tool``, ``deadline``), counted in the ledger per run id
+            (``mcp:<caller>``), so a restart or another replica on the same ledger continues
+            the count. A server sees no model requests: those limits are the client's to apply.
+        escalate_on: outcomes that end the run as escalated to a person (``c4a.Escalated``)
+            instead of an error result the model may work around: ``"in_doubt"``,
+            ``"denied"``, ``"budget"``.
     """
 
     identifier = EXTENSION
@@ -119,13 +151,25 @@ class OnceOnly(Extension):
         annotations: bool = True,
         cancel_grace: float | None = 60.0,
         anonymous_window: bool = False,
+        budget: Budget | None = None,
+        escalate_on: Collection[str] = (),
     ) -> None:
         if window is not None and not window > 0:
             raise ConfigurationError("window must be a positive number of seconds, or None")
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigurationError(
+                f"OnceOnly(budget=...) takes a c4a.Budget, not {type(budget).__name__}"
+            )
+        _refuse_credentials(default or EffectOptions(), tools or {})
         self._ledger = ledger
-        self._tools: dict[str, EffectOptions | Mapping[str, Any]] = dict(tools or {})
-        self._default = default or EffectOptions()
-        _refuse_credentials(self._default, self._tools)
+        # Hooks (undo, find_existing, check) adapted once, here, so the undo registered under
+        # each tool's name is the one that is handed the tool's value.
+        self._tools = {name: _adapted(given) for name, given in (tools or {}).items()}
+        self._default = _hooks.for_tool_calls(default or EffectOptions())
+        for name in self._tools:
+            options_for(name, self._tools, self._default)  # registers undo=, checks the fields
+        self._budget = budget
+        self._escalate_on = _checked_escalations(escalate_on)
         self._window = window
         self._identity = identity or authenticated_client
         self._use_annotations = annotations
@@ -181,18 +225,52 @@ class OnceOnly(Extension):
         self, call: _Call, ctx: ServerRequestContext[Any, Any], call_next: CallNext, tier: _Tier
     ) -> HandlerResult:
         options = await self._options(call.tool, ctx, call_next, tier)
-        if not options.recorded:
-            return await call_next(ctx)
         caller = self._identity(ctx)  # here, not in the worker thread: it may read contextvars
         if call.key is None:
             caller = caller or _session(ctx)
+        if not options.recorded:
+            return await self._plain(call, ctx, call_next, tier, caller)
         try:
             action = await anyio.to_thread.run_sync(self._action, call, caller, options)
+        except Escalated as exc:  # this very call handed the run over before: not run again
+            return tier.finish(_endings.answer(exc, call.tool, None))
         except Call4AgentsError as exc:
             return tier.finish(out.refusal(exc, call.tool))
         if action is None:
-            return await call_next(ctx)
+            return await self._plain(call, ctx, call_next, tier, caller)
+        # The span's gen_ai.tool.call.id and c4a.current().call_id: MCP's id of this request.
+        # Set after keying, so it never enters the key (a retry has a new request id).
+        action = replace(action, call_id=_request_id(ctx))
         return await self._once(action, call, ctx, call_next, tier)
+
+    async def _plain(
+        self,
+        call: _Call,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+        tier: _Tier,
+        caller: str | None,
+    ) -> HandlerResult:
+        """A call run without the ledger (a read, or nothing to key it by), still in its run:
+        ``c4a.escalate()`` and ``@c4a.effect`` calls inside find the run and its budget."""
+        seen, token = out.watch()
+        try:
+            with self._run(_run_id(caller or "anonymous"), self._ledger):
+                result = await call_next(ctx)
+        except Exception as exc:
+            if ends_run(exc):  # raised by a low-level server's handler
+                return tier.finish(await self._ending(exc, call.tool, None))
+            raise
+        finally:
+            out.stop_watching(token)
+        ending = _ending_seen(seen)
+        if ending is not None and out.as_dict(result).get("isError") is True:
+            return tier.finish(await self._ending(ending, call.tool, None))
+        return result
+
+    def _run(self, run_id: str, ledger: Ledger | None) -> c4a.run:
+        """The run a call belongs to, with this server's budget (checked as the call claims)."""
+        return c4a.run(run_id, ledger=ledger, budget=self._budget)
 
     async def _once(
         self,
@@ -203,6 +281,7 @@ class OnceOnly(Extension):
         tier: _Tier,
     ) -> HandlerResult:
         fresh: list[HandlerResult] = []  # what this request's own run of the tool returned
+        raised: list[Exception] = []  # what it failed with, read from its error result
 
         async def run() -> dict[str, Any]:
             seen, token = out.watch()
@@ -211,27 +290,124 @@ class OnceOnly(Extension):
             finally:
                 out.stop_watching(token)
             fresh.append(result)
-            return _answer_or_raise(out.as_dict(result), seen, action.options)
+            answer = out.as_dict(result)
+            if is_input_required(answer):
+                raise out.NotTheAnswer("input required: this round asks the client")
+            failure = _failure(answer, seen, action.options)
+            if failure is not None:
+                raised.append(failure)
+                raise failure  # recorded as failed or in doubt, by its type
+            return answer
 
+        async def work() -> Any:
+            with self._run(action.run_id, action.ledger):
+                return await arun_tool(action, run)
+
+        found = _hooks.found_now.set([])  # filled by a find_existing= hook that finds it
         try:
-            stored = await _outlive_cancel(lambda: arun_tool(action, run), self._grace)
-        except out.ToolInDoubt as exc:
-            return tier.finish(out.first_in_doubt(action, exc.__cause__ or exc))
+            stored = await _outlive_cancel(work, self._grace)
         except out.NotTheAnswer:
             return fresh[0]  # an input_required round: passed on, never kept as the answer
-        except _Failed as exc:
-            return tier.finish(out.mark_failed(exc.result, action))
-        except (ResultNotStored, LedgerError) as exc:
-            # The tool ran and its answer is in hand; only recording it failed. Say what happened.
-            return fresh[0] if fresh else tier.finish(out.refusal(exc, call.tool, action))
-        except Call4AgentsError as exc:
-            return tier.finish(out.refusal(exc, call.tool, action))
+        except Exception as exc:  # noqa: BLE001 - each outcome is answered below, others raised
+            failed = raised[0] if raised and exc is raised[0] else None
+            return await self._not_a_result(exc, failed, action, call, fresh, tier)
+        finally:
+            hits = _hooks.found_now.get()
+            _hooks.found_now.reset(found)
         if fresh:
             return fresh[0]
         if call.key is not None and await anyio.to_thread.run_sync(_other_args, action):
             # Lost a race with the same key and other arguments: that result is not ours.
             return tier.finish(out.refusal(out.KeyReused(call.tool), call.tool, action))
+        if hits:
+            return tier.finish(out.found_existing(stored, action))
         return tier.finish(out.replayed(stored, action))
+
+    async def _not_a_result(
+        self,
+        exc: Exception,
+        failed: Exception | None,
+        action: Action,
+        call: _Call,
+        fresh: list[HandlerResult],
+        tier: _Tier,
+    ) -> HandlerResult:
+        """The answer when the ledger or the tool did not produce a result to pass on.
+
+        ``failed`` is ``exc`` when it is the tool's own failure in this request.
+        """
+        if ends_run(exc):
+            return tier.finish(await self._ending(exc, call.tool, action))
+        if failed is not None:
+            if not is_in_doubt_error(failed, action.options):
+                return tier.finish(out.mark_failed(out.as_dict(fresh[0]), action))
+            if "in_doubt" in self._escalate_on:
+                why = f"{action.tool} may or may not have run ({action.error_text(failed)})"
+                return tier.finish(await self._escalate_action(why, action))
+            return tier.finish(out.first_in_doubt(action, failed))
+        if isinstance(exc, (ResultNotStored, LedgerError)) and fresh:
+            # The tool ran and its answer is in hand; only recording it failed. Say what happened.
+            return fresh[0]
+        if not isinstance(exc, Call4AgentsError):
+            raise exc  # a low-level server's handler raised: the SDK reports it, as without us
+        if isinstance(exc, EffectInDoubt) and "in_doubt" in self._escalate_on:
+            why = f"{action.tool} may or may not have run ({exc.reason})"
+            return tier.finish(await self._escalate_action(why, action))
+        if isinstance(exc, ApprovalDenied) and "denied" in self._escalate_on:
+            why = f"{action.tool} was refused: {exc.reason}"
+            return tier.finish(await self._escalate_action(why, action))
+        return tier.finish(out.refusal(exc, call.tool, action))
+
+    # -- endings --------------------------------------------------------------------------------
+
+    async def _ending(self, exc: BaseException, tool: str, action: Action | None) -> dict[str, Any]:
+        """The answer to a budget cut or an escalation: the run ended, never a tool result."""
+        assert isinstance(exc, (BudgetExceeded, Escalated))
+        if isinstance(exc, BudgetExceeded) and "budget" in self._escalate_on:
+            exc = await self._escalate(
+                f"the run hit its {exc.reason.replace('_', ' ')} ({exc.detail})",
+                run_id=exc.run_id,
+                ledger=action.ledger if action is not None else self._ledger,
+                what_remains=["finish the task by hand, or start it again with a larger budget"],
+            )
+        return _endings.answer(exc, tool, action)
+
+    async def _escalate_action(self, why: str, action: Action) -> dict[str, Any]:
+        """Escalate because of one action (in doubt, denied): the person must settle it."""
+        escalated = await self._escalate(
+            why,
+            run_id=action.run_id,
+            ledger=action.ledger,
+            what_remains=[
+                f"find out whether {action.tool} {action.args_display} happened or should happen "
+                f"(call4agents resolve {action.key[:12]}), then finish the task"
+            ],
+            blocking_fact=f"action {action.key[:12]} of run {action.run_id!r}",
+        )
+        return _endings.answer(escalated, action.tool, action)
+
+    async def _escalate(
+        self,
+        reason: str,
+        *,
+        run_id: str,
+        ledger: Ledger | None,
+        what_remains: list[str],
+        blocking_fact: str | None = None,
+    ) -> Escalated:
+        escalate = functools.partial(
+            c4a.escalate,
+            reason,
+            what_remains=what_remains,
+            blocking_fact=blocking_fact,
+            run_id=run_id,
+            ledger=ledger,
+        )
+        try:
+            await anyio.to_thread.run_sync(escalate)
+        except Escalated as exc:
+            return exc
+        raise AssertionError("c4a.escalate() returned instead of raising Escalated")
 
     # -- keys -----------------------------------------------------------------------------------
 
@@ -244,8 +420,10 @@ class OnceOnly(Extension):
             action = action_for(
                 call.tool, call.arguments, keyed, run_id=run_id, ledger=self._ledger
             )
-            if _other_args(action):
+            row = action.ledger.store.get(action.key)
+            if _args_differ(action, row):
                 raise out.KeyReused(call.tool)
+            _refuse_after_escalation(action, row)
             return action
         if options.scope == "call":
             warn_once(
@@ -265,7 +443,9 @@ class OnceOnly(Extension):
                 " pass OnceOnly(anonymous_window=True) if one client is all this server has.",
             )
             return None
-        return self._windowed(call, options, run_id)
+        action = self._windowed(call, options, run_id)
+        _refuse_after_escalation(action, action.ledger.store.get(action.key))
+        return action
 
     def _windowed(self, call: _Call, options: EffectOptions, run_id: str) -> Action:
         def at(call_id: str | None) -> Action:
@@ -320,26 +500,60 @@ class OnceOnly(Extension):
 # -- helpers ------------------------------------------------------------------------------------
 
 
-class _Failed(Exception):
-    """The tool answered with an error result: recorded as failed (it did not act)."""
+def _failure(
+    answer: dict[str, Any], seen: list[BaseException], options: EffectOptions
+) -> Exception | None:
+    """What an error result means, as the exception the engine records; None for a result.
 
-    def __init__(self, result: dict[str, Any]) -> None:
-        super().__init__(f"the tool returned an error: {out.error_text(result)}")
-        self.result = result
+    The tool's own exception when the SDK logged it (a run ending first, then one that leaves
+    the call in doubt), else ``ToolErrorResult``: an error result says the tool did not act.
+    """
+    if answer.get("isError") is not True:
+        return None
+    causes = [c for c in map(out.original, seen) if isinstance(c, Exception)]
+    for means in (ends_run, lambda c: is_in_doubt_error(c, options)):
+        found = next((c for c in causes if means(c)), None)
+        if found is not None:
+            return found
+    return causes[0] if causes else out.ToolErrorResult(answer)
 
 
-def _answer_or_raise(
-    result: dict[str, Any], seen: list[BaseException], options: EffectOptions
-) -> dict[str, Any]:
-    """The result to record, or an exception that records the round as failed or in doubt."""
-    if is_input_required(result):
-        raise out.NotTheAnswer("input required: this round asks the client, it is not the answer")
-    if result.get("isError") is True:
-        cause = out.in_doubt_cause(seen, options)
-        if cause is not None:
-            raise out.ToolInDoubt(f"{type(cause).__name__}: {cause}") from cause
-        raise _Failed(result)
-    return result
+def _ending_seen(seen: list[BaseException]) -> BaseException | None:
+    """A budget cut or escalation the tool raised, which the SDK turned into an error result."""
+    return next((c for c in map(out.original, seen) if ends_run(c)), None)
+
+
+def _refuse_after_escalation(action: Action, row: Row | None) -> None:
+    """Raise the run's ``Escalated`` again if this very call escalated it (runs in a thread).
+
+    The escalating call is recorded as failed, which would let a retry run it again; the run
+    was handed over instead, so the retry gets the hand-off, and the tool does not run.
+    """
+    if row is None or row.state != "failed" or not (row.error or "").startswith("Escalated:"):
+        return
+    found = action.ledger.handoff(action.run_id)
+    if found is not None:
+        raise Escalated(found)
+
+
+def _request_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    return None if ctx.request_id is None else str(ctx.request_id)
+
+
+def _adapted(given: EffectOptions | Mapping[str, Any]) -> EffectOptions | Mapping[str, Any]:
+    if isinstance(given, EffectOptions):
+        return _hooks.for_tool_calls(given)
+    return _hooks.fields_for_tool_calls(given) if _hooks.has_hooks(given) else dict(given)
+
+
+def _checked_escalations(escalate_on: Collection[str]) -> frozenset[str]:
+    found = frozenset((escalate_on,) if isinstance(escalate_on, str) else escalate_on)
+    unknown = sorted(found - set(ESCALATE_ON))
+    if unknown:
+        raise ConfigurationError(
+            f"escalate_on={unknown} is not understood: use any of {', '.join(ESCALATE_ON)}"
+        )
+    return found
 
 
 async def _outlive_cancel(work: Callable[[], Awaitable[T]], grace: float | None) -> T:
@@ -420,15 +634,19 @@ def _run_id(namespace: str) -> str:
 
 
 def _other_args(action: Action) -> bool:
-    """True if the action's key is already recorded with other arguments (a reused client key).
+    """True if the action's key is already recorded with other arguments (a reused client key)."""
+    return _args_differ(action, action.ledger.store.get(action.key))
+
+
+def _args_differ(action: Action, row: Row | None) -> bool:
+    """``_other_args`` given the action's row as just read.
 
     Compared on the stored display form of the arguments. Redacted fields show as "***" there,
     so two calls differing only in a redacted field are not told apart.
     """
-    ledger = action.ledger
-    if ledger.store.get(action.key) is None:
+    if row is None:
         return False
-    record = ledger.effect(action.key)
+    record = action.ledger.effect(action.key)
     if record.pruned_at is not None:
         return False  # gc removed the arguments; the tombstone still answers the key
     return _canon(record.args) != _canon(json.loads(action.args_display))
