@@ -24,6 +24,17 @@ EXPECTED = {
         "without Call4Agents: 2 email(s)",
         "with Call4Agents: 1 email(s), the resumed run got the recorded result",
     ],
+    "run_controls.py": [
+        "budget: stopped by its step_limit (5 model requests) after 5 requests",
+        "the model was told to wrap up in 1 request(s)",
+        "tokens 4500 in, 500 out; cost 0.0210",
+        "recorded ending: step_limit",
+        "escalated: charges over 100 need a person",
+        "  done: charge {'amount': 40, 'customer': 'ann'} ids {'charge_id': 'ch_ann_40'}",
+        "  done: charge {'amount': 60, 'customer': 'bob'} ids {'charge_id': 'ch_bob_60'}",
+        "  handed over: charge {'amount': 500, 'customer': 'cat'}",
+        "undo: undone; refunded ['ch_bob_60', 'ch_ann_40']",
+    ],
 }
 
 

@@ -1,7 +1,8 @@
 """Every telemetry name Call4Agents emits, in one place.
 
 The GenAI semantic conventions are still marked "development" in OpenTelemetry, so a rename there
-should touch this module only. Our own attributes live under ``call4agents.``.
+should touch this module only. Our own attributes live under ``call4agents.``. Integrations
+import these names too (the Agents SDK trace span carries the same attributes).
 """
 
 from __future__ import annotations

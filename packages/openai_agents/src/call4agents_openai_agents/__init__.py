@@ -10,6 +10,8 @@ Every function tool of the agent (and of the agents it hands off to) goes throug
 ledger, keyed by the run id: a resumed or re-delivered run gets the recorded result instead of a
 second side effect, an interrupted call is reported to the model as in doubt, and approvals are
 SDK interruptions whose answers are recorded in the ledger, bound to the exact arguments.
+``OnceOnly(budget=c4a.Budget(...))`` counts tool calls, model requests and tokens in the ledger
+and ends the run at a hard limit; ``c4a.escalate()`` in a tool ends it as escalated.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ from call4agents import (
     UnstableArguments,
 )
 from call4agents.effect import Action
+from call4agents.integration import ends_run
 
 if TYPE_CHECKING:
     from ._once import OnceOnly
@@ -54,6 +55,10 @@ def policy(once: OnceOnly, tool: FunctionTool, options: EffectOptions) -> Policy
             action = once.action(options, tool.name, params, ctx, call_id)
         except UnstableArguments:
             return False  # refused on invoke, before anything runs, with the reason
+        except Exception as exc:
+            if ends_run(exc):  # the approval policy function escalated: the run ends here
+                await once.controls.end_run(exc)
+            raise
         if not await approval_needed(action, tool, params, ctx, call_id):
             return False
         action.needs_approval = True  # the tool's own SDK policy binds to the ledger too

@@ -5,19 +5,20 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from agents import Agent, FunctionTool, Handoff, RunContextWrapper, RunState, Tool
 from agents.items import ToolApprovalItem
 from agents.tool_context import ToolContext
 
-from call4agents import ApprovalRequest, ConfigurationError, EffectOptions, Ledger
+from call4agents import ApprovalRequest, Budget, ConfigurationError, EffectOptions, Ledger
 from call4agents.context import check_run_id, current_run
 from call4agents.effect import Action, default_ledger
 from call4agents.integration import ToolOptions, action_for, options_for, warn_once
 
 from . import _approval, _tools
+from ._controls import RunControls, hooks_for, instructions_for
 from ._run_id import RunIdSource, require_run_id
 from ._session import RunIdSession
 
@@ -46,6 +47,15 @@ class OnceOnly:
         trust_state_approvals: honour a plain ``state.approve(item)`` for a call the ledger asked
             about. Set False to accept only answers recorded in the ledger (``once.approve``,
             ``call4agents approve``), so whoever can edit a saved state cannot approve anything.
+        budget: a ``c4a.Budget`` for each run of the wrapped agents, counted in the ledger under
+            the run id: tool calls, model requests (counted at the agent's ``on_llm_start``
+            hook), tokens and cost (from each response's ``Usage``), a deadline. Past the soft
+            threshold the agent's instructions carry a wrap-up note; a hard limit ends the run
+            with ``c4a.BudgetExceeded`` out of ``Runner.run``. A run opened with
+            ``c4a.run(..., budget=...)`` around ``Runner.run`` keeps that budget instead.
+        escalate_on: outcomes that end the run as escalated (``c4a.Escalated``, with a hand-off)
+            instead of going back to the model: ``"in_doubt"`` (a call may or may not have run),
+            ``"denied"`` (a recorded no), ``"budget"`` (any hard limit of the budget).
     """
 
     def __init__(
@@ -56,9 +66,14 @@ class OnceOnly:
         tools: ToolOptions | None = None,
         default: EffectOptions | None = None,
         trust_state_approvals: bool = True,
+        budget: Budget | None = None,
+        escalate_on: Iterable[str] = (),
     ) -> None:
         self._ledger = ledger
         self._run_id = check_run_id(run_id) if isinstance(run_id, str) else run_id
+        self.controls = RunControls(
+            budget=budget, escalate_on=escalate_on, ledger=ledger, run_id=self._run_id
+        )
         self._tools: ToolOptions = dict(tools or {})
         self._default = default or EffectOptions()
         self.trust_state_approvals = trust_state_approvals
@@ -73,7 +88,11 @@ class OnceOnly:
     # -- wrapping ---------------------------------------------------------------------------------
 
     def wrap(self, agent: TAgent) -> TAgent:
-        """A copy of ``agent`` (and of its handoff agents) with once-only function tools."""
+        """A copy of ``agent`` (and of its handoff agents) with once-only function tools.
+
+        The copy's ``hooks`` count model requests and its ``instructions`` add the budget's
+        wrap-up note when due; the agent's own hooks and instructions still apply.
+        """
         seen: set[str] = set()
         wrapped = self._wrap_agent(agent, {}, seen)
         unknown = sorted(set(self._tools) - seen)
@@ -100,7 +119,13 @@ class OnceOnly:
     def _wrap_agent(self, agent: TAgent, memo: dict[int, Agent[Any]], seen: set[str]) -> TAgent:
         if id(agent) in memo:  # handoffs may form a cycle
             return memo[id(agent)]  # type: ignore[return-value]
-        clone = agent.clone(tools=[self._wrap_tool(t, seen) for t in agent.tools], handoffs=[])
+        clone = agent.clone(
+            tools=[self._wrap_tool(t, seen) for t in agent.tools],
+            handoffs=[],
+            # Model requests are counted, and the wrap-up note shown, in the SDK's own way.
+            hooks=hooks_for(self.controls, agent),
+            instructions=instructions_for(self.controls, agent),
+        )
         memo[id(agent)] = clone
         clone.handoffs = [self._wrap_handoff(h, memo, seen) for h in agent.handoffs]
         return cast(TAgent, clone)
@@ -110,7 +135,7 @@ class OnceOnly:
             return tool
         seen.add(tool.name)
         if _tools.passes_through(tool, configured=tool.name in self._tools):
-            return tool
+            return _tools.build_agent_tool(self, tool) if _tools.is_agent_tool(tool) else tool
         options = self.options_for(tool.name)
         return _tools.build(self, tool, options) if options.recorded else tool
 
@@ -157,6 +182,27 @@ class OnceOnly:
         """``session`` unchanged, except that runs using it take its ``session_id`` as run id."""
         return RunIdSession(session)
 
+    @property
+    def run_id_source(self) -> RunIdSource:
+        return self._run_id
+
+    def run_id_for(self, wrapper: RunContextWrapper[Any], tool: str) -> str:
+        """The run id; raises ConfigurationError (how to fix it) when the run has none."""
+        return require_run_id(wrapper, self._run_id, tool)
+
+    def keyed(
+        self,
+        options: EffectOptions,
+        tool: str,
+        arguments: Mapping[str, Any],
+        run_id: str,
+        call_id: str | None,
+    ) -> Action:
+        """Key one call of run ``run_id`` (an approval policy function runs here)."""
+        return action_for(
+            tool, arguments, options, run_id=run_id, call_id=call_id, ledger=self._ledger
+        )
+
     def action(
         self,
         options: EffectOptions,
@@ -165,11 +211,10 @@ class OnceOnly:
         wrapper: RunContextWrapper[Any],
         call_id: str | None,
     ) -> Action:
-        """Key one call; raises ConfigurationError (how to fix it) when the run has no id."""
-        run_id = require_run_id(wrapper, self._run_id, tool)
-        return action_for(
-            tool, arguments, options, run_id=run_id, call_id=call_id, ledger=self._ledger
-        )
+        """Key one call in its run's scope; raises ConfigurationError when the run has no id."""
+        run_id = self.run_id_for(wrapper, tool)
+        with self.controls.scope(run_id, options.ledger).enter():
+            return self.keyed(options, tool, arguments, run_id, call_id)
 
     def options_for(self, tool: str) -> EffectOptions:
         return options_for(tool, self._tools, self._default)

@@ -8,6 +8,11 @@ A ``@function_tool`` normally turns the tool's exception into an error text befo
 outside sees it, which would make a failure look like a result to the ledger. So the ledger runs
 a private copy of the tool that lets the exception through, records the failure, and then applies
 the tool's own failure policy, so the model sees exactly what it would see without Call4Agents.
+
+Each call runs in its run's scope (``c4a.run``, see ``_controls``): the run's budget gates the
+claim, and ``c4a.escalate()`` works inside the tool. A budget cut or an escalation is not a tool
+error: it ends the SDK's run. An agent used as a tool is not recorded, but runs in the same scope,
+so the nested run counts against its parent's budget and its endings end the parent's run.
 """
 
 from __future__ import annotations
@@ -34,9 +39,11 @@ from call4agents import (
     UnstableArguments,
 )
 from call4agents.effect import Action, is_in_doubt_error
-from call4agents.integration import arun_tool, message_for_model
+from call4agents.integration import arun_tool, ends_run, message_for_model
 
 from ._approval import policy
+from ._run_id import resolve_run_id
+from ._tracing import ActionSpan
 
 if TYPE_CHECKING:
     from ._once import OnceOnly
@@ -83,6 +90,43 @@ def build(once: OnceOnly, tool: FunctionTool, options: EffectOptions) -> Functio
     return wrapped
 
 
+def is_agent_tool(tool: FunctionTool) -> bool:
+    origin = get_function_tool_origin(tool)
+    return origin is not None and origin.type == ToolOriginType.AGENT_AS_TOOL
+
+
+def build_agent_tool(once: OnceOnly, tool: FunctionTool) -> FunctionTool:
+    """An agent used as a tool, not recorded, but inside the run's scope and budget.
+
+    The nested agent's model requests and tool calls then count against this run's budget, and
+    a budget cut or an escalation in the nested run ends this run too, instead of reaching the
+    model as the agent-tool's error text (the SDK's default for an agent used as a tool).
+    """
+    raising = set_function_tool_failure_error_function(copy.copy(tool), None).on_invoke_tool
+    wrapped = copy.copy(tool)
+
+    async def on_invoke_tool(ctx: ToolContext[Any], args_json: str) -> Any:
+        run_id = resolve_run_id(ctx, once.run_id_source)
+        if run_id is None:  # no run, so no budget to count against: the SDK's own path
+            return await tool.on_invoke_tool(ctx, args_json)
+        with once.controls.scope(run_id).enter():
+            try:
+                return await raising(ctx, args_json)
+            except Exception as exc:
+                if ends_run(exc):
+                    await once.controls.end_run(exc)
+                text = await maybe_invoke_function_tool_failure_error_function(
+                    function_tool=tool, context=ctx, error=exc
+                )
+                if text is None:
+                    raise
+                return text
+
+    setattr(on_invoke_tool, _MARK, True)
+    wrapped.on_invoke_tool = on_invoke_tool
+    return wrapped
+
+
 def _invoker(
     once: OnceOnly, tool: FunctionTool, raising: Invoker, options: EffectOptions
 ) -> Invoker:
@@ -90,42 +134,71 @@ def _invoker(
         arguments = parse_arguments(args_json)
         if arguments is None:  # malformed arguments: the SDK reports them, the tool cannot run
             return await tool.on_invoke_tool(ctx, args_json)
-        try:
-            action = once.action(options, tool.name, arguments, ctx, ctx.tool_call_id)
-        except UnstableArguments as exc:
-            return message_for_model(exc)
-        await once.prepare_approval(action, tool, arguments, ctx)
-        return await _run(tool, action, ctx, lambda: raising(ctx, args_json))
+        run_id = once.run_id_for(ctx, tool.name)
+        # The whole call runs in the run's scope: its budget gates the claim, and an
+        # approval policy or the tool itself can call c4a.escalate().
+        scope = once.controls.scope(run_id, options.ledger)
+        with scope.enter():
+            try:
+                action = once.keyed(options, tool.name, arguments, run_id, ctx.tool_call_id)
+            except UnstableArguments as exc:
+                return message_for_model(exc)
+            except Exception as exc:
+                if ends_run(exc):  # the approval policy escalated
+                    await once.controls.end_run(exc, scope.ledger)
+                raise
+            await once.prepare_approval(action, tool, arguments, ctx)
+            return await _run(once, tool, action, ctx, lambda: raising(ctx, args_json))
 
     return on_invoke_tool
 
 
 async def _run(
-    tool: FunctionTool, action: Action, ctx: ToolContext[Any], call: Callable[[], Awaitable[Any]]
+    once: OnceOnly,
+    tool: FunctionTool,
+    action: Action,
+    ctx: ToolContext[Any],
+    call: Callable[[], Awaitable[Any]],
 ) -> Any:
+    span = ActionSpan(action)
     try:
-        return await arun_tool(action, call)
-    except (ConfigurationError, LedgerError):
-        raise  # a set-up or database fault: fail the run loudly, nothing is hidden from the user
-    except Call4AgentsError as exc:
+        result = await arun_tool(action, span.call(call))
+    except BaseException as exc:
+        span.finish(exc=exc)
+        if not isinstance(exc, Exception):  # cancelled: the SDK's to handle
+            raise
+        return await _settle(once, tool, action, ctx, exc)
+    span.finish(result)
+    return result
+
+
+async def _settle(
+    once: OnceOnly, tool: FunctionTool, action: Action, ctx: ToolContext[Any], exc: Exception
+) -> Any:
+    """What the SDK gets for a call that did not return: an error text, or the run's end."""
+    if isinstance(exc, (ConfigurationError, LedgerError)):
+        raise exc  # a set-up or database fault: fail the run loudly, nothing is hidden
+    if ends_run(exc):  # a budget cut or an escalation: the run ends, the model is not asked
+        await once.controls.end_run(exc, action.ledger)
+    if isinstance(exc, Call4AgentsError):
+        await once.controls.escalate_instead(exc, action)
         return message_for_model(exc)
-    except Exception as exc:  # noqa: BLE001  (the tool's own error; the ledger recorded how)
-        return await _tool_failed(tool, action, ctx, exc)
+    return await _tool_failed(once, tool, action, ctx, exc)
 
 
 async def _tool_failed(
-    tool: FunctionTool, action: Action, ctx: ToolContext[Any], exc: Exception
+    once: OnceOnly, tool: FunctionTool, action: Action, ctx: ToolContext[Any], exc: Exception
 ) -> Any:
     if is_in_doubt_error(exc, action.options):
-        return message_for_model(
-            EffectInDoubt(
-                key=action.key,
-                run_id=action.run_id,
-                tool=action.tool,
-                reason=f"it raised {type(exc).__name__}",
-                attempt=0,
-            )
+        doubt = EffectInDoubt(
+            key=action.key,
+            run_id=action.run_id,
+            tool=action.tool,
+            reason=f"it raised {type(exc).__name__}",
+            attempt=0,
         )
+        await once.controls.escalate_instead(doubt, action)
+        return message_for_model(doubt)
     if not _sdk_handles_errors(tool):
         raise exc
     text = await maybe_invoke_function_tool_failure_error_function(

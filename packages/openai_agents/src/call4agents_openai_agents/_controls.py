@@ -1,0 +1,328 @@
+"""Run controls on an Agents SDK run: budgets, the wrap-up note, and endings that end the run.
+
+- Tool calls: each call of a wrapped tool runs inside ``c4a.run(<run id>, budget=...)``, so the
+  ledger checks and counts it in the claim's own transaction, and ``c4a.escalate()`` inside the
+  tool knows its run and ledger. A run the caller opened with a budget stays the budget: the
+  agent's calls count against it, as a nested agent's do.
+- Model requests: the wrapped agent's ``hooks`` (the SDK's ``AgentHooks``) count each request
+  in ``on_llm_start``, before it is sent, and add the response's own ``Usage`` tokens in
+  ``on_llm_end``; the cost is priced by ``Budget(token_prices=...)``.
+- The wrap-up note: the wrapped agent's instructions become a function (the SDK's dynamic
+  instructions) that adds ``BudgetUsage.wrap_up_note()`` once the soft threshold is passed.
+- Endings: ``BudgetExceeded`` and ``Escalated`` end the run. The SDK turns whatever a tool raises
+  into ``UserError("Error running tool ...")`` unless it is one of its own ``AgentsException``s,
+  so they leave ``Runner.run`` as subclasses of both: ``except c4a.BudgetExceeded`` catches them,
+  and the SDK attaches ``exc.run_data`` as it does to its own ``MaxTurnsExceeded``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
+
+from agents import AgentHooks, RunContextWrapper, Usage
+from agents.exceptions import AgentsException
+
+import call4agents as c4a
+from call4agents import ApprovalDenied, Budget, Call4AgentsError, ConfigurationError, EffectInDoubt
+from call4agents.context import current_run
+from call4agents.effect import Action, default_ledger
+from call4agents.integration import count_model_request, ends_run, record_model_usage
+
+from ._run_id import RunIdSource, resolve_run_id
+
+if TYPE_CHECKING:
+    from agents import Agent, Tool
+    from agents.items import ModelResponse, TResponseInputItem
+    from agents.run_context import AgentHookContext
+
+    from call4agents import Ledger
+
+T = TypeVar("T")
+
+ESCALATE_ON = ("in_doubt", "denied", "budget")
+"""Outcomes ``OnceOnly(escalate_on=...)`` can turn into an escalation instead of a tool error."""
+
+# Set on the hooks and instructions OnceOnly installs, so wrapping an agent twice counts once.
+_MARK = "__call4agents_run_controls__"
+
+
+class BudgetExceeded(c4a.BudgetExceeded, AgentsException):
+    """``c4a.BudgetExceeded`` leaving an Agents SDK run, as the SDK's own run endings do."""
+
+
+class Escalated(c4a.Escalated, AgentsException):
+    """``c4a.Escalated`` leaving an Agents SDK run, as the SDK's own run endings do."""
+
+
+def sdk_ending(exc: BaseException) -> AgentsException:
+    """The same ending as an ``AgentsException``, so the SDK lets it out of the run unchanged."""
+    if isinstance(exc, AgentsException):
+        return exc  # already one (an agent used as a tool ended its own run)
+    ending: AgentsException
+    if isinstance(exc, c4a.Escalated):
+        ending = Escalated(exc.handoff)
+    elif isinstance(exc, c4a.BudgetExceeded):
+        ending = BudgetExceeded(
+            run_id=exc.run_id, tool=exc.tool, reason=exc.reason, detail=exc.detail
+        )
+    else:
+        raise TypeError(f"{type(exc).__name__} does not end a run")
+    return ending.with_traceback(exc.__traceback__)
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which run a step belongs to, with whose budget it is counted against."""
+
+    run_id: str
+    ledger: Ledger | None
+    budget: Budget | None  # None: the enclosing run's budget (if any) applies
+
+    def enter(self) -> c4a.run:
+        return c4a.run(self.run_id, ledger=self.ledger, budget=self.budget)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        with self.enter():
+            return fn()
+
+
+class RunControls:
+    """One ``OnceOnly``'s budget and escalation policy, applied to the runs of its agents."""
+
+    def __init__(
+        self,
+        *,
+        budget: Budget | None,
+        escalate_on: Iterable[str],
+        ledger: Ledger | None,
+        run_id: RunIdSource,
+    ) -> None:
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigurationError(
+                f"OnceOnly(budget=...) takes a c4a.Budget, not {type(budget).__name__}"
+            )
+        chosen = (escalate_on,) if isinstance(escalate_on, str) else tuple(escalate_on)
+        unknown = sorted(set(chosen) - set(ESCALATE_ON))
+        if unknown:
+            raise ConfigurationError(
+                f"OnceOnly(escalate_on=...) names {unknown}; it takes any of {list(ESCALATE_ON)}"
+            )
+        self.budget = budget
+        self.escalate_on = frozenset(chosen)
+        self.ledger = ledger
+        self.run_id = run_id
+
+    # -- scopes -----------------------------------------------------------------------------------
+
+    def scope(self, run_id: str, ledger: Ledger | None = None) -> Scope:
+        """The scope of one step of run ``run_id``, judged in the caller's context."""
+        outer = current_run()
+        inherited = outer is not None and outer.budget is not None
+        ledger = self.ledger or ledger or (outer.ledger if outer is not None else None)
+        return Scope(run_id, ledger, None if inherited else self.budget)
+
+    def budget_scope(self, wrapper: RunContextWrapper[Any]) -> Scope | None:
+        """The scope model requests count in, or None when no budget applies to this run."""
+        outer = current_run()
+        if self.budget is None and (outer is None or outer.budget is None):
+            return None  # nothing to count: no ledger work at all
+        run_id = resolve_run_id(wrapper, self.run_id)
+        if run_id is None:
+            raise ConfigurationError(
+                "OnceOnly(budget=...) counts this run's model requests in the ledger, but the run "
+                "has no stable id to count them under. Give it one: Runner.run(..., session="
+                'once.session(SQLiteSession("<id>"))), or a context with call4agents_run_id, or '
+                '`with c4a.run("<id>"):` around Runner.run, or OnceOnly(run_id=...).'
+            )
+        return self.scope(run_id)
+
+    # -- model requests ---------------------------------------------------------------------------
+
+    async def before_request(self, wrapper: RunContextWrapper[Any]) -> None:
+        """Check the budget and count one model request; a hard limit ends the run."""
+        scope = self.budget_scope(wrapper)
+        if scope is None:
+            return
+        try:
+            await asyncio.to_thread(scope.call, count_model_request)
+        except Exception as exc:
+            if ends_run(exc):
+                await self.end_run(exc, scope.ledger)
+            raise
+
+    async def after_response(self, wrapper: RunContextWrapper[Any], usage: Usage) -> None:
+        """Add the response's tokens (priced by the budget) to the run's counters."""
+        scope = self.budget_scope(wrapper)
+        if scope is None:
+            return
+        tokens = (max(usage.input_tokens, 0), max(usage.output_tokens, 0))
+        await asyncio.to_thread(scope.call, lambda: record_model_usage(*tokens))
+
+    async def wrap_up_note(self, wrapper: RunContextWrapper[Any]) -> str | None:
+        """The line to show the model once the soft threshold is passed; None before it."""
+        scope = self.budget_scope(wrapper)
+        if scope is None:
+            return None
+        usage = await asyncio.to_thread(scope.call, c4a.budget_usage)
+        return usage.wrap_up_note()
+
+    # -- endings ----------------------------------------------------------------------------------
+
+    async def end_run(self, exc: BaseException, ledger: Ledger | None = None) -> NoReturn:
+        """Raise ``exc`` (a run ending) as the SDK's kind; a budget cut may escalate first."""
+        if isinstance(exc, c4a.BudgetExceeded) and "budget" in self.escalate_on:
+            detail = f"{exc.reason.replace('_', ' ')}: {exc.detail}"
+            exc = await self._escalated(
+                exc.run_id,
+                ledger,
+                f"the run hit its {detail}",
+                what_remains=["finish the task by hand, or restart the run with a larger budget"],
+                blocking_fact=f"{exc.tool} was refused by the run's budget",
+            )
+        raise sdk_ending(exc) from None
+
+    async def escalate_instead(self, refusal: Call4AgentsError, action: Action) -> None:
+        """End the run as escalated when ``escalate_on`` covers this refusal; else return."""
+        if isinstance(refusal, EffectInDoubt) and "in_doubt" in self.escalate_on:
+            short = action.key[:12]
+            ending = await self._escalated(
+                action.run_id,
+                action.ledger,
+                f"{action.tool} may or may not have run ({refusal.reason})",
+                what_remains=[
+                    f"find out whether {action.tool} happened, record it with `call4agents "
+                    f"resolve {short} --happened` or `--did-not-happen`, then resume the run"
+                ],
+                blocking_fact=f"whether {action.tool} {action.args_display} happened is unknown",
+            )
+        elif isinstance(refusal, ApprovalDenied) and "denied" in self.escalate_on:
+            ending = await self._escalated(
+                action.run_id,
+                action.ledger,
+                f"{action.tool} was refused: {refusal.reason}",
+                what_remains=[f"decide what to do instead of {action.tool}"],
+                blocking_fact=f"{action.tool} {action.args_display} may not run",
+            )
+        else:
+            return
+        raise sdk_ending(ending) from None
+
+    async def _escalated(
+        self,
+        run_id: str,
+        ledger: Ledger | None,
+        reason: str,
+        *,
+        what_remains: list[str],
+        blocking_fact: str,
+    ) -> c4a.Escalated:
+        def escalate() -> c4a.Escalated:
+            try:
+                c4a.escalate(
+                    reason,
+                    what_remains=what_remains,
+                    blocking_fact=blocking_fact,
+                    run_id=run_id,
+                    ledger=ledger or self.ledger or default_ledger(),
+                )
+            except c4a.Escalated as exc:
+                return exc
+            raise AssertionError("c4a.escalate returned")  # pragma: no cover - it always raises
+
+        return await asyncio.to_thread(escalate)
+
+
+class BudgetHooks(AgentHooks[Any]):
+    """The wrapped agent's ``hooks``: model requests are counted, then the agent's own hooks run."""
+
+    def __init__(self, controls: RunControls, inner: AgentHooks[Any] | None) -> None:
+        self.controls = controls
+        self.inner = inner
+        setattr(self, _MARK, True)
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[TResponseInputItem],
+    ) -> None:
+        await self.controls.before_request(context)  # raises to end the run before the request
+        if self.inner is not None:
+            await self.inner.on_llm_start(context, agent, system_prompt, input_items)
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        await self.controls.after_response(context, response.usage)
+        if self.inner is not None:
+            await self.inner.on_llm_end(context, agent, response)
+
+    async def on_start(self, context: AgentHookContext[Any], agent: Agent[Any]) -> None:
+        if self.inner is not None:
+            await self.inner.on_start(context, agent)
+
+    async def on_end(self, context: AgentHookContext[Any], agent: Agent[Any], output: Any) -> None:
+        if self.inner is not None:
+            await self.inner.on_end(context, agent, output)
+
+    async def on_handoff(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], source: Agent[Any]
+    ) -> None:
+        if self.inner is not None:
+            await self.inner.on_handoff(context, agent, source)
+
+    async def on_tool_start(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
+    ) -> None:
+        if self.inner is not None:
+            await self.inner.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
+    ) -> None:
+        if self.inner is not None:
+            await self.inner.on_tool_end(context, agent, tool, result)
+
+
+Instructions = Callable[[RunContextWrapper[Any], "Agent[Any]"], Any]
+
+
+def hooks_for(controls: RunControls, agent: Agent[Any]) -> AgentHooks[Any] | None:
+    """The hooks of the wrapped copy of ``agent`` (unchanged if it was wrapped already)."""
+    if getattr(agent.hooks, _MARK, False):
+        return agent.hooks
+    return BudgetHooks(controls, agent.hooks)
+
+
+def instructions_for(controls: RunControls, agent: Agent[Any]) -> Any:
+    """The instructions of the wrapped copy: the agent's own, plus the note once it is due."""
+    original = agent.instructions
+    if getattr(original, _MARK, False):
+        return original
+
+    async def instructions(context: RunContextWrapper[Any], agent: Agent[Any]) -> str:
+        base = await _resolve(original, context, agent)
+        note = await controls.wrap_up_note(context)
+        if note is None:
+            return cast(str, base)  # None stays None: the SDK sends no instructions then
+        return f"{base}\n\n{note}" if base else note
+
+    setattr(instructions, _MARK, True)
+    return instructions
+
+
+async def _resolve(
+    original: str | Instructions | None, context: RunContextWrapper[Any], agent: Agent[Any]
+) -> str | None:
+    # The same reading the SDK's Agent.get_system_prompt does for a string or a function.
+    if original is None or isinstance(original, str):
+        return original
+    found = original(context, agent)
+    if inspect.isawaitable(found):
+        found = await found
+    return cast("str | None", found)
