@@ -35,7 +35,7 @@ from .errors import (
 )
 from .ledger import Ledger, idempotency_key
 from .lookup import afinder_first, check_from_finder, finder_first
-from .runs import ESCALATE_ON, budget_gate, escalate_by_policy
+from .runs import budget_gate, check_escalate_on, escalate_by_policy
 from .store import Row
 from .undo import register_undo
 
@@ -94,14 +94,7 @@ class EffectOptions:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ConfigurationError(f"kind={self.kind!r} is not one of {', '.join(KINDS)}")
-        policy = getattr(self, "escalate_on")  # noqa: B009 - a lone string is a classic slip
-        if isinstance(policy, str):
-            object.__setattr__(self, "escalate_on", (policy,))
-        if unknown := set(self.escalate_on) - set(ESCALATE_ON):
-            raise ConfigurationError(
-                f"escalate_on={sorted(unknown)} is not understood: use any of "
-                f"{', '.join(map(repr, ESCALATE_ON))}"
-            )
+        object.__setattr__(self, "escalate_on", check_escalate_on(self.escalate_on))
         if self.scope not in ("args", "call"):
             raise ConfigurationError(f"scope={self.scope!r} must be 'args' or 'call'")
         for name in ("ignore", "redact"):
@@ -440,8 +433,7 @@ def perform(action: Action, call: Callable[[], T]) -> T:
             return hook.perform(action, call, _perform)
         return _perform(action, call)
     except Exception as exc:
-        if action.options.escalate_on:
-            escalate_by_policy(action, exc)
+        escalate_by_policy(exc, action.options.escalate_on, action=action)
         raise
 
 
@@ -529,7 +521,9 @@ async def aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
         return await _aperform(action, call)
     except Exception as exc:
         if action.options.escalate_on:
-            await asyncio.to_thread(escalate_by_policy, action, exc)
+            await asyncio.to_thread(
+                escalate_by_policy, exc, action.options.escalate_on, action=action
+            )
         raise
 
 

@@ -26,7 +26,15 @@ from .errors import (
     ResultPruned,
 )
 from .ledger import Ledger
-from .runs import BudgetExceeded, Escalated, count_model_request, record_model_usage
+from .runs import (
+    ESCALATE_ON,
+    BudgetExceeded,
+    Escalated,
+    check_escalate_on,
+    count_model_request,
+    escalate_by_policy,
+    record_model_usage,
+)
 
 T = TypeVar("T")
 
@@ -109,14 +117,17 @@ def failure_message(action: Action, exc: BaseException) -> str:
 
 
 __all__ = [
+    "ESCALATE_ON",
     "ToolOptions",
     "action_for",
     "arun_tool",
     "canonical_args",
+    "check_escalate_on",
     "check_run_id",
     "count_model_request",
     "current_run",
     "ends_run",
+    "escalate_by_policy",
     "failure_message",
     "is_in_doubt_error",
     "message_for_model",

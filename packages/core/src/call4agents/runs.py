@@ -10,7 +10,7 @@ stopped and what is left, then raises :class:`Escalated` for the caller to catch
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -241,23 +241,44 @@ def escalate(
 ESCALATE_ON = ("denied", "in_doubt", "budget")
 
 
-def escalate_by_policy(action: Action, exc: Exception) -> None:
-    """Escalate the action's run when ``exc`` is an outcome its ``escalate_on`` names.
+def check_escalate_on(value: object, where: str = "escalate_on") -> tuple[str, ...]:
+    """``value`` as a tuple of known outcomes; a lone string is taken as one outcome."""
+    chosen = (value,) if isinstance(value, str) else tuple(value)  # type: ignore[arg-type]
+    if unknown := sorted(set(chosen) - set(ESCALATE_ON)):
+        raise ConfigurationError(
+            f"{where}={unknown} is not understood: use any of {', '.join(map(repr, ESCALATE_ON))}"
+        )
+    return chosen
+
+
+def escalate_by_policy(
+    exc: BaseException,
+    policy: Collection[str],
+    *,
+    action: Action | None = None,
+    ledger: Ledger | None = None,
+) -> None:
+    """Escalate the run when ``exc`` is an outcome ``policy`` (``escalate_on``) names.
 
     Raises :class:`Escalated` (chained to ``exc``) when it applies, else returns and the caller
     re-raises ``exc``. A denied approval, an action in doubt or a budget cut then ends the run
-    with a hand-off instead of going back to the model as a tool error.
+    with a hand-off instead of going back to the model as a tool error. ``action`` is the call
+    that met the outcome; without one (a model request refused by the budget) the run is the
+    budget's.
     """
     from .effect import is_in_doubt_error
     from .errors import ApprovalDenied, EffectInDoubt
 
-    policy, tool = action.options.escalate_on, action.tool
-    call = f"{tool} {action.args_display}"
+    if not policy or not isinstance(exc, Exception) or isinstance(exc, Escalated):
+        return  # cancellation and interrupts stop here; an escalation is escalated already
+    tool = action.tool if action else getattr(exc, "tool", "a step")
+    call = f"{tool} {action.args_display}" if action else tool
     if "denied" in policy and isinstance(exc, ApprovalDenied):
         reason, fact = f"a person denied {tool}", exc.reason
         remains = [f"decide with the requester what to do instead of: {call}"]
     elif "in_doubt" in policy and (
-        isinstance(exc, EffectInDoubt) or is_in_doubt_error(exc, action.options)
+        isinstance(exc, EffectInDoubt)
+        or (action is not None and is_in_doubt_error(exc, action.options))
     ):
         reason = f"{tool} may or may not have happened"
         fact = f"{type(exc).__name__}: {exc}"[:500]
@@ -270,13 +291,14 @@ def escalate_by_policy(action: Action, exc: Exception) -> None:
         remains = [call]
     else:
         return
+    run_id = action.run_id if action else getattr(exc, "run_id", None)
     try:
         escalate(
             reason,
             what_remains=remains,
             blocking_fact=fact,
-            run_id=action.run_id,
-            ledger=action.ledger,
+            run_id=run_id,
+            ledger=action.ledger if action else ledger,
         )
     except Escalated as escalated:
         raise escalated from exc
