@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -146,7 +148,7 @@ def test_two_workers_share_one_budget(target: Target, tmp_path: Path) -> None:
 
 
 def test_budget_on_a_pydantic_ai_agent(target: Target, tmp_path: Path) -> None:
-    c4a.init(target.open())
+    ledger = c4a.init(target.open())
     outbox = Outbox(tmp_path / "out.jsonl")
 
     def send_email(to: str, body: str) -> str:
@@ -155,11 +157,17 @@ def test_budget_on_a_pydantic_ai_agent(target: Target, tmp_path: Path) -> None:
 
     calls = [("send_email", {"to": f"u{i}@example.com", "body": "hi"}, f"c{i}") for i in range(3)]
     agent = Agent(scripted(calls), tools=[send_email], capabilities=[OnceOnly()])
-    with c4a.run("conv-b", budget=c4a.Budget(max_tool_calls=2)):
-        result = agent.run_sync("go", conversation_id="conv-b")
+    # The budget of an enclosing run, with the conversation's id: the agent's calls count.
+    budget = c4a.Budget(max_tool_calls=2)
+    with pytest.raises(c4a.BudgetExceeded) as caught, c4a.run("conv-b", budget=budget):
+        agent.run_sync("go", conversation_id="conv-b")
+    # The third call ended the run, as Pydantic AI's own limits do: it was not shown to the
+    # model as a refusal to work around, and the two beside it finished.
+    assert caught.value.reason == "step_limit"
     assert len(outbox.sent()) == 2
-    refused = [r for r in json.loads(result.output) if "step limit" in str(r[1])]
-    assert len(refused) == 1  # the third call went back to the model as a refusal
+    status = ledger.run_status("conv-b")
+    assert status is not None
+    assert status.status == "step_limit"
 
 
 def test_model_requests_and_cost_share_the_ledger_budget(ledger: c4a.Ledger) -> None:
@@ -236,3 +244,37 @@ def test_negative_usage_is_refused(ledger: c4a.Ledger) -> None:
         pytest.raises(c4a.ConfigurationError, match="0 or more"),
     ):
         c4a.record_model_usage(-5, 0)
+
+
+def race_three_calls(run_id: str, budget: c4a.Budget) -> int:
+    """Three calls of a run at once, after a model request created its first counters."""
+    done: list[int] = []
+
+    @c4a.effect(name="step")
+    def step(n: int) -> int:
+        done.append(n)
+        return n
+
+    with c4a.run(run_id, budget=budget):
+        c4a.count_model_request()
+    barrier = threading.Barrier(3)
+
+    def worker(n: int) -> None:
+        with c4a.run(run_id, budget=budget), contextlib.suppress(c4a.BudgetExceeded):
+            barrier.wait()
+            step(n)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return len(done)
+
+
+def test_parallel_first_tool_calls_cannot_pass_the_last_slot(ledger: c4a.Ledger) -> None:
+    # On PostgreSQL a lock taken on the run's counter rows as a set missed a counter row the
+    # previous lock holder created, and all three calls ran under max_tool_calls=2.
+    budget = c4a.Budget(max_tool_calls=2)
+    ran = [race_three_calls(f"race-{trial}", budget) for trial in range(5)]
+    assert ran == [2] * 5

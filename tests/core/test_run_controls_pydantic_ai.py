@@ -1,4 +1,8 @@
-"""Run controls on a real Pydantic AI agent with a scripted model: undo, finder, escalate."""
+"""Run controls on a real Pydantic AI agent with a scripted model: undo, finder, escalate.
+
+Budgets and escalation from inside a tool are tested at length in
+tests/pydantic_ai/test_run_controls.py; here they meet undo and the finder.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +22,12 @@ ANN = {"to": "ann@example.com", "body": "Your order shipped"}
 
 
 def agent_with(
-    outbox: Outbox, recalled: list[str], tracker: list[str], *, lose_first_answer: bool = False
+    outbox: Outbox,
+    recalled: list[str],
+    tracker: list[str],
+    *,
+    lose_first_answer: bool = False,
+    escalate_tickets: bool = False,
 ) -> Agent[None, str]:
     def send_email(to: str, body: str) -> dict[str, str]:
         """Email a customer."""
@@ -31,6 +40,8 @@ def agent_with(
 
     def open_ticket(title: str) -> str:
         """Open a ticket in a tracker that takes no idempotency key."""
+        if escalate_tickets:
+            c4a.escalate("tickets need a person today", what_remains=f"open ticket {title!r}")
         tracker.append(f"{title} {c4a.key_marker()}")
         if lose_first_answer and len(tracker) == 1:
             raise TimeoutError("the tracker created it, but its answer was lost")
@@ -113,3 +124,30 @@ def test_escalate_a_pydantic_ai_conversation(target: Target, tmp_path: Path) -> 
     ]
     ids = [d["external_ids"] for d in done if d["tool"] == "send_email"]
     assert {"message_id": "msg-bob@example.com"} in ids
+
+
+def test_escalate_from_a_tool_then_undo_the_conversation(target: Target, tmp_path: Path) -> None:
+    ledger = c4a.init(target.open())
+    outbox, recalled, tracker = Outbox(tmp_path / "out.jsonl"), [], []  # type: ignore[var-annotated]
+    agent = agent_with(outbox, recalled, tracker, escalate_tickets=True)
+    # The ticket tool escalates: the run ends there, no `with c4a.run(...)` around the agent.
+    with pytest.raises(c4a.Escalated) as caught:
+        agent.run_sync("handle it", conversation_id="conv-4")
+    handoff = caught.value.handoff
+    assert sorted(d["external_ids"]["message_id"] for d in handoff.done) == [
+        "msg-ann@example.com",
+        "msg-bob@example.com",
+    ]
+    assert [f["tool"] for f in handoff.failed] == ["open_ticket"]
+    assert tracker == []
+    # The person taking over reverses what the agent did; the hand-off stays on record.
+    report = ledger.undo("conv-4")
+    assert report.status == "undone"  # the failed ticket did not act: nothing to reverse
+    assert sorted(i.tool for i in report.items) == ["send_email", "send_email"]
+    assert len(recalled) == 2
+    kept = ledger.handoff("conv-4")
+    assert kept is not None
+    assert kept.reason == "tickets need a person today"
+    status = ledger.run_status("conv-4")
+    assert status is not None
+    assert status.status == "undone"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
+from call4agents.cli import main as cli_main
 from tests.conftest import run_example as shared_run_example
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "pydantic_ai"
@@ -31,6 +33,27 @@ def test_approvals(tmp_path: Path) -> None:
     assert out[4] == "edited history: asked again for {'order': 'A-17', 'amount': 5000}"
     assert out[5] == "refunds made: [('A-17', 120), ('A-17', 100)]"
     assert out[6].endswith(": spent by ann@shop.example")
+
+
+def test_run_controls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_example("run_controls.py", tmp_path)
+    assert "budget: stopped by step_limit (5 model requests) after 5 emails" in out
+    assert "the model was told 2 times: Note from the run's budget: 80% of a limit" in out
+    assert "spent: 5 requests, 5000 tokens in, cost 0.030" in out
+    assert "escalated: refunds over 100 need a person" in out
+    assert "done: [('send_email', 'bob@example.com')]" in out
+    assert "remains: ['refund 500 on A-17 once approved']" in out
+    assert "undo: undone; recalled 1 email(s)" in out
+
+    found = re.search(r"call4agents show (ticket-\w+)", out)
+    assert found is not None
+    url = f"sqlite:///{tmp_path / '.c4a' / 'ledger.db'}"
+    assert cli_main(["show", found.group(1), "--url", url]) == 0
+    shown = capsys.readouterr().out
+    assert "was escalated: refunds over 100 need a person" in shown
+    assert "Blocking fact: the refund is 500" in shown
+    again = run_example("run_controls.py", tmp_path)  # fresh conversation ids: same story
+    assert "budget: stopped by step_limit (5 model requests) after 5 emails" in again
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.py")))

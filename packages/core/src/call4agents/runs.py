@@ -650,9 +650,18 @@ def _locked_counters(conn: Connection, dialect: str, run_id: str) -> tuple[dict[
         .values(run_id=run_id, name=_STARTED, value=now)
         .on_conflict_do_nothing(index_elements=["run_id", "name"])
     )
-    stmt = select(run_counters.c.name, run_counters.c.value).where(run_counters.c.run_id == run_id)
     if dialect == "postgresql":
-        stmt = stmt.with_for_update()  # the counters are read and raised under one lock
+        # The started_at row is the run's lock: every counting step takes it first. Locking the
+        # whole row set instead is not enough: a statement that waited on a lock still sees the
+        # rows as they were when it began, so a counter row the previous holder created would
+        # be missed and two workers could both take the last call. The read below is a new
+        # statement, so it sees everything the previous holder committed.
+        conn.execute(
+            select(run_counters.c.value)
+            .where(run_counters.c.run_id == run_id, run_counters.c.name == _STARTED)
+            .with_for_update()
+        )
+    stmt = select(run_counters.c.name, run_counters.c.value).where(run_counters.c.run_id == run_id)
     values = {name: float(value) for name, value in conn.execute(stmt).all()}
     return values, float(conn.execute(select(now)).scalar_one()) - values[_STARTED]
 

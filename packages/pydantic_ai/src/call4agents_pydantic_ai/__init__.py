@@ -7,6 +7,9 @@
 
 Every tool call goes through the Call4Agents ledger, keyed by the run's ``conversation_id``: a
 resumed or replayed conversation gets the recorded result instead of running the tool again.
+``OnceOnly(budget=c4a.Budget(...))`` limits the run's tool calls, model requests and cost, counted
+in the ledger; a spent budget or a ``c4a.escalate(...)`` ends the run with ``c4a.BudgetExceeded``
+or ``c4a.Escalated`` raised out of ``agent.run``.
 """
 
 from __future__ import annotations

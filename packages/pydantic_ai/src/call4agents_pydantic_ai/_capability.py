@@ -2,24 +2,44 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import fields
 from types import MappingProxyType
 from typing import Any
 
 from pydantic_ai import RunContext, UserPromptNode
-from pydantic_ai.capabilities import AbstractCapability, AgentNode, WrapToolExecuteHandler
-from pydantic_ai.exceptions import UserError
-from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.capabilities import (
+    AbstractCapability,
+    AgentNode,
+    NodeResult,
+    WrapModelRequestHandler,
+    WrapNodeRunHandler,
+    WrapRunHandler,
+    WrapToolExecuteHandler,
+)
+from pydantic_ai.exceptions import ToolFailed, UserError
+from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDefinition
 
 import call4agents as c4a
-from call4agents import Call4AgentsError, ConfigurationError, EffectOptions, Ledger, OutcomeUnknown
+from call4agents import (
+    Budget,
+    Call4AgentsError,
+    ConfigurationError,
+    EffectOptions,
+    Ledger,
+    OutcomeUnknown,
+)
+from call4agents.context import RunContext as C4ARun
 from call4agents.effect import Action, is_in_doubt_error
-from call4agents.integration import action_for, arun_tool, options_for
+from call4agents.integration import action_for, arun_tool, current_run, ends_run, options_for
 
-from . import _approvals, _outcomes
+from . import _approvals, _outcomes, _run_controls
 from ._run_id import run_id_of
 
 _NO_TOOLS: Mapping[str, EffectOptions | Mapping[str, Any]] = MappingProxyType({})
@@ -38,10 +58,17 @@ class OnceOnly(AbstractCapability[Any]):
         tools: per-tool options by the tool's name as the model sees it, as ``EffectOptions`` or
             a dict of its fields laid over ``default``, e.g. ``{"lookup": {"kind": "read"}}``.
         default: options for every tool not named in ``tools`` (default: a ``"write"`` effect).
+        budget: limits on the run (``c4a.Budget``): tool calls, model requests, cost from the
+            run's token usage, a deadline. Counted in the ledger under the conversation id, so a
+            resumed conversation or a second worker continues the count. Without one, the run
+            counts against the budget of an enclosing ``c4a.run(...)`` (or a parent agent's).
 
     The run id is the run's ``conversation_id``; ``scope="call"`` tools add the model's
-    ``tool_call_id``. Calls that are in doubt, still running elsewhere, failed or denied go back
-    to the model as tool results that say so.
+    ``tool_call_id``. The whole run happens inside ``c4a.run(conversation_id)``, so tools and
+    your own hooks can call ``c4a.escalate(...)`` or ``c4a.budget_usage()``. Calls that are in
+    doubt, still running elsewhere, failed or denied go back to the model as tool results that
+    say so; a spent budget (``c4a.BudgetExceeded``) and an escalation (``c4a.Escalated``) end
+    the run and are raised out of ``agent.run(...)``.
     """
 
     # A default id declares "one per agent": a run's OnceOnly replaces the agent's outright
@@ -54,18 +81,34 @@ class OnceOnly(AbstractCapability[Any]):
         ledger: Ledger | None = None,
         tools: Mapping[str, EffectOptions | Mapping[str, Any]] = _NO_TOOLS,
         default: EffectOptions = _WRITE,
+        budget: Budget | None = None,
     ) -> None:
         if not isinstance(default, EffectOptions):
             raise ConfigurationError("OnceOnly(default=...) takes a c4a.EffectOptions(...)")
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigurationError(
+                "OnceOnly(budget=...) takes a c4a.Budget(...), e.g. "
+                "c4a.Budget(max_tool_calls=20, max_model_requests=10)"
+            )
         self.ledger = ledger
         self.default = default
+        self.budget = budget
         self.tools: Mapping[str, EffectOptions] = MappingProxyType(
             {name: _tool_options(name, given, default) for name, given in tools.items()}
         )
-        self._answered_by: dict[str, str] = {}  # per run: who answered each deferred call
+        self._reset()
+
+    def _reset(self) -> None:
+        """State of one run (``for_run`` gives each run its own copy)."""
+        self._answered_by: dict[str, str] = {}  # who answered each deferred call
+        self._c4a_run: C4ARun | None = None  # the c4a.run context this run entered
+        self._account: _run_controls.Account | None = None
+        self._owns_account = False
+        self._ending: BaseException | None = None  # raised once the running calls are done
 
     def __repr__(self) -> str:
-        return f"OnceOnly(ledger={self.ledger!r}, tools={sorted(self.tools)!r})"
+        budget = f", budget={self.budget!r}" if self.budget is not None else ""
+        return f"OnceOnly(ledger={self.ledger!r}, tools={sorted(self.tools)!r}{budget})"
 
     @classmethod
     def combine(cls, capabilities: Sequence[AbstractCapability[Any]]) -> AbstractCapability[Any]:
@@ -80,8 +123,85 @@ class OnceOnly(AbstractCapability[Any]):
 
     async def for_run(self, ctx: RunContext[Any]) -> OnceOnly:
         run = copy.copy(self)
-        run._answered_by = {}
+        run._reset()
         return run
+
+    # -- the run as a whole: c4a.run(conversation_id), and how it ends ------------------------
+
+    async def wrap_run(
+        self, ctx: RunContext[Any], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        """Run the whole agent run inside ``c4a.run(conversation_id, budget=...)``.
+
+        Pydantic AI carries context variables set here into the run body, its tool tasks and
+        delegate agents started from tools, which then count against this run's budget.
+        """
+        with (
+            _run_controls.scope(ctx.conversation_id, self.ledger, self.budget),
+            _run_controls.account_for(ctx.usage) as (account, owns),
+        ):
+            self._c4a_run, self._account, self._owns_account = current_run(), account, owns
+            result = await handler()
+            await self._settle()
+            await self._end_if_ended()
+            return result
+
+    async def wrap_node_run(
+        self, ctx: RunContext[Any], *, node: AgentNode[Any], handler: WrapNodeRunHandler[Any]
+    ) -> NodeResult[Any]:
+        """After each step: count what delegates spent, and end the run if a call ended it."""
+        try:
+            result = await handler(node)
+        except Exception:
+            await self._end_if_ended()  # the ending is why the step failed: the caller sees it
+            raise
+        with self._scope(ctx):
+            await self._settle()
+        await self._end_if_ended()
+        return result
+
+    async def wrap_model_request(
+        self,
+        ctx: RunContext[Any],
+        *,
+        request_context: ModelRequestContext,
+        handler: WrapModelRequestHandler,
+    ) -> ModelResponse:
+        """Count each model request in the ledger before it is made, and its usage after."""
+        await self._end_if_ended()
+        with self._scope(ctx):
+            if not _run_controls.budgeted():
+                return await handler(request_context)
+            await self._settle()
+            request_context = await _run_controls.before_request(request_context)
+            try:
+                response = await handler(request_context)
+            except BaseException:
+                self._counted(None)
+                raise
+            self._counted(response)
+            await _run_controls.after_response(response)
+            return response
+
+    def _counted(self, response: ModelResponse | None) -> None:
+        if self._account is not None:
+            self._account.counted(response)
+
+    def _scope(self, ctx: RunContext[Any]) -> Any:
+        """The run's ``c4a.run`` context, entered again where Pydantic AI did not carry it."""
+        if self._c4a_run is not None and current_run() is self._c4a_run:
+            return nullcontext()
+        return _run_controls.scope(ctx.conversation_id, self.ledger, self.budget)
+
+    async def _settle(self) -> None:
+        if self._owns_account and self._account is not None and _run_controls.budgeted():
+            await _run_controls.settle(self._account)
+
+    async def _end_if_ended(self) -> None:
+        """Raise the budget cut or escalation a call of this run met, once its step is over."""
+        ending = self._ending
+        if ending is not None:
+            raise await asyncio.to_thread(_run_controls.refreshed, ending, self.ledger)
 
     async def before_node_run(
         self, ctx: RunContext[Any], *, node: AgentNode[Any]
@@ -104,11 +224,32 @@ class OnceOnly(AbstractCapability[Any]):
         args: dict[str, Any],
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        options = self.options(tool_def.name)
+        if self._ending is not None:
+            raise ToolFailed(_run_controls.NOT_STARTED)  # a sibling call ended the run
+        with self._scope(ctx):
+            try:
+                return await self._execute(ctx, call, tool_def.name, args, handler)
+            except Exception as exc:
+                if not ends_run(exc):
+                    raise
+                # Calls running beside this one finish first (Pydantic AI would cancel them
+                # half-way, leaving them in doubt); the run ends after this step.
+                self._ending = self._ending or exc
+                raise ToolFailed(_run_controls.ending_text(exc)) from None
+
+    async def _execute(
+        self,
+        ctx: RunContext[Any],
+        call: ToolCallPart,
+        tool: str,
+        args: dict[str, Any],
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        options = self.options(tool)
         if not options.recorded:
             return await handler(args)
         try:
-            action = self._action(ctx, call, tool_def.name, args, options)
+            action = self._action(ctx, call, tool, args, options)
         except Call4AgentsError as exc:
             return _give_back(_outcomes.refused(exc))
         if ctx.tool_call_approved:
@@ -165,9 +306,12 @@ class OnceOnly(AbstractCapability[Any]):
             raise
         except c4a.ApprovalRequired as exc:
             raise _approvals.deferral(exc) from None
-        except Call4AgentsError as exc:
-            return _give_back(_outcomes.refused(exc))
-        except Exception as exc:  # any error of the tool goes to the model as a result
+        except Exception as exc:
+            if ends_run(exc):
+                raise  # a budget cut or an escalation: the run ends, it is not the tool's result
+            if isinstance(exc, Call4AgentsError):
+                return _give_back(_outcomes.refused(exc))
+            # Any other error of the tool goes to the model as a result.
             in_doubt = is_in_doubt_error(exc, action.options)
             raise _outcomes.tool_raised(action, exc, attempt=attempt, in_doubt=in_doubt) from exc
 
