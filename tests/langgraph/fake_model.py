@@ -10,7 +10,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import Field
 
@@ -44,3 +50,47 @@ class ScriptedModel(BaseChatModel):
             ]
             reply = AIMessage(content="done: " + " | ".join(results))
         return ChatResult(generations=[ChatGeneration(message=reply)])
+
+
+class StepModel(BaseChatModel):
+    """One tool call per turn: ``calls[n]`` once the conversation holds n tool results, then a
+    final answer. Like ScriptedModel it answers the same conversation the same way, so a resume
+    gets the same calls (with the same ids). Each reply reports ``usage`` tokens, and every
+    request's messages are kept in ``seen``, to check what the model was shown."""
+
+    calls: list[tuple[str, dict[str, Any]]] = Field(default_factory=list)
+    usage: tuple[int, int] | None = None
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "step-tool-model"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> StepModel:
+        return self
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
+        self.seen.append(list(messages))
+        done = sum(isinstance(m, ToolMessage) for m in messages)
+        if done < len(self.calls):
+            name, args = self.calls[done]
+            call = {"name": name, "args": args, "id": f"call_{done}", "type": "tool_call"}
+            reply = AIMessage(content="", tool_calls=[call])
+        else:
+            reply = AIMessage(content=f"done after {done} tool calls")
+        if self.usage is not None:
+            tokens_in, tokens_out = self.usage
+            reply.usage_metadata = {
+                "input_tokens": tokens_in,
+                "output_tokens": tokens_out,
+                "total_tokens": tokens_in + tokens_out,
+            }
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    def system_texts(self) -> list[str]:
+        """The system message of each request, in order ("" when there was none)."""
+        return [
+            str(m[0].content) if m and isinstance(m[0], SystemMessage) else "" for m in self.seen
+        ]

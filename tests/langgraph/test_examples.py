@@ -68,6 +68,21 @@ def test_checkpointer(tmp_path: Path) -> None:
     assert out[5] == "after delete_thread: 0 ledger records, 0 checkpoints"
 
 
+def test_run_controls(tmp_path: Path) -> None:
+    out = run_example("run_controls.py", tmp_path)
+    assert out == [
+        "budget: ended by its step_limit (4 model requests); the model got 4",
+        "the model was told to wrap up in 3 of them",
+        "tokens 3600 in, 400 out; cost 0.0168",
+        "recorded ending: step_limit",
+        "escalated: charges over 100 need a person",
+        "already done: ['ann 40', 'bob 60']",
+        "remains: ['charge cy 500 once a person approved it']",
+        "undo: undone; refunds ['ch_bob_60', 'ch_ann_40']",
+        "undo again: ['already_undone', 'already_undone']; refunds ['ch_bob_60', 'ch_ann_40']",
+    ]
+
+
 def test_quickstart_rows(tmp_path: Path) -> None:
     from call4agents_langgraph.quickstart import scenario
 

@@ -11,6 +11,7 @@ Turn it off with ``c4a.init(otel=False)`` or ``CALL4AGENTS_OTEL=0``; ``otel=True
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import threading
@@ -210,19 +211,52 @@ def _engine_outcome(watch: Watch, exc: BaseException) -> Outcome:
     return "error"
 
 
-def tool_payload(result: Any) -> Any:
-    """The tool's own value inside a framework's envelope, for finding the ids it reported.
+# Framework envelopes a recorded result may be, by class path, and what unwraps each: a
+# function, or "module:function" imported when first needed (a CLI process has not imported the
+# integration, but the decoded result is still the framework's class).
+_ENVELOPES: dict[str, str | Callable[[Any], Any]] = {
+    "langchain_core.messages.tool.ToolMessage": "call4agents_langgraph._hooks:tool_value",
+}
 
-    An MCP server records a whole ``CallToolResult`` (``content`` plus ``structuredContent``);
-    the tool's value is its ``structuredContent``, which wraps a non-object value as
-    ``{"result": value}``.
+
+def register_tool_payload(cls: type, unwrap: Callable[[Any], Any]) -> None:
+    """Teach hand-offs and spans to look inside ``cls``, a framework's wrapper of tool results."""
+    _ENVELOPES[f"{cls.__module__}.{cls.__qualname__}"] = unwrap
+
+
+def tool_payload(result: Any) -> Any:
+    """The tool's own value inside a framework's envelope, for showing it and finding its ids.
+
+    LangGraph records a ``ToolMessage`` (see ``_ENVELOPES``). An MCP server records a whole
+    ``CallToolResult`` (``content`` plus ``structuredContent``); the tool's value is its
+    ``structuredContent``, which wraps a non-object value as ``{"result": value}``.
     """
+    kind = type(result)
+    unwrap = _ENVELOPES.get(f"{kind.__module__}.{kind.__qualname__}")
+    if unwrap is not None:
+        return _resolved(kind, unwrap)(result)
     if not isinstance(result, Mapping) or not isinstance(result.get("content"), list):
         return result
     inner = result.get("structuredContent")
     if not isinstance(inner, Mapping):
         return result
     return inner["result"] if set(inner) == {"result"} else inner
+
+
+def _resolved(kind: type, unwrap: str | Callable[[Any], Any]) -> Callable[[Any], Any]:
+    if callable(unwrap):
+        return unwrap
+    module, _, name = unwrap.partition(":")
+    try:
+        found: Callable[[Any], Any] = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        found = _as_is  # the integration is not installed here: show the envelope itself
+    register_tool_payload(kind, found)
+    return found
+
+
+def _as_is(result: Any) -> Any:
+    return result
 
 
 def external_id(result: Any) -> str | None:

@@ -241,12 +241,13 @@ def escalate(
 ESCALATE_ON = ("denied", "in_doubt", "budget")
 
 
-def check_escalate_on(value: object, where: str = "escalate_on") -> tuple[str, ...]:
+def check_escalate_on(value: object, where: str | None = None) -> tuple[str, ...]:
     """``value`` as a tuple of known outcomes; a lone string is taken as one outcome."""
     chosen = (value,) if isinstance(value, str) else tuple(value)  # type: ignore[arg-type]
     if unknown := sorted(set(chosen) - set(ESCALATE_ON)):
         raise ConfigurationError(
-            f"{where}={unknown} is not understood: use any of {', '.join(map(repr, ESCALATE_ON))}"
+            f"escalate_on={unknown} is not understood{f' (in {where})' if where else ''}: "
+            f"use any of {', '.join(map(repr, ESCALATE_ON))}"
         )
     return chosen
 
@@ -333,7 +334,8 @@ def _sort_actions(
         if r.key == escalating and r.state == "started":
             failed.append({**base, "why": f"Escalated: {reason} (it did not act)"})
         elif r.state == "succeeded":
-            result = r.result if r.pruned_at is None else None
+            # The tool's own value, not a framework's envelope of it (a LangGraph ToolMessage).
+            result = observe.tool_payload(r.result) if r.pruned_at is None else None
             done.append({**base, "result": result, "external_ids": external_ids(result)})
         elif r.state in ("in_doubt", "started"):
             why = r.error or r.note or ("still running" if r.state == "started" else "")

@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, TypeVar
 
-from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest
-from langchain.agents.middleware.types import PrivateStateAttr
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    AgentState,
+    ModelRequest,
+    ModelResponse,
+    ToolCallRequest,
+)
+from langchain.agents.middleware.types import ModelCallResult, PrivateStateAttr
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
 from typing_extensions import NotRequired
 
+import call4agents as c4a
 from call4agents import (
     ApprovalDenied,
     ApprovalRequired,
+    Budget,
+    BudgetExceeded,
     ConfigurationError,
     EffectInDoubt,
     EffectInProgress,
@@ -28,10 +38,19 @@ from call4agents import (
     ResultPruned,
 )
 from call4agents.effect import Action
-from call4agents.integration import action_for, arun_tool, message_for_model, options_for, run_tool
+from call4agents.integration import (
+    action_for,
+    arun_tool,
+    check_escalate_on,
+    ends_run,
+    escalate_by_policy,
+    message_for_model,
+    options_for,
+    run_tool,
+)
 
-from . import _approval, _nodes, _order
-from ._ids import BRANCH_KEY, thread_run_id
+from . import _approval, _endings, _hooks, _model, _nodes, _order
+from ._ids import BRANCH_KEY, no_thread_error, thread_run_id
 from ._results import ToolReportedError, ToolResult, check_reported_error, deliver, error_message
 
 T = TypeVar("T")
@@ -39,6 +58,8 @@ T = TypeVar("T")
 ToolOptions = Mapping[str, EffectOptions | Mapping[str, Any]]
 SyncHandler = Callable[[ToolCallRequest], ToolResult]
 AsyncHandler = Callable[[ToolCallRequest], Awaitable[ToolResult]]
+ModelHandler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
+AsyncModelHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
 
 # Outcomes the model is told about as a tool error. Configuration and ledger faults are not the
 # model's to handle: they stop the run, and the checkpoint keeps the call for a resume.
@@ -84,6 +105,13 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         tools: per-tool options by tool name, as ``EffectOptions`` or a dict of its fields
             (``{"lookup": {"kind": "read"}, "refund": {"approval": True}}``).
         default: options for tools not named in ``tools`` (every tool is a write by default).
+        budget: limits on the thread's run (tool calls, model requests, cost, deadline), counted
+            in the ledger, so a resume or a second worker continues the count. Without it, an
+            enclosing ``c4a.run(..., budget=...)`` (a parent agent's run) is spent instead.
+        escalate_on: outcomes that end the run as escalated to a person (``c4a.Escalated``,
+            with a hand-off) instead of going back to the model: ``"in_doubt"``, ``"denied"``,
+            ``"budget"``. Added to every tool's ``EffectOptions.escalate_on`` (which may also
+            be given per tool in ``tools=``); ``"budget"`` covers model requests too.
     """
 
     state_schema = OnceOnlyState
@@ -94,12 +122,24 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         ledger: Ledger | None = None,
         tools: ToolOptions = _EMPTY,
         default: EffectOptions | None = None,
+        budget: Budget | None = None,
+        escalate_on: Collection[str] = (),
     ) -> None:
         super().__init__()
         self.ledger = ledger
         self.default = default or EffectOptions()
         # Not `self.tools`: create_agent reads a middleware's `tools` as tools it contributes.
         self.tool_options = _checked_options(tools, self.default)
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigurationError(
+                f"OnceOnly(budget=...) takes a c4a.Budget, not {type(budget).__name__}"
+            )
+        self.budget = budget
+        self.escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
+        # The options tool calls run with: undo/find_existing/check speaking of the tool's own
+        # value, and escalate_on added. Built now, so the undo registered under each tool's name
+        # is the adapted one.
+        self._for_calls = {name: self._for_call(o) for name, o in self.tool_options.items()}
         self._nodes = _nodes.NodeSteps(self)
 
     # -- per-tool options ------------------------------------------------------------------------
@@ -108,36 +148,55 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         """The options a tool runs with: ``tools[tool]`` over ``default``."""
         return options_for(tool, self.tool_options, self.default)
 
+    def _call_options(self, tool: str) -> EffectOptions:
+        found = self._for_calls.get(tool)
+        if found is None:
+            found = self._for_calls[tool] = self._for_call(self.options(tool))
+        return found
+
+    def _for_call(self, options: EffectOptions) -> EffectOptions:
+        wanted = self.escalate_on - set(options.escalate_on)
+        if wanted:  # the core escalates by policy where the action runs
+            escalate_on = (*options.escalate_on, *sorted(wanted))
+            options = dataclasses.replace(options, escalate_on=escalate_on)
+        return _hooks.for_tool_calls(options)
+
     # -- create_agent middleware and ToolNode wrappers ---------------------------------------------
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: SyncHandler) -> ToolResult:
         """Run one tool call at most once per thread (sync graphs)."""
         call = self._prepare(request)
-        if call is None:
-            return handler(request)
-        for _ in range(_MAX_ROUNDS):
-            try:
-                return self._once(call, handler)
-            except ApprovalRequired as exc:
-                call = self._decide(call, exc, _approval.ask(exc, call.tool_call))
-            except _REFUSALS as exc:
-                return error_message(call.tool_call, message_for_model(exc), key=exc.key)
-        raise _unsettled(call)
+        with self._ending(), self._tool_run(request, call), _endings.watch() as watcher:
+            if call is None:
+                result = handler(request)
+                watcher.raise_found()
+                return result
+            for _ in range(_MAX_ROUNDS):
+                try:
+                    return self._once(call, handler, watcher)
+                except ApprovalRequired as exc:
+                    call = self._decide(call, exc, _approval.ask(exc, call.tool_call))
+                except _REFUSALS as exc:
+                    return error_message(call.tool_call, message_for_model(exc), key=exc.key)
+            raise _unsettled(call)
 
     async def awrap_tool_call(self, request: ToolCallRequest, handler: AsyncHandler) -> ToolResult:
         """Run one tool call at most once per thread (async graphs)."""
         call = self._prepare(request)
-        if call is None:
-            return await handler(request)
-        for _ in range(_MAX_ROUNDS):
-            try:
-                return await self._aonce(call, handler)
-            except ApprovalRequired as exc:
-                decision = _approval.ask(exc, call.tool_call)
-                call = await asyncio.to_thread(self._decide, call, exc, decision)
-            except _REFUSALS as exc:
-                return error_message(call.tool_call, message_for_model(exc), key=exc.key)
-        raise _unsettled(call)
+        with self._ending(), self._tool_run(request, call), _endings.watch() as watcher:
+            if call is None:
+                result = await handler(request)
+                watcher.raise_found()
+                return result
+            for _ in range(_MAX_ROUNDS):
+                try:
+                    return await self._aonce(call, handler, watcher)
+                except ApprovalRequired as exc:
+                    decision = _approval.ask(exc, call.tool_call)
+                    call = await asyncio.to_thread(self._decide, call, exc, decision)
+                except _REFUSALS as exc:
+                    return error_message(call.tool_call, message_for_model(exc), key=exc.key)
+            raise _unsettled(call)
 
     def _prepare(self, request: ToolCallRequest) -> _Call | None:
         """Key the call, or None for a call that passes straight through (reads, unknown tools)."""
@@ -146,7 +205,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         name = tool_call["name"]
         if request.tool is None and name not in self.tool_options:
             return None  # ToolNode answers an unknown tool with an error; nothing can act
-        options = self.options(name)
+        options = self._call_options(name)
         if not options.recorded:
             return None
         runtime = request.runtime
@@ -166,15 +225,17 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
             ledger=self.ledger,
         )
 
-    def _once(self, call: _Call, handler: SyncHandler) -> ToolResult:
+    def _once(self, call: _Call, handler: SyncHandler, watcher: _endings.Watcher) -> ToolResult:
         produced: list[ToolResult] = []
 
         def run() -> ToolResult:
             try:
-                result = check_reported_error(handler(call.request))
+                answer = handler(call.request)
             except GraphInterrupt as exc:
                 _raise_if_wrong_order(exc, call)
                 raise
+            watcher.raise_found()  # an ending the tool raised, handled into a message
+            result = check_reported_error(answer)
             produced.append(result)
             return result
 
@@ -188,15 +249,19 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
             result = produced[0]  # ran now; only a repeat goes without the result
         return self._deliver(call, result, ran=bool(produced))
 
-    async def _aonce(self, call: _Call, handler: AsyncHandler) -> ToolResult:
+    async def _aonce(
+        self, call: _Call, handler: AsyncHandler, watcher: _endings.Watcher
+    ) -> ToolResult:
         produced: list[ToolResult] = []
 
         async def run() -> ToolResult:
             try:
-                result = check_reported_error(await handler(call.request))
+                answer = await handler(call.request)
             except GraphInterrupt as exc:
                 _raise_if_wrong_order(exc, call)
                 raise
+            watcher.raise_found()
+            result = check_reported_error(answer)
             produced.append(result)
             return result
 
@@ -228,6 +293,87 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         )
         request = call.request.override(tool_call=tool_call)  # type: ignore[arg-type]
         return dataclasses.replace(call, request=request, action=action, edited=True)
+
+    # -- the run: budget, model requests and endings ----------------------------------------------
+
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: ModelHandler
+    ) -> ModelCallResult[Any]:
+        """Count the model request against the run's budget; past the soft threshold, tell the
+        model to wrap up. Past a hard limit the run ends with ``c4a.BudgetExceeded``."""
+        with self._ending(), self._model_run(request):
+            try:
+                request = _model.before(request, self.ledger)
+            except BudgetExceeded as exc:
+                self._escalate_budget(exc)
+                raise
+            response = handler(request)
+            _model.after(response, self.ledger)
+            return response
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: AsyncModelHandler
+    ) -> ModelCallResult[Any]:
+        """The async form of :meth:`wrap_model_call`."""
+        with self._ending(), self._model_run(request):
+            try:
+                request = await _model.abefore(request, self.ledger)
+            except BudgetExceeded as exc:
+                await asyncio.to_thread(self._escalate_budget, exc)
+                raise
+            response = await handler(request)
+            await _model.aafter(response, self.ledger)
+            return response
+
+    def _run_scope(self, run_id: str | None) -> contextlib.AbstractContextManager[Any]:
+        """The thread's run around a step, with this OnceOnly's budget (or the enclosing one's).
+
+        Also lets ``@c4a.effect`` functions and ``c4a.escalate()`` called inside a tool find it.
+        """
+        if run_id is None:
+            return contextlib.nullcontext()
+        return c4a.run(run_id, ledger=self.ledger, budget=self.budget)
+
+    @contextlib.contextmanager
+    def _tool_run(self, request: ToolCallRequest, call: _Call | None) -> Iterator[None]:
+        if call is None:
+            runtime = request.runtime
+            info = runtime.execution_info if runtime else None
+            with self._run_scope(_thread_or_none(info, request.state)):
+                yield
+            return
+        token = _hooks.current_call_id.set(call.tool_call.get("id") or "")
+        try:
+            with self._run_scope(call.run_id):
+                yield
+        finally:
+            _hooks.current_call_id.reset(token)
+
+    def _model_run(self, request: ModelRequest[Any]) -> contextlib.AbstractContextManager[Any]:
+        runtime = request.runtime
+        info = getattr(runtime, "execution_info", None) if runtime is not None else None
+        run_id = _thread_or_none(info, request.state)
+        if run_id is None and self.budget is not None:
+            raise no_thread_error("OnceOnly(budget=...) counting a model request")
+        return self._run_scope(run_id)
+
+    @contextlib.contextmanager
+    def _ending(self) -> Iterator[None]:
+        """Let a budget cut or an escalation leave as a signal no error handler turns into a
+        message for the model (see _endings)."""
+        try:
+            yield
+        except Exception as exc:
+            if ends_run(exc):
+                raise _endings.as_signal(exc) from exc.__cause__
+            raise
+
+    # -- escalation from policy ----------------------------------------------------------------
+
+    def _escalate_budget(self, exc: BudgetExceeded) -> None:
+        """A model request refused by the budget hands the run over, if so configured (a tool
+        call refused by it is escalated by the core, through the tool's escalate_on)."""
+        escalate_by_policy(exc, self.escalate_on, ledger=self.ledger)
 
     # -- custom nodes ------------------------------------------------------------------------------
 
@@ -264,6 +410,13 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
             raise ConfigurationError("rerun needs a label naming the branch, e.g. 'retry-2'")
         forked: RunnableConfig = graph.update_state(config, {BRANCH_KEY: label})
         return forked
+
+
+def _thread_or_none(execution_info: Any, state: Any) -> str | None:
+    """The run id of a step, or None when the graph runs without a thread id."""
+    if not getattr(execution_info, "thread_id", None):
+        return None
+    return thread_run_id(execution_info, state, "step")
 
 
 def _checked_options(tools: ToolOptions, default: EffectOptions) -> dict[str, EffectOptions]:

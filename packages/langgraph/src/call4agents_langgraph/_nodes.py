@@ -22,8 +22,9 @@ from langgraph.runtime import get_runtime
 import call4agents as c4a
 from call4agents import ConfigurationError
 from call4agents.effect import Action
-from call4agents.integration import action_for, arun_tool, run_tool
+from call4agents.integration import action_for, arun_tool, ends_run, run_tool
 
+from ._endings import as_signal
 from ._ids import thread_run_id
 
 if TYPE_CHECKING:
@@ -85,10 +86,19 @@ class NodeSteps:
         assert info is not None  # thread_run_id refuses a run without one
         scope = _Scope(run_id, f"{info.checkpoint_ns}|{info.task_id}")
         token = _current.set(scope)
+        once = self._once
         try:
-            # @c4a.effect functions called in the node belong to the thread's run too.
-            with c4a.run(run_id, ledger=self._once.ledger), c4a.tool_call(scope.task):
+            # @c4a.effect functions called in the node belong to the thread's run too, and spend
+            # its budget: OnceOnly's own, or an enclosing run's.
+            with (
+                c4a.run(run_id, ledger=once.ledger, budget=once.budget),
+                c4a.tool_call(scope.task),
+            ):
                 yield
+        except Exception as exc:
+            if ends_run(exc):  # past node retry policies and error handlers, out of the graph
+                raise as_signal(exc) from exc.__cause__
+            raise
         finally:
             _current.reset(token)
 

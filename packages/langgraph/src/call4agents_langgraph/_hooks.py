@@ -1,0 +1,110 @@
+"""``undo=``, ``find_existing=`` and ``check=`` for LangChain tools, in the tool's own terms.
+
+A tool call's recorded result is the ``ToolMessage`` (or ``Command``) LangGraph made of what the
+tool returned, because that is what a repeat must hand back. The hooks a user writes speak of
+what the tool itself returns, as ``@c4a.effect``'s hooks do, so they are adapted here:
+
+- an undo gets the tool's value back: the message's ``artifact`` if it has one, else its content,
+  parsed back from JSON when LangGraph wrote a dict or list as JSON;
+- what a finder finds (and a reconciler's ``Happened(result)``) is recorded as the ToolMessage
+  LangGraph would have made of it, with the found value as its artifact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import json
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langgraph.prebuilt.tool_node import msg_content_output
+from langgraph.types import Command
+
+from call4agents import EffectOptions, Happened
+
+# The tool call being run, for the message a finder's result becomes (a repeat retargets it).
+current_call_id: ContextVar[str] = ContextVar("call4agents_langgraph_call_id", default="")
+
+
+def for_tool_calls(options: EffectOptions) -> EffectOptions:
+    """``options`` with its hooks adapted to results recorded as ToolMessages."""
+    changes: dict[str, Any] = {}
+    tool = options.name or ""
+    if options.undo is not None:
+        changes["undo"] = _undo_with_value(options.undo)  # registered under the tool's name
+    if options.find_existing is not None:
+        changes["find_existing"] = _found_as_message(tool, options.find_existing)
+    if options.check is not None:  # given, or made from the finder by EffectOptions
+        changes["check"] = _verdict_as_message(tool, options.check)
+    return dataclasses.replace(options, **changes) if changes else options
+
+
+def tool_value(result: Any) -> Any:
+    """What the tool returned, from the ToolMessage LangGraph made of it."""
+    if not isinstance(result, ToolMessage):
+        return result
+    if result.artifact is not None:
+        return result.artifact
+    content = result.content
+    if isinstance(content, str) and content[:1] in ("{", "["):
+        try:
+            return json.loads(content)
+        except ValueError:
+            return content
+    return content
+
+
+def as_message(tool: str, value: Any) -> Any:
+    """A found resource as the ToolMessage a run of the tool would have produced."""
+    if isinstance(value, (ToolMessage, Command)):
+        return value
+    content: Any = msg_content_output(value)
+    return ToolMessage(
+        content=content,
+        artifact=value,
+        name=tool,
+        tool_call_id=current_call_id.get(),
+    )
+
+
+def _undo_with_value(undo: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(undo)
+    def adapted(result: Any, /, **arguments: Any) -> Any:
+        return undo(tool_value(result), **arguments)
+
+    return adapted
+
+
+def _found_as_message(tool: str, finder: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(finder)
+    def adapted(**arguments: Any) -> Any:
+        found = finder(**arguments)
+        if inspect.isawaitable(found):
+            return _later(found, lambda value: None if value is None else as_message(tool, value))
+        return None if found is None else as_message(tool, found)
+
+    return adapted
+
+
+def _verdict_as_message(tool: str, check: Callable[..., Any]) -> Callable[..., Any]:
+    def convert(verdict: Any) -> Any:
+        if isinstance(verdict, Happened):
+            return Happened(as_message(tool, verdict.result))
+        return verdict
+
+    @functools.wraps(check)
+    def adapted(**arguments: Any) -> Any:
+        verdict = check(**arguments)
+        if inspect.isawaitable(verdict):
+            return _later(verdict, convert)
+        return convert(verdict)
+
+    return adapted
+
+
+async def _later(awaitable: Any, convert: Callable[[Any], Any]) -> Any:
+    return convert(await awaitable)
