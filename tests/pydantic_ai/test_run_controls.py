@@ -451,3 +451,30 @@ def test_escalate_from_policy_code_inside_the_run(target: Target, tmp_path: Path
     assert [d["tool"] for d in caught.value.handoff.done] == ["send_email"]
     assert caught.value.handoff.what_remains == ["check Bob's refund"]
     assert ended(ledger, "esc-3") == "escalated"
+
+
+UNDO_CHILD = Path(__file__).with_name("undo_child.py")
+
+
+def test_undo_of_a_conversation_survives_a_sigkill_half_way(target: Target, tmp_path: Path) -> None:
+    """Each undo runs once: the one killed inside is reported in doubt, never run again."""
+    world = tmp_path / "world.txt"
+    acted = run_child(UNDO_CHILD, "act", "conv-undo", str(world), env=target.env())
+    assert acted.returncode == 0, acted.stderr
+    assert world.read_text().splitlines() == ["charge 1", "charge 2", "charge 3", "charge 4"]
+    killed = run_child(
+        UNDO_CHILD, "undo", "conv-undo", str(world), "inside_third_undo", env=target.env()
+    )
+    assert killed.returncode == -signal.SIGKILL
+    resumed = run_child(UNDO_CHILD, "undo", "conv-undo", str(world), env=target.env())
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert [(i["args"]["amount"], i["outcome"]) for i in report["items"]] == [
+        (4, "already_undone"),
+        (3, "already_undone"),
+        (2, "undo_in_doubt"),  # it refunded before the kill; the ledger cannot know, so not re-run
+        (1, "undone"),
+    ]
+    assert report["status"] == "partly_undone"
+    refunds = [line for line in world.read_text().splitlines() if line.startswith("refund")]
+    assert refunds == ["refund 4", "refund 3", "refund 2", "refund 1"]  # each exactly once
