@@ -254,7 +254,11 @@ def test_wrapping_twice_counts_each_request_once(ledger: c4a.Ledger, outbox: Out
 def test_bad_run_control_options_fail_at_once() -> None:
     with pytest.raises(c4a.ConfigurationError, match=r"takes a c4a\.Budget"):
         OnceOnly(budget={"max_tool_calls": 3})  # type: ignore[arg-type]
-    with pytest.raises(c4a.ConfigurationError, match="escalate_on"):
+    with pytest.raises(
+        c4a.ConfigurationError,
+        match=r"escalate_on=\['in-doubt'\] is not understood \(in OnceOnly\): use any of "
+        r"'denied', 'in_doubt', 'budget'",
+    ):
         OnceOnly(escalate_on=["in-doubt"])
 
 
@@ -401,12 +405,16 @@ async def test_escalate_on_in_doubt(ledger: c4a.Ledger, outbox: Outbox) -> None:
     with pytest.raises(c4a.Escalated) as ended:
         await Runner.run(agent, "go", context=dict(RUN))
     handoff = ended.value.handoff
-    assert handoff.reason == "wire may or may not have run (it raised OutcomeUnknown)"
+    assert handoff.reason == "wire may or may not have happened"
+    assert handoff.blocking_fact == "OutcomeUnknown: the bank hung up"
     assert [d["tool"] for d in handoff.done] == ["send_email"]
     assert [(d["tool"], d["why"]) for d in handoff.in_doubt] == [
         ("wire", "OutcomeUnknown: the bank hung up")
     ]
-    assert "call4agents resolve" in handoff.what_remains[0]
+    assert handoff.what_remains == [
+        "check with the provider whether this happened, then settle it with "
+        '`call4agents resolve`: wire {"to":"bob"}'
+    ]
     assert len(model.calls) == 2
 
 
@@ -425,7 +433,14 @@ async def test_escalate_on_a_recorded_no(ledger: c4a.Ledger, outbox: Outbox) -> 
     ledger.deny(ticket.ticket, by="ann", reason="duplicate claim")
     with pytest.raises(c4a.Escalated) as ended:  # the job runs again and meets the no
         await Runner.run(agent(), "go", context=dict(RUN))
-    assert ended.value.handoff.reason == "refund was refused: denied by ann: duplicate claim"
+    handoff = ended.value.handoff
+    assert (handoff.reason, handoff.blocking_fact) == (
+        "a person denied refund",
+        "denied by ann: duplicate claim",
+    )
+    assert handoff.what_remains == [
+        'decide with the requester what to do instead of: refund {"amount":50,"order":"A-7"}'
+    ]
     assert outbox.count() == 0
 
 
@@ -435,12 +450,50 @@ async def test_escalate_on_budget(ledger: c4a.Ledger, outbox: Outbox) -> None:
     with pytest.raises(c4a.Escalated) as ended:
         await Runner.run(agent, "go", context=dict(RUN))
     handoff = ended.value.handoff
-    assert handoff.reason == "the run hit its step limit: 1 model requests"
+    assert (handoff.reason, handoff.blocking_fact) == (
+        "the run hit its step limit",
+        "1 model requests",
+    )
+    assert handoff.what_remains == ["model request"]
     assert [d["args"] for d in handoff.done] == [{"to": "ann"}]
     assert status_of(ledger)[0] == "escalated"
     status = ledger.run_status("ticket-7")
     assert status is not None
     assert status.details["budget"]["reason"] == "step_limit"
+
+
+async def test_escalate_on_budget_cuts_a_tool_call(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    once = OnceOnly(budget=c4a.Budget(max_tool_calls=1), escalate_on=["budget"])
+    agent = once.wrap(agent_for(emails("ann", "bob"), mailer(outbox)))
+    with pytest.raises(c4a.Escalated) as ended:
+        await Runner.run(agent, "go", context=dict(RUN))
+    assert isinstance(ended.value, AgentsException)  # ended as the SDK ends its own runs
+    handoff = ended.value.handoff
+    assert (handoff.reason, handoff.blocking_fact) == ("the run hit its step limit", "1 tool calls")
+    assert handoff.what_remains == ['send_email {"to":"bob"}']
+    assert [d["args"] for d in handoff.done] == [{"to": "ann"}]
+    assert [line["to"] for line in outbox.lines()] == ["ann"]
+    assert status_of(ledger) == ("escalated", "the run hit its step limit")
+
+
+async def test_escalate_on_adds_to_each_tools_own(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    @function_tool
+    def wire(to: str) -> str:
+        """Wire money."""
+        outbox.send(to)
+        raise c4a.OutcomeUnknown("the bank hung up")
+
+    once = OnceOnly(tools={"send_email": {"escalate_on": ["budget"]}}, escalate_on=["in_doubt"])
+    assert once.options_for("send_email").escalate_on == ("budget", "in_doubt")
+    assert once.options_for("wire").escalate_on == ("in_doubt",)
+    # A tool given its own options keeps them, with OnceOnly's policy added.
+    model = ScriptedModel([[call("wire", "c1", to="bob")], [assistant_message("")]])
+    own = once.tool(wire, c4a.EffectOptions(escalate_on=("denied",)))
+    with pytest.raises(c4a.Escalated) as ended:
+        await Runner.run(agent_for(model, own), "go", context=dict(RUN))
+    assert ended.value.handoff.reason == "wire may or may not have happened"
+    assert [line["to"] for line in outbox.lines()] == ["bob"]
+    assert len(model.calls) == 1
 
 
 # -- undo and find-existing -----------------------------------------------------------------------

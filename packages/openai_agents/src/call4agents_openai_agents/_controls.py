@@ -13,6 +13,9 @@
   into ``UserError("Error running tool ...")`` unless it is one of its own ``AgentsException``s,
   so they leave ``Runner.run`` as subclasses of both: ``except c4a.BudgetExceeded`` catches them,
   and the SDK attaches ``exc.run_data`` as it does to its own ``MaxTurnsExceeded``.
+- Escalation policy: ``escalate_on`` is added to every wrapped tool's ``EffectOptions``, so the
+  core escalates a denied, in-doubt or budget-cut tool call where it runs; a model request cut
+  by the budget is escalated here, with the core's ``escalate_by_policy``.
 """
 
 from __future__ import annotations
@@ -20,17 +23,22 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from agents import AgentHooks, RunContextWrapper, Usage
 from agents.exceptions import AgentsException
 
 import call4agents as c4a
-from call4agents import ApprovalDenied, Budget, Call4AgentsError, ConfigurationError, EffectInDoubt
+from call4agents import Budget, ConfigurationError, EffectOptions
 from call4agents.context import current_run
-from call4agents.effect import Action, default_ledger
-from call4agents.integration import count_model_request, ends_run, record_model_usage
+from call4agents.integration import (
+    check_escalate_on,
+    count_model_request,
+    ends_run,
+    escalate_by_policy,
+    record_model_usage,
+)
 
 from ._run_id import RunIdSource, resolve_run_id
 
@@ -42,9 +50,6 @@ if TYPE_CHECKING:
     from call4agents import Ledger
 
 T = TypeVar("T")
-
-ESCALATE_ON = ("in_doubt", "denied", "budget")
-"""Outcomes ``OnceOnly(escalate_on=...)`` can turn into an escalation instead of a tool error."""
 
 # Set on the hooks and instructions OnceOnly installs, so wrapping an agent twice counts once.
 _MARK = "__call4agents_run_controls__"
@@ -105,14 +110,8 @@ class RunControls:
             raise ConfigurationError(
                 f"OnceOnly(budget=...) takes a c4a.Budget, not {type(budget).__name__}"
             )
-        chosen = (escalate_on,) if isinstance(escalate_on, str) else tuple(escalate_on)
-        unknown = sorted(set(chosen) - set(ESCALATE_ON))
-        if unknown:
-            raise ConfigurationError(
-                f"OnceOnly(escalate_on=...) names {unknown}; it takes any of {list(ESCALATE_ON)}"
-            )
         self.budget = budget
-        self.escalate_on = frozenset(chosen)
+        self.escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
         self.ledger = ledger
         self.run_id = run_id
 
@@ -170,70 +169,28 @@ class RunControls:
         usage = await asyncio.to_thread(scope.call, c4a.budget_usage)
         return usage.wrap_up_note()
 
-    # -- endings ----------------------------------------------------------------------------------
+    # -- tool options and endings -----------------------------------------------------------------
+
+    def tool_options(self, options: EffectOptions) -> EffectOptions:
+        """``options`` with ``escalate_on`` added to the tool's own, so the core escalates a
+        denied, in-doubt or budget-cut tool call where it runs."""
+        wanted = self.escalate_on - set(options.escalate_on)
+        if not wanted:
+            return options
+        return replace(options, escalate_on=(*options.escalate_on, *sorted(wanted)))
 
     async def end_run(self, exc: BaseException, ledger: Ledger | None = None) -> NoReturn:
-        """Raise ``exc`` (a run ending) as the SDK's kind; a budget cut may escalate first."""
-        if isinstance(exc, c4a.BudgetExceeded) and "budget" in self.escalate_on:
-            detail = f"{exc.reason.replace('_', ' ')}: {exc.detail}"
-            exc = await self._escalated(
-                exc.run_id,
-                ledger,
-                f"the run hit its {detail}",
-                what_remains=["finish the task by hand, or restart the run with a larger budget"],
-                blocking_fact=f"{exc.tool} was refused by the run's budget",
-            )
-        raise sdk_ending(exc) from None
-
-    async def escalate_instead(self, refusal: Call4AgentsError, action: Action) -> None:
-        """End the run as escalated when ``escalate_on`` covers this refusal; else return."""
-        if isinstance(refusal, EffectInDoubt) and "in_doubt" in self.escalate_on:
-            short = action.key[:12]
-            ending = await self._escalated(
-                action.run_id,
-                action.ledger,
-                f"{action.tool} may or may not have run ({refusal.reason})",
-                what_remains=[
-                    f"find out whether {action.tool} happened, record it with `call4agents "
-                    f"resolve {short} --happened` or `--did-not-happen`, then resume the run"
-                ],
-                blocking_fact=f"whether {action.tool} {action.args_display} happened is unknown",
-            )
-        elif isinstance(refusal, ApprovalDenied) and "denied" in self.escalate_on:
-            ending = await self._escalated(
-                action.run_id,
-                action.ledger,
-                f"{action.tool} was refused: {refusal.reason}",
-                what_remains=[f"decide what to do instead of {action.tool}"],
-                blocking_fact=f"{action.tool} {action.args_display} may not run",
-            )
-        else:
-            return
-        raise sdk_ending(ending) from None
-
-    async def _escalated(
-        self,
-        run_id: str,
-        ledger: Ledger | None,
-        reason: str,
-        *,
-        what_remains: list[str],
-        blocking_fact: str,
-    ) -> c4a.Escalated:
-        def escalate() -> c4a.Escalated:
+        """Raise ``exc`` (a run ending) as the SDK's kind. A budget cut met outside a tool call
+        (a model request, a nested agent's run) is escalated first when ``escalate_on`` says so;
+        a tool call's own outcomes were escalated by the core already."""
+        if self.escalate_on:
             try:
-                c4a.escalate(
-                    reason,
-                    what_remains=what_remains,
-                    blocking_fact=blocking_fact,
-                    run_id=run_id,
-                    ledger=ledger or self.ledger or default_ledger(),
+                await asyncio.to_thread(
+                    escalate_by_policy, exc, self.escalate_on, ledger=ledger or self.ledger
                 )
-            except c4a.Escalated as exc:
-                return exc
-            raise AssertionError("c4a.escalate returned")  # pragma: no cover - it always raises
-
-        return await asyncio.to_thread(escalate)
+            except c4a.Escalated as escalated:
+                exc = escalated
+        raise sdk_ending(exc) from None
 
 
 class BudgetHooks(AgentHooks[Any]):

@@ -55,7 +55,9 @@ class OnceOnly:
             ``c4a.run(..., budget=...)`` around ``Runner.run`` keeps that budget instead.
         escalate_on: outcomes that end the run as escalated (``c4a.Escalated``, with a hand-off)
             instead of going back to the model: ``"in_doubt"`` (a call may or may not have run),
-            ``"denied"`` (a recorded no), ``"budget"`` (any hard limit of the budget).
+            ``"denied"`` (a recorded no), ``"budget"`` (any hard limit of the budget). Added to
+            every tool's ``EffectOptions.escalate_on`` (which may also be given per tool in
+            ``tools=``); ``"budget"`` covers model requests too.
     """
 
     def __init__(
@@ -111,7 +113,7 @@ class OnceOnly:
                 f"OnceOnly.tool takes a FunctionTool (from @function_tool), not {type(tool)!r}"
             )
         per_tool: ToolOptions = {tool.name: options} if options is not None else self._tools
-        chosen = options_for(tool.name, per_tool, self._default)
+        chosen = self.controls.tool_options(options_for(tool.name, per_tool, self._default))
         if _tools.is_wrapped(tool) or not chosen.recorded:
             return tool
         return _tools.build(self, tool, chosen)
@@ -217,7 +219,9 @@ class OnceOnly:
             return self.keyed(options, tool, arguments, run_id, call_id)
 
     def options_for(self, tool: str) -> EffectOptions:
-        return options_for(tool, self._tools, self._default)
+        """The options ``tool``'s calls run with: ``tools[tool]`` over ``default``, plus
+        ``escalate_on``."""
+        return self.controls.tool_options(options_for(tool, self._tools, self._default))
 
     def ledger_for(self, options: EffectOptions) -> Ledger:
         return self._ledger or options.ledger or default_ledger()

@@ -178,16 +178,15 @@ async def _settle(
     """What the SDK gets for a call that did not return: an error text, or the run's end."""
     if isinstance(exc, (ConfigurationError, LedgerError)):
         raise exc  # a set-up or database fault: fail the run loudly, nothing is hidden
-    if ends_run(exc):  # a budget cut or an escalation: the run ends, the model is not asked
+    if ends_run(exc):  # a budget cut or an escalation (escalate_on's too): the run ends here
         await once.controls.end_run(exc, action.ledger)
     if isinstance(exc, Call4AgentsError):
-        await once.controls.escalate_instead(exc, action)
         return message_for_model(exc)
-    return await _tool_failed(once, tool, action, ctx, exc)
+    return await _tool_failed(tool, action, ctx, exc)
 
 
 async def _tool_failed(
-    once: OnceOnly, tool: FunctionTool, action: Action, ctx: ToolContext[Any], exc: Exception
+    tool: FunctionTool, action: Action, ctx: ToolContext[Any], exc: Exception
 ) -> Any:
     if is_in_doubt_error(exc, action.options):
         doubt = EffectInDoubt(
@@ -197,7 +196,6 @@ async def _tool_failed(
             reason=f"it raised {type(exc).__name__}",
             attempt=0,
         )
-        await once.controls.escalate_instead(doubt, action)
         return message_for_model(doubt)
     if not _sdk_handles_errors(tool):
         raise exc
