@@ -407,7 +407,7 @@ def test_escalate_on_in_doubt(ledger: c4a.Ledger, world: World) -> None:
     assert world.lines() == ["book 12A"]  # in doubt: never run blindly again
     for result in (first, again):
         assert info(result)["outcome"] == "escalated"
-        assert "book may or may not have run" in info(result)["reason"]
+        assert info(result)["reason"] == "book may or may not have happened"
     handoff = info(first)["handoff"]
     assert [(d["tool"], d["why"]) for d in handoff["in_doubt"]] == [
         ("book", "TimeoutError: no answer from the airline")
@@ -425,7 +425,24 @@ def test_escalate_on_denied(ledger: c4a.Ledger, world: World) -> None:
     ledger.deny(info(asked)["approval"]["ticket"], by="ann@example.com", reason="too large")
     [denied] = call_all(app, ("charge", {"amount": 5000}, "big"))
     assert info(denied)["outcome"] == "escalated"
-    assert info(denied)["reason"] == "charge was refused: denied by ann@example.com: too large"
+    assert info(denied)["reason"] == "a person denied charge"
+    assert info(denied)["handoff"]["blocking_fact"] == "denied by ann@example.com: too large"
+    assert world.lines() == []
+
+
+def test_escalate_on_per_tool(ledger: c4a.Ledger, world: World) -> None:
+    # The policy can also be one tool's own (EffectOptions.escalate_on); other tools answer
+    # the client with an ordinary error.
+    once = OnceOnly(
+        identity=job("job-t"),
+        tools={"charge": {"approval": True, "escalate_on": ["denied"]}},
+    )
+    app = pay_server(world, once)
+    [asked] = call_all(app, ("charge", {"amount": 70}, "c-1"))
+    ledger.deny(info(asked)["approval"]["ticket"], by="ann@example.com", reason="no")
+    [denied] = call_all(app, ("charge", {"amount": 70}, "c-1"))
+    assert info(denied)["outcome"] == "escalated"
+    assert info(denied)["reason"] == "a person denied charge"
     assert world.lines() == []
 
 
@@ -436,7 +453,8 @@ def test_escalate_on_budget(ledger: c4a.Ledger, world: World) -> None:
     ok, cut = call_all(pay_server(world, once), *charges(1, 2))
     assert outcome(ok) == "ok"
     assert info(cut)["outcome"] == "escalated"
-    assert info(cut)["reason"] == "the run hit its step limit (1 tool calls)"
+    assert info(cut)["reason"] == "the run hit its step limit"
+    assert info(cut)["handoff"]["blocking_fact"] == "1 tool calls"
     assert [d["tool"] for d in info(cut)["handoff"]["done"]] == ["charge"]
     status = ledger.run_status("mcp:job-b")
     assert status is not None
@@ -444,7 +462,10 @@ def test_escalate_on_budget(ledger: c4a.Ledger, world: World) -> None:
 
 
 def test_escalate_on_refuses_unknown_outcomes() -> None:
-    with pytest.raises(c4a.ConfigurationError, match="escalate_on"):
+    with pytest.raises(
+        c4a.ConfigurationError,
+        match=r"escalate_on=\['failed'\] is not understood \(in OnceOnly\)",
+    ):
         OnceOnly(escalate_on=("failed",))
 
 

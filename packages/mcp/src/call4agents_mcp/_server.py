@@ -43,17 +43,17 @@ from pydantic import ValidationError
 import call4agents as c4a
 from call4agents.effect import Action, EffectOptions
 from call4agents.errors import (
-    ApprovalDenied,
     Call4AgentsError,
     ConfigurationError,
-    EffectInDoubt,
     LedgerError,
     ResultNotStored,
 )
 from call4agents.integration import (
     action_for,
     arun_tool,
+    check_escalate_on,
     ends_run,
+    escalate_by_policy,
     is_in_doubt_error,
     options_for,
     warn_once,
@@ -76,8 +76,6 @@ _HANDSHAKES: Final = ("initialize", "server/discover")
 _HINTS_TTL: Final = 60.0  # seconds a tools/list answer seeds options before it is asked again
 _HINTS_RETRY: Final = 1.0  # at most this often for a tool the last listing did not show
 _MAX_LIST_PAGES: Final = 100
-# What may end the run as escalated to a person instead of answering the client with an error.
-ESCALATE_ON: Final = ("in_doubt", "denied", "budget")
 
 # Set while OnceOnly handles a tools/call, so the same object given as middleware and as an
 # extension acts once: a nested claim of the same action would wait on its own lease.
@@ -169,7 +167,7 @@ class OnceOnly(Extension):
         for name in self._tools:
             options_for(name, self._tools, self._default)  # registers undo=, checks the fields
         self._budget = budget
-        self._escalate_on = _checked_escalations(escalate_on)
+        self._escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
         self._window = window
         self._identity = identity or authenticated_client
         self._use_annotations = annotations
@@ -341,21 +339,16 @@ class OnceOnly(Extension):
         if failed is not None:
             if not is_in_doubt_error(failed, action.options):
                 return tier.finish(out.mark_failed(out.as_dict(fresh[0]), action))
-            if "in_doubt" in self._escalate_on:
-                why = f"{action.tool} may or may not have run ({action.error_text(failed)})"
-                return tier.finish(await self._escalate_action(why, action))
+            if escalated := await self._escalated(failed, action):
+                return tier.finish(_endings.answer(escalated, call.tool, action))
             return tier.finish(out.first_in_doubt(action, failed))
         if isinstance(exc, (ResultNotStored, LedgerError)) and fresh:
             # The tool ran and its answer is in hand; only recording it failed. Say what happened.
             return fresh[0]
         if not isinstance(exc, Call4AgentsError):
             raise exc  # a low-level server's handler raised: the SDK reports it, as without us
-        if isinstance(exc, EffectInDoubt) and "in_doubt" in self._escalate_on:
-            why = f"{action.tool} may or may not have run ({exc.reason})"
-            return tier.finish(await self._escalate_action(why, action))
-        if isinstance(exc, ApprovalDenied) and "denied" in self._escalate_on:
-            why = f"{action.tool} was refused: {exc.reason}"
-            return tier.finish(await self._escalate_action(why, action))
+        if escalated := await self._escalated(exc, action):
+            return tier.finish(_endings.answer(escalated, call.tool, action))
         return tier.finish(out.refusal(exc, call.tool, action))
 
     # -- endings --------------------------------------------------------------------------------
@@ -363,51 +356,21 @@ class OnceOnly(Extension):
     async def _ending(self, exc: BaseException, tool: str, action: Action | None) -> dict[str, Any]:
         """The answer to a budget cut or an escalation: the run ended, never a tool result."""
         assert isinstance(exc, (BudgetExceeded, Escalated))
-        if isinstance(exc, BudgetExceeded) and "budget" in self._escalate_on:
-            exc = await self._escalate(
-                f"the run hit its {exc.reason.replace('_', ' ')} ({exc.detail})",
-                run_id=exc.run_id,
-                ledger=action.ledger if action is not None else self._ledger,
-                what_remains=["finish the task by hand, or start it again with a larger budget"],
-            )
-        return _endings.answer(exc, tool, action)
+        return _endings.answer(await self._escalated(exc, action) or exc, tool, action)
 
-    async def _escalate_action(self, why: str, action: Action) -> dict[str, Any]:
-        """Escalate because of one action (in doubt, denied): the person must settle it."""
-        escalated = await self._escalate(
-            why,
-            run_id=action.run_id,
-            ledger=action.ledger,
-            what_remains=[
-                f"find out whether {action.tool} {action.args_display} happened or should happen "
-                f"(call4agents resolve {action.key[:12]}), then finish the task"
-            ],
-            blocking_fact=f"action {action.key[:12]} of run {action.run_id!r}",
-        )
-        return _endings.answer(escalated, action.tool, action)
-
-    async def _escalate(
-        self,
-        reason: str,
-        *,
-        run_id: str,
-        ledger: Ledger | None,
-        what_remains: list[str],
-        blocking_fact: str | None = None,
-    ) -> Escalated:
+    async def _escalated(self, exc: BaseException, action: Action | None) -> Escalated | None:
+        """The escalation ``escalate_on`` makes of ``exc`` (a refusal, an in-doubt failure, a
+        budget cut), recorded by the core's policy; None when the policy does not cover it."""
+        if not self._escalate_on:
+            return None
         escalate = functools.partial(
-            c4a.escalate,
-            reason,
-            what_remains=what_remains,
-            blocking_fact=blocking_fact,
-            run_id=run_id,
-            ledger=ledger,
+            escalate_by_policy, exc, self._escalate_on, action=action, ledger=self._ledger
         )
         try:
             await anyio.to_thread.run_sync(escalate)
-        except Escalated as exc:
-            return exc
-        raise AssertionError("c4a.escalate() returned instead of raising Escalated")
+        except Escalated as escalated:
+            return escalated
+        return None
 
     # -- keys -----------------------------------------------------------------------------------
 
@@ -544,16 +507,6 @@ def _adapted(given: EffectOptions | Mapping[str, Any]) -> EffectOptions | Mappin
     if isinstance(given, EffectOptions):
         return _hooks.for_tool_calls(given)
     return _hooks.fields_for_tool_calls(given) if _hooks.has_hooks(given) else dict(given)
-
-
-def _checked_escalations(escalate_on: Collection[str]) -> frozenset[str]:
-    found = frozenset((escalate_on,) if isinstance(escalate_on, str) else escalate_on)
-    unknown = sorted(found - set(ESCALATE_ON))
-    if unknown:
-        raise ConfigurationError(
-            f"escalate_on={unknown} is not understood: use any of {', '.join(ESCALATE_ON)}"
-        )
-    return found
 
 
 async def _outlive_cancel(work: Callable[[], Awaitable[T]], grace: float | None) -> T:
