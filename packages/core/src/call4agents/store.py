@@ -43,6 +43,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.elements import ColumnElement
 
 from . import _owner, _pg
+from ._hot import HotPath
 from .errors import Call4AgentsError, LedgerError
 from .tables import effects
 
@@ -143,6 +144,7 @@ class Store:
         self._select_row = select(*_ROW_COLUMNS, self._now.label("now")).where(
             effects.c.key == bindparam("k")
         )
+        self._hot = HotPath(engine, self._schema)
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -186,6 +188,16 @@ class Store:
         taken as a new attempt here, inside the same lock, so two retries cannot both run it.
         ``gate`` (approvals, limits) is asked inside the same transaction before a new attempt.
         """
+        if gate is None and self._hot.usable:
+            with db_faults():
+                got = self._hot.claim((key, run_id, tool, kind, args, owner, ttl), key)
+            if got is not None:
+                attempt, found = got
+                if attempt:
+                    return Claim("run", attempt)
+                row = Row(*found)
+                if row.state != "failed":  # a failed row restarts under a lock, below
+                    return Claim("existing", row.attempt, row)
         params = {
             "key": key,
             "run_id": run_id,
@@ -262,6 +274,10 @@ class Store:
         return done.rowcount == 1
 
     def get(self, key: str) -> Row | None:
+        if self._hot.usable:
+            with db_faults():
+                found = self._hot.row(key)
+            return Row(*found) if found is not None else None
         with self.read() as conn:
             return self._row(conn, key)
 
@@ -309,11 +325,15 @@ class Store:
         error: str | None,
         note: str | None,
     ) -> bool:
-        """The common case in one round trip (PostgreSQL): one UPDATE, its own transaction.
+        """The common case at once: one UPDATE, its own transaction (one round trip on
+        PostgreSQL).
 
         False when it matched nothing (fenced off, or an earlier try landed): the caller then
         looks closer inside a transaction.
         """
+        if self._hot.usable:
+            with db_faults():
+                return self._hot.finish(key, attempt, state, result, error, note)
         if self.dialect != "postgresql":
             return False
         params = self._finish_params(key, attempt, state, result, error, note)

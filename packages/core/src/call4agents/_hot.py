@@ -1,0 +1,190 @@
+"""The hot statements of an effect, sent through the pooled driver connection.
+
+A fresh effect is two commits (intent, then outcome) and a repeat is one keyed read; SQLAlchemy's
+per-transaction and per-statement work (events, result objects, parameter processing) cost more
+than the SQLite commit itself. So the claim, the plain outcome write and the keyed read go as
+hand-written SQL on the DBAPI connection the engine's pool hands out, in autocommit:
+
+- SQLite: a read first (a repeat needs nothing else), then ``BEGIN IMMEDIATE``, the intent
+  ``INSERT ... ON CONFLICT DO NOTHING RETURNING``, ``COMMIT``.
+- PostgreSQL: one statement and one round trip. The intent insert and a read of the row it met
+  share a snapshot, so a conflict returns the existing row; a conflict with no row in sight (it
+  was committed after the snapshot) goes the long way.
+
+Anything other than the plain case (a failed row to restart, a fenced-off outcome, a gate to ask)
+returns ``None`` and the caller takes the SQLAlchemy path, where every rule is stated once. An
+engine someone listens to (``before_cursor_execute`` and the like: OpenTelemetry's SQLAlchemy
+instrumentation, a test's fault injection) always takes that path, so every statement is seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from . import _pg
+
+T = TypeVar("T")
+
+# Engine events that must see every statement; with any listener, the hot path stands aside.
+_WATCHED_EVENTS = (
+    "before_execute",
+    "after_execute",
+    "before_cursor_execute",
+    "after_cursor_execute",
+    "commit",
+    "rollback",
+)
+ROW_COLUMNS = (
+    "key",
+    "run_id",
+    "tool",
+    "kind",
+    "state",
+    "attempt",
+    "owner",
+    "lease_expires_at",
+    "result",
+    "error",
+    "note",
+    "pruned_at",
+)
+_Claimed = tuple[int, tuple[Any, ...]]  # (attempt to run, ()) or (0, the row that exists)
+_PG_NOW = "extract(epoch from clock_timestamp())::float8"
+_SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+class HotPath:
+    """The claim, the outcome and the keyed read of one ledger's engine, on the bare driver."""
+
+    def __init__(self, engine: Engine, schema: str | None) -> None:
+        self.engine = engine
+        self.postgres = engine.dialect.name == "postgresql"
+        table = f'"{schema}".c4a_effects' if schema else "c4a_effects"
+        now = _PG_NOW if self.postgres else _SQLITE_NOW
+        m = "%s" if self.postgres else "?"
+        cols = ", ".join(ROW_COLUMNS)
+        insert = (
+            f"INSERT INTO {table} (key, run_id, tool, kind, args, owner, state, attempt, "
+            f"lease_expires_at, created_at, updated_at) VALUES ({m}, {m}, {m}, {m}, {m}, {m}, "
+            f"'started', 1, {now} + {m}, {now}, {now}) ON CONFLICT (key) DO NOTHING "
+            "RETURNING attempt"
+        )
+        self.select_sql = f"SELECT {cols}, {now} FROM {table} WHERE key = {m}"
+        self.insert_sql = insert
+        # The row the insert met, read in the insert's own snapshot: our own new row is never
+        # in it, a committed one always is (unless it committed after the snapshot was taken).
+        found = ", ".join(f"e.{c}" for c in ROW_COLUMNS)
+        self.claim_sql = (
+            f"WITH ins AS ({insert}) SELECT (SELECT attempt FROM ins), {found}, {now} "
+            f"FROM (SELECT 1) AS one LEFT JOIN {table} AS e ON e.key = {m}"
+        )
+        update = (
+            f"UPDATE {table} SET state = {m}, result = {m}, error = {m}, note = {m}, "
+            f"owner = NULL, lease_expires_at = NULL, updated_at = {now} "
+            f"WHERE key = {m} AND attempt = {m} AND (state = 'started' OR state = 'in_doubt')"
+        )
+        # On PostgreSQL the outcome also wakes a waiter, if one holds the key's lock (see _pg).
+        self.finish_sql = (
+            f"{update} RETURNING CASE WHEN pg_try_advisory_xact_lock({_pg.LOCK_CLASS}, %s::int4)"
+            " THEN 0 ELSE (SELECT 1 FROM pg_notify(%s, key)) END"
+            if self.postgres
+            else update
+        )
+        self.channel = _pg.channel_for(schema)
+        self.schema = schema
+
+    @property
+    def usable(self) -> bool:
+        """False while anyone listens to the engine's statements (they must see each one)."""
+        dispatch = self.engine.dispatch
+        return not any(getattr(dispatch, name) for name in _WATCHED_EVENTS)
+
+    # -- the statements ---------------------------------------------------------------------
+
+    def claim(self, params: tuple[Any, ...], key: str) -> _Claimed | None:
+        """Write the intent: ``(1, ())`` when it is ours to run, ``(0, row)`` for the row that
+        exists, None when the long path must decide (a race, or no row in sight)."""
+        if self.postgres:
+            return self._run(lambda cur: self._claim_pg(cur, params, key))
+        return self._run(lambda cur: self._claim_sqlite(cur, params, key))
+
+    def _claim_pg(self, cur: Any, params: tuple[Any, ...], key: str) -> _Claimed | None:
+        got = cur.execute(self.claim_sql, (*params, key)).fetchone()
+        if got[0] is not None:
+            return (int(got[0]), ())
+        return (0, tuple(got[1:])) if got[1] is not None else None
+
+    def _claim_sqlite(self, cur: Any, params: tuple[Any, ...], key: str) -> _Claimed | None:
+        row = cur.execute(self.select_sql, (key,)).fetchone()
+        if row is not None:  # a repeat: one read, no write lock
+            return (0, tuple(row))
+        cur.execute("BEGIN IMMEDIATE")
+        got = cur.execute(self.insert_sql, params).fetchone()
+        cur.execute("COMMIT" if got is not None else "ROLLBACK")
+        return (int(got[0]), ()) if got is not None else None  # inserted meanwhile: look again
+
+    def finish(
+        self, key: str, attempt: int, state: str, result: str | None, error: str | None,
+        note: str | None,
+    ) -> bool:  # fmt: skip
+        """Record the outcome of the current attempt; False when it matched no open row (the
+        caller looks closer: fenced off, or an earlier try that landed)."""
+        values = (state, result, error, note, key, attempt)
+        if self.postgres:
+            wake = (_pg.lock_id(self.schema, key), self.channel)
+            sql = self.finish_sql
+            return bool(self._run(lambda cur: cur.execute(sql, (*values, *wake)).fetchone()))
+        return bool(self._run(lambda cur: self._finish_sqlite(cur, values)))
+
+    def _finish_sqlite(self, cur: Any, values: tuple[Any, ...]) -> bool:
+        cur.execute("BEGIN IMMEDIATE")
+        done: bool = cur.execute(self.finish_sql, values).rowcount == 1
+        cur.execute("COMMIT" if done else "ROLLBACK")
+        return done
+
+    def row(self, key: str) -> tuple[Any, ...] | None:
+        """The row of ``key`` and the database clock, in one plain read."""
+        found = self._run(lambda cur: cur.execute(self.select_sql, (key,)).fetchone())
+        return tuple(found) if found is not None else None
+
+    # -- the connection ---------------------------------------------------------------------
+
+    def _run(self, work: Callable[[Any], T]) -> T:
+        """``work(cursor)`` on a pooled connection in autocommit. A driver fault is raised as
+        the ``DBAPIError`` SQLAlchemy would raise, so the store's ``db_faults`` and
+        ``transient`` judge both paths alike; a connection it killed leaves the pool."""
+        dialect = self.engine.dialect
+        dbapi = dialect.loaded_dbapi
+        raw = None
+        try:
+            raw = self.engine.raw_connection()
+            return self._on(raw.driver_connection, work)
+        except dbapi.Error as exc:
+            gone = raw is not None and dialect.is_disconnect(exc, raw, None)
+            if gone and raw is not None:
+                raw.invalidate(exc)
+            raise DBAPIError.instance(
+                None, None, exc, dbapi.Error, connection_invalidated=gone, dialect=dialect
+            ) from exc
+        finally:
+            if raw is not None:
+                raw.close()  # back to the pool, which rolls back anything a fault left open
+
+    def _on(self, driver: Any, work: Callable[[Any], T]) -> T:
+        if self.postgres:
+            driver.autocommit = True
+            try:
+                with driver.cursor() as cur:
+                    return work(cur)
+            finally:
+                if not driver.closed:
+                    driver.autocommit = False  # as the pool expects it back
+        cur = driver.cursor()
+        try:
+            return work(cur)
+        finally:
+            cur.close()
