@@ -600,3 +600,52 @@ def test_durability_setting_is_checked(target: Any) -> None:
 
     with c4a.run("r"):
         assert step() == 1
+
+
+def _plain(a: int, b: str = "x", c: Any = None) -> None: ...
+def _keyword_only(a: int, *, b: str = "x") -> None: ...
+def _variadic(a: int, *rest: int, **more: int) -> None: ...
+
+
+@pytest.mark.parametrize("fn", [_plain, _keyword_only, _variadic])
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((1,), {}),
+        ((1, "y"), {}),
+        ((1, "y", [3]), {}),
+        ((), {"a": 1, "c": 2}),
+        ((1,), {"b": "z"}),
+        ((1, 2, 3, 4), {}),  # too many for a plain signature
+        ((), {}),  # a required argument missing
+        ((1,), {"a": 2}),  # given twice
+        ((1,), {"d": 2}),  # not a parameter
+    ],
+)
+def test_arguments_bind_as_the_signature_does(fn: Any, args: tuple[Any, ...], kwargs: Any) -> None:
+    # The quick binding for plain signatures must agree with inspect, refusals included.
+    import inspect
+
+    tool = c4a.effect(fn, name="bind")
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        with pytest.raises(TypeError, match=f"bind: {exc}"):
+            tool.arguments(args, dict(kwargs))
+        return
+    bound.apply_defaults()
+    assert tool.arguments(args, dict(kwargs)) == dict(bound.arguments)
+    assert list(tool.arguments(args, dict(kwargs))) == list(bound.arguments)  # same order
+
+
+def test_a_methods_object_is_not_an_argument(ledger: c4a.Ledger) -> None:
+    class Mailer:
+        @c4a.effect(name="mailer.send")
+        def send(self, to: str, cc: str = "") -> str:
+            return f"{to}{cc}"
+
+    with c4a.run("method-run", ledger=ledger):
+        assert Mailer().send("ann") == "ann"
+        assert Mailer().send(to="ann") == "ann"  # another object, the same action
+    [row] = ledger.effects("method-run")
+    assert row.args == {"to": "ann", "cc": ""}

@@ -93,7 +93,22 @@ class OtelLayer(Layer):
 
     # -- spans -------------------------------------------------------------------------------
 
+    def silent(self) -> bool:
+        """True while nothing would receive a span or a measurement: no provider was given and
+        the global ones are still the API's stand-ins (no SDK set up yet). Actions then skip
+        the layer, which costs a few microseconds even when every span is a no-op."""
+        if self.providers != (None, None):
+            return False
+        tracing = trace.get_tracer_provider()
+        measuring = metrics.get_meter_provider()
+        return isinstance(tracing, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)) and (
+            isinstance(measuring, metrics.NoOpMeterProvider)
+            or type(measuring).__name__ == "_ProxyMeterProvider"
+        )
+
     def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
+        if self.silent():
+            return inner(action, call)
         self.ledgers.add(action.ledger)
         watch = Watch()
         span, token = self._start(action)
@@ -115,6 +130,8 @@ class OtelLayer(Layer):
     async def aperform(
         self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
     ) -> T:
+        if self.silent():
+            return await inner(action, call)
         self.ledgers.add(action.ledger)
         watch = Watch()
         span, token = self._start(action)

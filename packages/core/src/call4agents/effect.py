@@ -674,6 +674,38 @@ def _main_module_name() -> str:
     )
 
 
+_NO_DEFAULT: Any = inspect.Parameter.empty
+
+
+def _plain_parameters(signature: inspect.Signature) -> tuple[tuple[str, Any], ...] | None:
+    """(name, default) of each parameter when all can be passed by position or keyword; such a
+    call binds without ``inspect`` (a few microseconds on every call). None otherwise."""
+    params = signature.parameters.values()
+    if any(p.kind is not inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params):
+        return None
+    return tuple((p.name, p.default) for p in params)
+
+
+def _bind_plain(
+    params: tuple[tuple[str, Any], ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The arguments by name, defaults applied, as ``Signature.bind`` gives them; None for any
+    call it would refuse, so that ``bind`` says what is wrong."""
+    if len(args) > len(params):
+        return None
+    found = {name: value for (name, _), value in zip(params, args, strict=False)}
+    used = len(kwargs)
+    for name, default in params[len(args) :]:
+        if name in kwargs:
+            found[name] = kwargs[name]
+            used -= 1
+        elif default is _NO_DEFAULT:
+            return None
+        else:
+            found[name] = default
+    return found if used == 0 else None  # a leftover keyword: unknown, or given twice
+
+
 class Effect(Generic[P, T]):
     """A tool function made once-only. Call it like the function it wraps."""
 
@@ -700,9 +732,16 @@ class Effect(Generic[P, T]):
         params = list(self._signature.parameters)
         # A method's self/cls is the object, not the action: leave it out of the key.
         self._skip_first = bool(params) and params[0] in ("self", "cls")
+        self._plain = _plain_parameters(self._signature)
         functools.update_wrapper(self, fn)
 
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self._plain is not None:
+            found = _bind_plain(self._plain, args, kwargs)
+            if found is not None:
+                if self._skip_first:
+                    found.pop(next(iter(found)))
+                return found
         try:
             bound = self._signature.bind(*args, **kwargs)
         except TypeError as exc:
