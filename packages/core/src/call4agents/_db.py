@@ -253,7 +253,7 @@ def _check_alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
     if pgconn is None:
         return
     try:
-        if not _has_input(pgconn.socket):  # .socket raises once libpq knows it is broken
+        if not has_input(pgconn.socket):  # .socket raises once libpq knows it is broken
             return
         with dbapi_conn.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -262,7 +262,7 @@ def _check_alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
         raise InvalidatePoolError(f"the server closed the connection: {exc}") from exc
 
 
-def _has_input(fd: int) -> bool:
+def has_input(fd: int) -> bool:
     """True if the socket has something to read (or is at EOF); never blocks."""
     try:
         if hasattr(select, "poll"):

@@ -3,7 +3,7 @@
 A fresh effect is two commits (intent, then outcome) and a repeat is one keyed read; SQLAlchemy's
 per-transaction and per-statement work (events, result objects, parameter processing) cost more
 than the SQLite commit itself. So the claim, the plain outcome write and the keyed read go as
-hand-written SQL on the DBAPI connection the engine's pool hands out, in autocommit:
+hand-written SQL on driver connections of their own, in autocommit:
 
 - SQLite: a read first (a repeat needs nothing else), then ``BEGIN IMMEDIATE``, the intent
   ``INSERT ... ON CONFLICT DO NOTHING RETURNING``, ``COMMIT``.
@@ -19,13 +19,16 @@ instrumentation, a test's fault injection) always takes that path, so every stat
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from . import _pg
+from . import _db, _pg
 
 T = TypeVar("T")
 
@@ -96,6 +99,9 @@ class HotPath:
         )
         self.channel = _pg.channel_for(schema)
         self.schema = schema
+        self._idle: deque[Any] = deque()
+        self._pid = os.getpid()
+        self._open_for_use = True
 
     @property
     def usable(self) -> bool:
@@ -154,37 +160,83 @@ class HotPath:
     # -- the connection ---------------------------------------------------------------------
 
     def _run(self, work: Callable[[Any], T]) -> T:
-        """``work(cursor)`` on a pooled connection in autocommit. A driver fault is raised as
-        the ``DBAPIError`` SQLAlchemy would raise, so the store's ``db_faults`` and
-        ``transient`` judge both paths alike; a connection it killed leaves the pool."""
+        """``work(cursor)`` on one of this path's connections. A driver fault is raised as the
+        ``DBAPIError`` SQLAlchemy would raise, so the store's ``db_faults`` and ``transient``
+        judge both paths alike; the connection it happened on is closed, never reused."""
         dialect = self.engine.dialect
         dbapi = dialect.loaded_dbapi
-        raw = None
+        driver = None
         try:
-            raw = self.engine.raw_connection()
-            return self._on(raw.driver_connection, work)
+            driver = self._take()
+            cur = driver.cursor()
+            try:
+                found = work(cur)
+            finally:
+                cur.close()
         except dbapi.Error as exc:
-            gone = raw is not None and dialect.is_disconnect(exc, raw, None)
-            if gone and raw is not None:
-                raw.invalidate(exc)
+            gone = driver is not None and dialect.is_disconnect(exc, driver, None)
+            if driver is not None:
+                _close(driver)  # it may hold a half-done transaction; a new one is cheap
             raise DBAPIError.instance(
                 None, None, exc, dbapi.Error, connection_invalidated=gone, dialect=dialect
             ) from exc
-        finally:
-            if raw is not None:
-                raw.close()  # back to the pool, which rolls back anything a fault left open
+        except BaseException:
+            if driver is not None:
+                _close(driver)
+            raise
+        self._give_back(driver)
+        return found
 
-    def _on(self, driver: Any, work: Callable[[Any], T]) -> T:
+    # Connections are opened the engine's way (its connect arguments and events), then taken
+    # out of its pool and kept here in autocommit: no checkout, reset or isolation switch per
+    # statement. At most IDLE wait; more are opened while more threads are at work at once.
+    IDLE = 8
+
+    def _take(self) -> Any:
+        if self._pid != os.getpid():  # forked: those belong to the parent, never touch them
+            self._idle, self._pid = deque(), os.getpid()
+        while True:
+            try:
+                driver = self._idle.pop()
+            except IndexError:
+                return self._open()
+            if not self._stale(driver):
+                return driver
+            _close(driver)
+
+    def _open(self) -> Any:
+        raw = self.engine.raw_connection()
+        driver: Any = raw.driver_connection
+        raw.detach()
         if self.postgres:
             driver.autocommit = True
-            try:
-                with driver.cursor() as cur:
-                    return work(cur)
-            finally:
-                if not driver.closed:
-                    driver.autocommit = False  # as the pool expects it back
-        cur = driver.cursor()
+        return driver
+
+    def _stale(self, driver: Any) -> bool:
+        """Closed, or (PostgreSQL) a goodbye from the server waits unread (restart, failover,
+        idle timeout): such a connection would fail the next statement."""
+        if not self.postgres:
+            return False
+        if driver.closed or driver.broken:
+            return True
         try:
-            return work(cur)
-        finally:
-            cur.close()
+            return _db.has_input(driver.pgconn.socket)
+        except Exception:  # noqa: BLE001 - libpq knows the socket is gone
+            return True
+
+    def _give_back(self, driver: Any) -> None:
+        if self._open_for_use and len(self._idle) < self.IDLE and self._pid == os.getpid():
+            self._idle.append(driver)
+        else:
+            _close(driver)
+
+    def close(self) -> None:
+        """Close the idle connections; those in use are closed as they come back."""
+        self._open_for_use = False
+        while self._idle:
+            _close(self._idle.pop())
+
+
+def _close(driver: Any) -> None:
+    with contextlib.suppress(Exception):
+        driver.close()

@@ -325,6 +325,7 @@ class Ledger:
         # The counts are a health figure; closing must not fail over them.
         with contextlib.suppress(LedgerError):
             self.dedup.flush()
+        self.store.close()
         self.engine.dispose()
 
     def __enter__(self) -> Ledger:

@@ -146,6 +146,9 @@ class Store:
         )
         self._hot = HotPath(engine, self._schema)
 
+    def close(self) -> None:
+        self._hot.close()
+
     # -- transactions -------------------------------------------------------------------------
 
     @contextmanager
