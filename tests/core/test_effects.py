@@ -67,6 +67,43 @@ def test_repeat_after_reopen_reads_the_ledger(target: Any, ledger: c4a.Ledger) -
     assert record.result == 1
 
 
+def test_a_resumed_run_reads_its_results_in_one_go(target: Any, ledger: c4a.Ledger) -> None:
+    from sqlalchemy import event
+
+    calls = Calls()
+
+    @c4a.effect(name="step")
+    def step(n: int, size: int = 1) -> str:
+        calls.hit()
+        return "x" * size
+
+    with c4a.run("long"):
+        for n in range(10):
+            step(n)
+        step(99, size=100_000)  # too large to be read in advance
+    with c4a.run("other"):
+        step(0)
+    resumed = c4a.init(target.open())  # a new process: nothing in memory
+    reads: list[str] = []
+    event.listen(resumed.engine, "before_cursor_execute", lambda *a: reads.append(a[2]))
+    with c4a.run("long", ledger=resumed):
+        assert step(0) == "x"  # met in the database: a lone retry, perhaps
+        assert not any("LIMIT" in sql for sql in reads)
+        assert step(1) == "x"  # a second: the run is being resumed, its results read at once
+        assert any("LIMIT" in sql for sql in reads)
+        queries = len(reads)
+        assert [step(n) for n in range(2, 10)] == ["x"] * 8
+        assert len(reads) == queries  # served from memory: no round trip each
+        assert step(99, size=100_000) == "x" * 100_000  # from the database
+        assert len(reads) > queries
+    with c4a.run("other", ledger=resumed):
+        before = len(reads)
+        assert step(0) == "x"  # another run is not read in advance
+        assert len(reads) > before
+        assert not any("LIMIT" in sql for sql in reads[before:])  # one repeat reads one row
+    assert calls.n == 12  # nothing ran again
+
+
 def test_failed_call_runs_again_as_new_attempt(ledger: c4a.Ledger) -> None:
     attempts: list[int] = []
 

@@ -294,6 +294,8 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found:
         if claim.refusal is not None:
             raise claim.refusal
         if claim.row is not None:
+            if claim.row.state == "succeeded":
+                action.ledger._recall_run(action.run_id)  # a resume: its next repeats are near
             return _Found(_wait_while_live(action, claim.row) if wait else claim.row)
 
 
