@@ -11,6 +11,13 @@ interleaved in rounds so that disk and CPU drift touch every case alike. Times a
 intent (the library's INSERT ... ON CONFLICT DO NOTHING RETURNING) and one for the result
 (UPDATE ... SET state='succeeded'), on a table built from the same DDL as ``c4a_effects``.
 ``floor: PK select`` is one bare lookup by key, the least a repeat from the database can cost.
+``floor, async`` sends each of the floor's two commits through ``asyncio.to_thread``, as any
+async caller must that may not block its event loop on the driver: the floor of the async path.
+
+Repeats: ``same process`` is served from memory; ``new process: lone`` is each action the first
+repeat of its own run, in a new view of the ledger (one read of the database); ``new process:
+resumed run`` repeats runs of RUN_SIZE actions in a new view (at a run's second repeat, its
+recorded results are read in one query; the rest come from memory).
 """
 
 from __future__ import annotations
@@ -45,8 +52,11 @@ Chunk = Callable[[range], list[int]]  # times one action per id, in ns
 RUN_ID = "bench-run"
 FLOOR = "floor (2 commits)"
 SELECT_FLOOR = "floor: PK select"
+AFLOOR = "floor, async (2 commits in threads)"
 FRESH, AFRESH = "fresh effect (sync)", "fresh effect (async)"
-CACHED, FROM_DB = "repeat (same process)", "repeat (new process view)"
+CACHED = "repeat (same process)"
+FROM_DB = "repeat, new process: lone"  # the first repeat of its run: one database read
+RESUMED = "repeat, new process: resumed run"  # a whole run repeated: read at once
 OWNER = "bench-host/0a1b2c3d/4242/123456"  # shaped like the library's lease owner
 SCALE_SIZES = (1_000, 100_000, 1_000_000)
 
@@ -288,6 +298,16 @@ def sync_chunk(ledger: c4a.Ledger, op: Callable[[int], object]) -> Chunk:
     return chunk
 
 
+def async_floor_chunk(bare: Bare, loop: asyncio.AbstractEventLoop) -> Chunk:
+    async def action(i: int) -> None:
+        key = fake_key("afloor", i)
+        args = (key, RUN_ID, "bench.send", "write", f'{{"i":{i}}}', OWNER, 30.0)
+        await asyncio.to_thread(bare.commit, bare.insert, args, fetch=True)
+        await asyncio.to_thread(bare.commit, bare.update, (f'{{"ok":true,"id":{i}}}', key))
+
+    return lambda ids: loop.run_until_complete(atimed(action, ids))
+
+
 def async_chunk(ledger: c4a.Ledger, loop: asyncio.AbstractEventLoop) -> Chunk:
     async def timed_in_run(ids: range) -> list[int]:
         async with c4a.run(RUN_ID, ledger=ledger):
@@ -300,23 +320,57 @@ def bench_writes(t: Target, ledger: c4a.Ledger, n: int, warm: int) -> list[Resul
     loop = asyncio.new_event_loop()
     cases = {
         FLOOR: floor_chunk(t.bare),
+        AFLOOR: async_floor_chunk(t.bare, loop),
         FRESH: sync_chunk(ledger, send),
         AFRESH: async_chunk(ledger, loop),
     }
     samples = interleave(cases, range(n), warm)
     loop.close()
-    floor = t.result(FLOOR, samples.pop(FLOOR), floor=None)
-    return [floor, *(t.result(name, s) for name, s in samples.items())]
+    return [
+        t.result(FLOOR, samples[FLOOR], floor=None),
+        t.result(AFLOOR, samples[AFLOOR], floor=None),
+        t.result(FRESH, samples[FRESH]),
+        t.result(AFRESH, samples[AFRESH], floor=AFLOOR),
+    ]
+
+
+RUN_SIZE = 50  # actions per run in the resumed-run case: an agent loop of some length
+
+
+def lone_run(i: int) -> str:
+    return f"lone-{i}"
+
+
+def resumed_run(i: int) -> str:
+    return f"resumed-{i // RUN_SIZE}"
+
+
+def runs_chunk(ledger: c4a.Ledger, run_of: Callable[[int], str]) -> Chunk:
+    """Action ``i`` in run ``run_of(i)``; only the action is timed, not entering its run."""
+
+    def chunk(ids: range) -> list[int]:
+        samples = []
+        for i in ids:
+            with c4a.run(run_of(i), ledger=ledger):
+                start = time.perf_counter_ns()
+                send(i)
+                samples.append(time.perf_counter_ns() - start)
+        return samples
+
+    return chunk
 
 
 def bench_repeats(t: Target, ledger: c4a.Ledger, n: int, warm: int) -> list[Result]:
     """The cache repeat, then each key once through a new Ledger, against a bare lookup."""
     cached = sync_chunk(ledger, lambda _: send(0))(range(max(10 * n, 10_000)))
     keys = {r.args["i"]: r.key for r in ledger.effects(RUN_ID) if r.tool == send.tool}
+    for run_of in (lone_run, resumed_run):  # written before the clock starts
+        runs_chunk(ledger, run_of)(range(-warm, n))
     new_view = t.ledger()  # same database, empty cache: what a resumed process sees
     cases = {
         SELECT_FLOOR: lambda ids: timed(t.bare.lookup, [keys[i] for i in ids]),
-        FROM_DB: sync_chunk(new_view, send),
+        FROM_DB: runs_chunk(new_view, lone_run),
+        RESUMED: runs_chunk(new_view, resumed_run),
     }
     samples = interleave(cases, range(n), warm)
     new_view.close()
@@ -324,17 +378,18 @@ def bench_repeats(t: Target, ledger: c4a.Ledger, n: int, warm: int) -> list[Resu
         t.result(CACHED, cached, floor=None),
         t.result(SELECT_FLOOR, samples[SELECT_FLOOR], floor=None),
         t.result(FROM_DB, samples[FROM_DB], floor=SELECT_FLOOR),
+        t.result(RESUMED, samples[RESUMED], floor=SELECT_FLOOR),
     ]
 
 
 def bench_target(t: Target, n: int, warm: int) -> list[Result]:
     ledger = t.ledger()
     try:
-        floor, *fresh = bench_writes(t, ledger, n, warm)
-        cached, select_floor, from_db = bench_repeats(t, ledger, n, warm)
+        floor, afloor, *fresh = bench_writes(t, ledger, n, warm)
+        cached, select_floor, *from_db = bench_repeats(t, ledger, n, warm)
     finally:
         ledger.close()
-    return [floor, select_floor, *fresh, cached, from_db]
+    return [floor, afloor, select_floor, *fresh, cached, *from_db]
 
 
 # -- ledger size -----------------------------------------------------------------------------------
@@ -450,7 +505,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         header(args, Path(tmp))
         results = run_all(args, Path(tmp))
     print_table(results)
-    print(f"\nx floor: fresh effects against {FLOOR!r}, {FROM_DB!r} against {SELECT_FLOOR!r}.")
+    print(
+        f"\nx floor: {FRESH!r} against {FLOOR!r}, {AFRESH!r} against {AFLOOR!r}, "
+        f"repeats from a new process against {SELECT_FLOOR!r}."
+    )
 
 
 if __name__ == "__main__":

@@ -174,3 +174,38 @@ def test_reads_run_beside_a_writer(tmp_path: Path) -> None:
         writer.execute("ROLLBACK")
         writer.close()
         ledger.close()
+
+
+def test_hot_statements_bypass_sqlalchemy_unless_someone_listens(
+    ledger: c4a.Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import event
+
+    store = ledger.store
+    long_way: list[str] = []
+    for name in ("tx", "read"):
+        original = getattr(store, name)
+
+        def counted(*args: Any, _original: Any = original, _name: str = name) -> Any:
+            long_way.append(_name)
+            return _original(*args)
+
+        monkeypatch.setattr(store, name, counted)
+
+    @c4a.effect(name="hot", ledger=ledger)
+    def hot(n: int) -> int:
+        return n
+
+    with c4a.run("hot-run", ledger=ledger):
+        assert hot(1) == 1  # claim and outcome on the driver connection
+        ledger._cache.clear()
+        assert hot(1) == 1  # a repeat read from the database, the same way
+        assert long_way == []
+        # An engine listener (OpenTelemetry's SQLAlchemy instrumentation, say) sees everything.
+        seen: list[str] = []
+        event.listen(ledger.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+        assert hot(2) == 2
+    assert "tx" in long_way
+    assert any(sql.lstrip().startswith("INSERT") for sql in seen)
+    assert any(sql.lstrip().startswith("UPDATE") for sql in seen)
+    assert [r.state for r in ledger.effects("hot-run")] == ["succeeded", "succeeded"]
