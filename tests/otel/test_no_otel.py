@@ -82,3 +82,44 @@ def test_switched_off_by_environment(sqlite_target: Target, tmp_path: Path) -> N
         [sys.executable, "-c", prelude + body], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+LATE_SDK = """
+import sys
+import call4agents as c4a
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+c4a.init(sys.argv[1])
+
+@c4a.effect(name="send_email")
+def send_email(to):
+    return {"id": to}
+
+with c4a.run("r"):
+    send_email("ann")  # no SDK yet: the layer stands aside
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)  # set up late, as some applications do
+    send_email("bob")
+    send_email("bob")
+print(sorted(s.name for s in exporter.get_finished_spans()))
+"""
+
+
+def test_an_sdk_set_up_late_gets_every_span_after(sqlite_target: Target) -> None:
+    # The layer skips itself only while no provider exists; from the moment one is set, it
+    # records: the action after the set-up and its repeat each get a span.
+    done = subprocess.run(
+        [sys.executable, "-c", LATE_SDK, sqlite_target.url],
+        capture_output=True,
+        text=True,
+        env=sqlite_target.env(),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['execute_tool send_email', 'execute_tool send_email']"

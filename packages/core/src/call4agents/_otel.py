@@ -8,6 +8,7 @@ framework's own tool span when it has one. Attributes follow the GenAI conventio
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context, metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -29,6 +31,11 @@ if TYPE_CHECKING:
     from .stats import OpenFigures
 
 T = TypeVar("T")
+
+# Providers named in the environment are made by the API's getters on first use: never silent.
+_PROVIDERS_FROM_ENV = any(
+    os.environ.get(name) for name in ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
+)
 
 # Outcomes that are a pause or an answer rather than a failure of the operation.
 _NOT_ERRORS = frozenset({"ok", "deduped", "approval_required"})
@@ -95,15 +102,14 @@ class OtelLayer(Layer):
 
     def silent(self) -> bool:
         """True while nothing would receive a span or a measurement: no provider was given and
-        the global ones are still the API's stand-ins (no SDK set up yet). Actions then skip
-        the layer, which costs a few microseconds even when every span is a no-op."""
-        if self.providers != (None, None):
+        no global one is set up (no SDK yet). Actions then skip the layer, which costs a few
+        microseconds even when every span is a no-op. Read from the API's own globals, since
+        its getters consult the environment on every call."""
+        if self.providers != (None, None) or _PROVIDERS_FROM_ENV:
             return False
-        tracing = trace.get_tracer_provider()
-        measuring = metrics.get_meter_provider()
-        return isinstance(tracing, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)) and (
-            isinstance(measuring, metrics.NoOpMeterProvider)
-            or type(measuring).__name__ == "_ProxyMeterProvider"
+        return (
+            getattr(trace, "_TRACER_PROVIDER", True) is None
+            and getattr(_metrics_api, "_METER_PROVIDER", True) is None
         )
 
     def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
