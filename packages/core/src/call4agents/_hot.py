@@ -55,6 +55,7 @@ ROW_COLUMNS = (
     "note",
     "pruned_at",
 )
+_INHERITED: list[Any] = []  # a forked child's copies of its parent's connections
 _Claimed = tuple[int, tuple[Any, ...]]  # (attempt to run, ()) or (0, the row that exists)
 _PG_NOW = "extract(epoch from clock_timestamp())::float8"
 _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -193,7 +194,10 @@ class HotPath:
     IDLE = 8
 
     def _take(self) -> Any:
-        if self._pid != os.getpid():  # forked: those belong to the parent, never touch them
+        if self._pid != os.getpid():
+            # Forked: those belong to the parent. Kept referenced, never closed or collected
+            # here, since closing a copy would say goodbye to the server on the parent's behalf.
+            _INHERITED.extend(self._idle)
             self._idle, self._pid = deque(), os.getpid()
         while True:
             try:
