@@ -2,12 +2,14 @@
 
     uv run python benchmarks/bench_otel.py [--n N]
 
-Three set-ups, each on its own fresh SQLite ledger (durability "process", so the fsync does not
+Four set-ups, each on its own fresh SQLite ledger (durability "process", so the fsync does not
 drown the difference), interleaved in rounds so drift touches each alike:
 
 - ``off``: no observer installed (what a process without ``opentelemetry`` gets: one global read);
 - ``otel API only``: the automatic default when ``opentelemetry`` is importable but the
-  application installed no SDK: spans are non-recording, metrics go nowhere;
+  application set up no SDK: the layer sees no provider and stands aside;
+- ``no-op providers``: no-op providers given explicitly: non-recording spans are made and ended,
+  metrics go nowhere (the cost of the layer itself);
 - ``otel SDK``: a real TracerProvider and MeterProvider that record every span and metric
   (spans handed to a batch processor with an exporter that drops them, so export is not timed).
 
@@ -32,7 +34,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 import call4agents as c4a
 from call4agents import observe
 
-SETUPS = ("off", "otel API only", "otel SDK")
+SETUPS = ("off", "otel API only", "no-op providers", "otel SDK")
 
 
 class _Drop(SpanExporter):
@@ -44,7 +46,9 @@ def _configure(setup: str, providers: tuple[TracerProvider, MeterProvider]) -> N
     if setup == "off":
         observe.configure(False)
     elif setup == "otel API only":
-        # Explicit no-op providers stand in for "no SDK installed" without touching the globals.
+        observe.configure(True)  # the global providers, which nothing in this process sets
+    elif setup == "no-op providers":
+        # Given explicitly, no-op providers make the layer create (non-recording) spans.
         from opentelemetry.metrics import NoOpMeterProvider
         from opentelemetry.trace import NoOpTracerProvider
 
