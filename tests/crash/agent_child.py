@@ -19,8 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
-
 import call4agents as c4a
 
 point, run_id, outbox = sys.argv[1], sys.argv[2], Path(sys.argv[3])
@@ -40,12 +38,18 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-@event.listens_for(ledger.engine, "before_cursor_execute")
-def _before(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:
-    # The exact moment between the tool's return and the result's write.
-    writes_result = statement.lstrip().startswith("UPDATE") and "'succeeded'" in repr(params)
-    if point == "after_tool_before_result" and writes_result:
-        die()
+if point == "after_tool_before_result":
+    # The exact moment between the tool's return and the result's write. The store is wrapped,
+    # not the engine: an engine listener would send every statement the long way, and these
+    # children must crash on the path real workers take.
+    write_outcome = ledger.store.finish
+
+    def _finish(key: str, attempt: int, *, state: str, **rest: Any) -> bool:
+        if state == "succeeded":
+            die()
+        return write_outcome(key, attempt, state=state, **rest)  # type: ignore[arg-type]
+
+    ledger.store.finish = _finish  # type: ignore[method-assign]
 
 
 def deliver(to: str, key: str) -> bool:

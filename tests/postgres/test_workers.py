@@ -45,7 +45,10 @@ def test_long_call_with_workers_arriving_mid_call(pg_target: Target, tmp_path: P
         pg_target, "long", outbox, key, TOOL_SECONDS="10", LEASE="2", STARTED=str(started)
     )
     wait_for(started, owner)
-    waiters = [spawn(pg_target, "long", outbox, key, LEASE="2", WAIT="60") for _ in range(3)]
+    waiters = [
+        spawn(pg_target, "long", outbox, key, LEASE="2", WAIT="60", COUNT_READS="1")
+        for _ in range(3)
+    ]
     first, *others = [report(p) for p in [owner, *waiters]]
 
     assert first["code"] == 0, first["stderr"]
