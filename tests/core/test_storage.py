@@ -209,3 +209,39 @@ def test_hot_statements_bypass_sqlalchemy_unless_someone_listens(
     assert any(sql.lstrip().startswith("INSERT") for sql in seen)
     assert any(sql.lstrip().startswith("UPDATE") for sql in seen)
     assert [r.state for r in ledger.effects("hot-run")] == ["succeeded", "succeeded"]
+
+
+def test_more_threads_than_hot_connections_take_the_long_path(ledger: c4a.Ledger) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    hot = ledger.store._hot
+    hot.SIZE = 2  # type: ignore[misc]
+    inside = threading.Barrier(8)
+    ran: list[int] = []
+
+    @c4a.effect(name="busy", ledger=ledger)
+    def busy(n: int) -> int:
+        inside.wait(timeout=10)  # eight calls in flight at once
+        ran.append(n)
+        return n * 10
+
+    def both(n: int) -> tuple[int, int]:
+        return busy(n), busy(n)  # the repeat comes from the ledger, whichever path served it
+
+    with c4a.run("crowd", ledger=ledger), ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(c4a.bind(both), range(8)))
+    assert results == [(n * 10, n * 10) for n in range(8)]
+    assert sorted(ran) == list(range(8))  # each once
+    assert hot._count <= 2  # never more hot connections than allowed
+    # With no hot connection to be had, every step takes the long path and still holds.
+    hot.close()
+    hot.SIZE = 0  # type: ignore[misc]
+    ledger._cache.clear()
+    with c4a.run("crowd", ledger=ledger):
+        assert busy(0) == 0  # a repeat, read and claimed the long way
+        inside = threading.Barrier(1)
+        assert busy(99) == 990  # a fresh action, claimed and finished the long way
+    assert ledger.store.get(ledger.effects("crowd")[-1].key) is not None
+    assert hot._count == 0
+    assert sorted(ran) == [*range(8), 99]

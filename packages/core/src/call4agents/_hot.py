@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -55,6 +56,7 @@ ROW_COLUMNS = (
     "note",
     "pruned_at",
 )
+BUSY = object()  # every connection of the hot path is in use: take the long path
 _INHERITED: list[Any] = []  # a forked child's copies of its parent's connections
 _Claimed = tuple[int, tuple[Any, ...]]  # (attempt to run, ()) or (0, the row that exists)
 _PG_NOW = "extract(epoch from clock_timestamp())::float8"
@@ -101,6 +103,8 @@ class HotPath:
         self.channel = _pg.channel_for(schema)
         self.schema = schema
         self._idle: deque[Any] = deque()
+        self._count = 0  # connections open, idle or in use
+        self._lock = threading.Lock()
         self._pid = os.getpid()
         self._open_for_use = True
 
@@ -116,8 +120,8 @@ class HotPath:
         """Write the intent: ``(1, ())`` when it is ours to run, ``(0, row)`` for the row that
         exists, None when the long path must decide (a race, or no row in sight)."""
         if self.postgres:
-            return self._run(lambda cur: self._claim_pg(cur, params, key))
-        return self._run(lambda cur: self._claim_sqlite(cur, params, key))
+            return self._run(lambda cur: self._claim_pg(cur, params, key), busy=None)
+        return self._run(lambda cur: self._claim_sqlite(cur, params, key), busy=None)
 
     def _claim_pg(self, cur: Any, params: tuple[Any, ...], key: str) -> _Claimed | None:
         got = cur.execute(self.claim_sql, (*params, key)).fetchone()
@@ -144,8 +148,10 @@ class HotPath:
         if self.postgres:
             wake = (_pg.lock_id(self.schema, key), self.channel)
             sql = self.finish_sql
-            return bool(self._run(lambda cur: cur.execute(sql, (*values, *wake)).fetchone()))
-        return bool(self._run(lambda cur: self._finish_sqlite(cur, values)))
+            return bool(
+                self._run(lambda cur: cur.execute(sql, (*values, *wake)).fetchone(), busy=False)
+            )
+        return self._run(lambda cur: self._finish_sqlite(cur, values), busy=False)
 
     def _finish_sqlite(self, cur: Any, values: tuple[Any, ...]) -> bool:
         cur.execute("BEGIN IMMEDIATE")
@@ -153,22 +159,26 @@ class HotPath:
         cur.execute("COMMIT" if done else "ROLLBACK")
         return done
 
-    def row(self, key: str) -> tuple[Any, ...] | None:
-        """The row of ``key`` and the database clock, in one plain read."""
-        found = self._run(lambda cur: cur.execute(self.select_sql, (key,)).fetchone())
-        return tuple(found) if found is not None else None
+    def row(self, key: str) -> tuple[Any, ...] | object | None:
+        """The row of ``key`` and the database clock, in one plain read (``BUSY``: ask the long
+        path)."""
+        found = self._run(lambda cur: cur.execute(self.select_sql, (key,)).fetchone(), busy=BUSY)
+        return tuple(found) if found is not None and found is not BUSY else found
 
     # -- the connection ---------------------------------------------------------------------
 
-    def _run(self, work: Callable[[Any], T]) -> T:
-        """``work(cursor)`` on one of this path's connections. A driver fault is raised as the
-        ``DBAPIError`` SQLAlchemy would raise, so the store's ``db_faults`` and ``transient``
-        judge both paths alike; the connection it happened on is closed, never reused."""
+    def _run(self, work: Callable[[Any], T], *, busy: Any) -> T:
+        """``work(cursor)`` on one of this path's connections; ``busy`` when all are in use
+        (the caller then takes the long path, whose pool bounds and queues). A driver fault is
+        raised as the ``DBAPIError`` SQLAlchemy would raise, so the store's ``db_faults`` and
+        ``transient`` judge both paths alike; the connection it happened on is closed."""
         dialect = self.engine.dialect
         dbapi = dialect.loaded_dbapi
         driver = None
         try:
             driver = self._take()
+            if driver is None:
+                return cast(T, busy)
             cur = driver.cursor()
             try:
                 found = work(cur)
@@ -177,28 +187,29 @@ class HotPath:
         except dbapi.Error as exc:
             gone = driver is not None and dialect.is_disconnect(exc, driver, None)
             if driver is not None:
-                _close(driver)  # it may hold a half-done transaction; a new one is cheap
+                self._discard(driver)  # it may hold a half-done transaction
             raise DBAPIError.instance(
                 None, None, exc, dbapi.Error, connection_invalidated=gone, dialect=dialect
             ) from exc
         except BaseException:
             if driver is not None:
-                _close(driver)
+                self._discard(driver)
             raise
         self._give_back(driver)
         return found
 
     # Connections are opened the engine's way (its connect arguments and events), then taken
     # out of its pool and kept here in autocommit: no checkout, reset or isolation switch per
-    # statement. At most IDLE wait; more are opened while more threads are at work at once.
-    IDLE = 8
+    # statement. At most SIZE exist; a thread finding them all in use takes the long path.
+    SIZE = 8
 
     def _take(self) -> Any:
+        """An idle connection, a new one while fewer than SIZE exist, else None."""
         if self._pid != os.getpid():
             # Forked: those belong to the parent. Kept referenced, never closed or collected
             # here, since closing a copy would say goodbye to the server on the parent's behalf.
             _INHERITED.extend(self._idle)
-            self._idle, self._pid = deque(), os.getpid()
+            self._idle, self._pid, self._count = deque(), os.getpid(), 0
         while True:
             try:
                 driver = self._idle.pop()
@@ -206,15 +217,29 @@ class HotPath:
                 return self._open()
             if not self._stale(driver):
                 return driver
-            _close(driver)
+            self._discard(driver)
 
     def _open(self) -> Any:
-        raw = self.engine.raw_connection()
+        with self._lock:
+            if self._count >= self.SIZE:
+                return None
+            self._count += 1
+        try:
+            raw = self.engine.raw_connection()
+        except BaseException:
+            with self._lock:
+                self._count -= 1
+            raise
         driver: Any = raw.driver_connection
         raw.detach()
         if self.postgres:
             driver.autocommit = True
         return driver
+
+    def _discard(self, driver: Any) -> None:
+        _close(driver)
+        with self._lock:
+            self._count -= 1
 
     def _stale(self, driver: Any) -> bool:
         """Closed, or (PostgreSQL) a goodbye from the server waits unread (restart, failover,
@@ -229,16 +254,16 @@ class HotPath:
             return True
 
     def _give_back(self, driver: Any) -> None:
-        if self._open_for_use and len(self._idle) < self.IDLE and self._pid == os.getpid():
+        if self._open_for_use and self._pid == os.getpid():
             self._idle.append(driver)
         else:
-            _close(driver)
+            self._discard(driver)
 
     def close(self) -> None:
         """Close the idle connections; those in use are closed as they come back."""
         self._open_for_use = False
         while self._idle:
-            _close(self._idle.pop())
+            self._discard(self._idle.pop())
 
 
 def _close(driver: Any) -> None:

@@ -280,7 +280,8 @@ class Store:
         if self._hot.usable:
             with db_faults():
                 found = self._hot.row(key)
-            return Row(*found) if found is not None else None
+            if found is None or isinstance(found, tuple):
+                return Row(*found) if found is not None else None
         with self.read() as conn:
             return self._row(conn, key)
 
