@@ -1,4 +1,4 @@
-"""The hot statements of an effect, sent through the pooled driver connection.
+"""The hot statements of an effect, on driver connections of their own.
 
 A fresh effect is two commits (intent, then outcome) and a repeat is one keyed read; SQLAlchemy's
 per-transaction and per-statement work (events, result objects, parameter processing) cost more
@@ -42,20 +42,6 @@ _WATCHED_EVENTS = (
     "commit",
     "rollback",
 )
-ROW_COLUMNS = (
-    "key",
-    "run_id",
-    "tool",
-    "kind",
-    "state",
-    "attempt",
-    "owner",
-    "lease_expires_at",
-    "result",
-    "error",
-    "note",
-    "pruned_at",
-)
 BUSY = object()  # every connection of the hot path is in use: take the long path
 _INHERITED: list[Any] = []  # a forked child's copies of its parent's connections
 _Claimed = tuple[int, tuple[Any, ...]]  # (attempt to run, ()) or (0, the row that exists)
@@ -66,13 +52,14 @@ _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 class HotPath:
     """The claim, the outcome and the keyed read of one ledger's engine, on the bare driver."""
 
-    def __init__(self, engine: Engine, schema: str | None) -> None:
+    def __init__(self, engine: Engine, schema: str | None, columns: list[str]) -> None:
+        """``columns`` are those of a row read, in the order the store's readers expect."""
         self.engine = engine
         self.postgres = engine.dialect.name == "postgresql"
         table = f'"{schema}".c4a_effects' if schema else "c4a_effects"
         now = _PG_NOW if self.postgres else _SQLITE_NOW
         m = "%s" if self.postgres else "?"
-        cols = ", ".join(ROW_COLUMNS)
+        cols = ", ".join(columns)
         insert = (
             f"INSERT INTO {table} (key, run_id, tool, kind, args, owner, state, attempt, "
             f"lease_expires_at, created_at, updated_at) VALUES ({m}, {m}, {m}, {m}, {m}, {m}, "
@@ -83,7 +70,7 @@ class HotPath:
         self.insert_sql = insert
         # The row the insert met, read in the insert's own snapshot: our own new row is never
         # in it, a committed one always is (unless it committed after the snapshot was taken).
-        found = ", ".join(f"e.{c}" for c in ROW_COLUMNS)
+        found = ", ".join(f"e.{c}" for c in columns)
         self.claim_sql = (
             f"WITH ins AS ({insert}) SELECT (SELECT attempt FROM ins), {found}, {now} "
             f"FROM (SELECT 1) AS one LEFT JOIN {table} AS e ON e.key = {m}"

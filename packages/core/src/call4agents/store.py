@@ -144,7 +144,7 @@ class Store:
         self._select_row = select(*_ROW_COLUMNS, self._now.label("now")).where(
             effects.c.key == bindparam("k")
         )
-        self._hot = HotPath(engine, self._schema)
+        self._hot = HotPath(engine, self._schema, [c.name for c in _ROW_COLUMNS])
 
     def close(self) -> None:
         self._hot.close()
