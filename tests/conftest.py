@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 import call4agents as c4a
+from tests import forked
 
 PG_ENV = "CALL4AGENTS_TEST_POSTGRES_URL"
 
@@ -130,15 +131,8 @@ def ledger(target: Target) -> c4a.Ledger:
 def run_child(
     script: Path | str, *args: str, env: dict[str, str], timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    """Run a Python file in a fresh interpreter of this environment."""
-    return subprocess.run(
-        [sys.executable, str(script), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    """Run a Python file as a new process of this environment (see tests/forked.py)."""
+    return forked.run_script(script, list(args), env=env, timeout=timeout)
 
 
 EXAMPLES = Path(__file__).parents[1] / "examples"
