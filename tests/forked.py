@@ -47,7 +47,7 @@ _context.set_forkserver_preload(PRELOAD)  # a package that is not installed is s
 def run_script(
     script: Path | str, args: list[str], *, env: dict[str, str], timeout: float
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``script`` with ``args`` in a forked child; like ``subprocess.run`` with output captured."""
+    """``script args`` in a forked child, as ``subprocess.run`` with its output captured."""
     argv = [str(script), *args]
     with tempfile.TemporaryDirectory(prefix="c4a-child-") as tmp:
         out, err = Path(tmp, "stdout"), Path(tmp, "stderr")
