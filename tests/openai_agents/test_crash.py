@@ -1,6 +1,6 @@
 """Real child processes running a real Agent, SIGKILLed at the named moment, then run again.
 
-The child is the quickstart's agent (``python -m call4agents_openai_agents.quickstart --child``):
+The child is the quickstart's agent (``call4agents_openai_agents.quickstart._child``, forked):
 a support agent with an ``SQLiteSession`` emails bob@example.com; emails are counted in an outbox
 file the tool writes outside the ledger.
 """
@@ -22,9 +22,10 @@ from tests.conftest import Target
 
 def run_child(mode: str, crash: str, workdir: Path, target: Target, run_id: str) -> int:
     child = spawn(mode, crash, workdir, target.url, run_id, schema=target.schema, env=target.env())
-    _, stderr = child.communicate(timeout=180)
-    assert child.returncode in (0, -signal.SIGKILL), stderr
-    return child.returncode
+    with child:
+        code = child.wait(180)
+        assert code in (0, -signal.SIGKILL), child.stderr
+    return code
 
 
 def saved_outputs(workdir: Path, mode: str, run_id: str) -> list[object]:

@@ -7,18 +7,21 @@ is killed with SIGKILL at the named moment and a fresh child resumes the same ru
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+
+from . import _children
 
 # Exit codes of the child agent, so the parent can tell what the resume met.
 _DONE, _IN_DOUBT = 0, 3
@@ -78,25 +81,10 @@ class Row:
 
 
 def _spawn(mode: str, workdir: Path, url: str, run_id: str, crash: str) -> int:
-    argv = [
-        sys.executable,
-        "-m",
-        "call4agents.quickstart",
-        "--child",
-        mode,
-        "--dir",
-        str(workdir),
-        "--url",
-        url,
-        "--run",
-        run_id,
-        "--crash",
-        crash,
-    ]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    if done.returncode not in (_DONE, _IN_DOUBT, -signal.SIGKILL):
-        raise RuntimeError(f"the quickstart agent failed unexpectedly:\n{done.stderr}")
-    return done.returncode
+    code, _, err = _children.run(_child, mode, workdir, url, run_id, crash)
+    if code not in (_DONE, _IN_DOUBT, -signal.SIGKILL):
+        raise RuntimeError(f"the quickstart agent failed unexpectedly:\n{err}")
+    return code
 
 
 def _emails(workdir: Path, mode: str) -> int:
@@ -145,17 +133,26 @@ _INTEGRATIONS = (
     "call4agents_openai_agents",
     "call4agents_mcp",
 )
+Scenario = Callable[[Path, str], list[tuple[str, int, str]]]
 
 
-def _integration_scenarios() -> list[Callable[[Path, str], list[tuple[str, int, str]]]]:
-    found = []
+def _integration_scenarios() -> dict[str, Scenario]:
+    """Each installed integration's rows, by package; its children's imports are preloaded."""
+    found: dict[str, Scenario] = {}
+    preload = ["call4agents", "call4agents.quickstart"]
     for package in _INTEGRATIONS:
         try:
             module = importlib.import_module(f"{package}.quickstart")
         except ImportError:
             continue  # not installed (or its framework is not): no row for it
-        found.append(module.scenario)
+        found[package] = module.scenario
+        preload += [module.__name__, *module.CHILD_IMPORTS]
+    _children.preload(preload)
     return found
+
+
+def _rows(scenario: Scenario, folder: Path, url: str) -> list[Row]:
+    return [Row(*row) for row in scenario(folder, url)]
 
 
 def _print(rows: list[Row], seconds: float) -> None:
@@ -183,15 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="c4a-quickstart-") as tmp:
         workdir = Path(tmp)
         url = args.url or f"sqlite:///{workdir / 'ledger.db'}"
-        rows = [
-            _scenario_after(workdir, url, "plain"),
-            _scenario_after(workdir, url, "ledger"),
-            _scenario_inside(workdir, url),
+        scenarios: list[Callable[[], list[Row]]] = [
+            lambda: [_scenario_after(workdir, url, "plain")],
+            lambda: [_scenario_after(workdir, url, "ledger")],
+            lambda: [_scenario_inside(workdir, url)],
         ]
-        for scenario in _integration_scenarios():
-            folder = workdir / scenario.__module__.split(".")[0]
-            folder.mkdir()
-            rows += [Row(*row) for row in scenario(folder, url)]
+        for package, scenario in _integration_scenarios().items():
+            (workdir / package).mkdir()
+            scenarios.append(partial(_rows, scenario, workdir / package, url))
+        # Side by side: each scenario mostly waits for its children.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
+            rows = [row for rows in pool.map(lambda run: run(), scenarios) for row in rows]
     _print(rows, time.monotonic() - started)
     return 0
 

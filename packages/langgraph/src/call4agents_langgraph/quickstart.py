@@ -15,13 +15,16 @@ import os
 import pathlib
 import signal
 import sqlite3
-import subprocess
 import sys
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from call4agents import _children
+
 _LABEL = "LangGraph, killed after sending, "
+# What the child agents import, preloaded once by the server they are forked from.
+CHILD_IMPORTS = ("langchain.agents", "langgraph.checkpoint.sqlite", "call4agents_langgraph")
 
 
 def scenario(workdir: pathlib.Path, url: str) -> list[tuple[str, int, str]]:
@@ -46,12 +49,10 @@ def _measure(workdir: pathlib.Path, url: str, mode: str) -> int:
 
 
 def _spawn(workdir: pathlib.Path, url: str, mode: str, thread: str, *, crash: str) -> int:
-    argv = [sys.executable, "-m", "call4agents_langgraph.quickstart", "--child", mode]
-    argv += ["--dir", str(workdir), "--url", url, "--thread", thread, "--crash", crash]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
-    if done.returncode not in (0, -signal.SIGKILL):
-        raise RuntimeError(f"the LangGraph quickstart agent failed:\n{done.stderr[-2000:]}")
-    return done.returncode
+    code, _, err = _children.run(_child, mode, workdir, url, thread, crash)
+    if code not in (0, -signal.SIGKILL):
+        raise RuntimeError(f"the LangGraph quickstart agent failed:\n{err[-2000:]}")
+    return code
 
 
 def _emails(workdir: pathlib.Path, thread: str) -> int:
@@ -153,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return _child(args.child, args.dir, args.url, args.thread, args.crash)
+    _children.preload([f"{__package__}.quickstart", *CHILD_IMPORTS])
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="c4a-langgraph-") as tmp:

@@ -16,7 +16,6 @@ import contextlib
 import json
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,7 +24,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from call4agents import _children
+
 MODES = ("plain", "once")
+# What the child server and client import, preloaded once by the server they are forked from.
+CHILD_IMPORTS = ("mcp", "mcp.server.fastmcp", "httpx", "call4agents_mcp")
 _LABELS = {
     "plain": (
         "MCP client, response lost then retried, without Call4Agents",
@@ -198,17 +201,15 @@ def _client(targets: dict[str, str], run_id: str) -> None:
 # -- the parent -----------------------------------------------------------------------------------
 
 
-def _child(*args: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "call4agents_mcp.quickstart", *args]
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _child(*args: str) -> _children.Child:
+    return _children.Child(main, list(args), env=None)
 
 
-def _ports(server: subprocess.Popen[str]) -> dict[str, int]:
-    assert server.stdout is not None
-    line = server.stdout.readline()
+def _ports(server: _children.Child) -> dict[str, int]:
+    line = server.first_line(timeout=120)
     if not line.startswith("PORTS "):
         server.kill()
-        raise RuntimeError(f"the quickstart MCP server did not start:\n{server.communicate()[1]}")
+        raise RuntimeError(f"the quickstart MCP server did not start:\n{server.stderr}")
     return {m: int(p) for m, _, p in (pair.partition("=") for pair in line.split()[1:])}
 
 
@@ -222,10 +223,10 @@ def scenario(workdir: Path, url: str) -> list[tuple[str, int, str]]:
             proxies[mode].lose_next_response()
         targets = json.dumps({mode: proxy.url for mode, proxy in proxies.items()})
         run_id = f"quickstart-{uuid.uuid4().hex[:8]}"
-        client = _child("--client", targets, "--run", run_id)
-        out, err = client.communicate(timeout=120)
-        if client.returncode != 0:
-            raise RuntimeError(f"the quickstart MCP client failed:\n{err}")
+        with _child("--client", targets, "--run", run_id) as client:
+            if client.wait(120) != 0:
+                raise RuntimeError(f"the quickstart MCP client failed:\n{client.stderr}")
+            out = client.stdout
         lost = {
             mode: outcome["first"].startswith("lost") for mode, outcome in json.loads(out).items()
         }
@@ -235,8 +236,7 @@ def scenario(workdir: Path, url: str) -> list[tuple[str, int, str]]:
     finally:
         for proxy in proxies.values():
             proxy.close()
-        server.kill()  # our own child, by its handle
-        server.communicate()
+        server.close()  # our own child, by its handle
 
 
 def _emails(workdir: Path, mode: str) -> int:
@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.client:
         _client(json.loads(args.client), args.run)
         return 0
+    _children.preload([f"{__package__}.quickstart", *CHILD_IMPORTS])
     with tempfile.TemporaryDirectory(prefix="c4a-mcp-quickstart-") as tmp:
         workdir = Path(tmp)
         for label, emails, happened in scenario(workdir, f"sqlite:///{workdir / 'ledger.db'}"):

@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
+from call4agents import _children
+
 LABEL = "OpenAI Agents SDK, killed after sending"
+# What the child agents import, preloaded once by the server they are forked from.
+CHILD_IMPORTS = ("agents", "agents.testing", "call4agents_openai_agents")
 PROMPT = "Tell bob@example.com that his refund is on its way."
 
 
@@ -91,15 +92,10 @@ def spawn(
     *,
     schema: str | None = None,
     env: dict[str, str] | None = None,
-) -> subprocess.Popen[str]:
-    """Start one child agent in a fresh interpreter; wait on it for its exit (or SIGKILL)."""
-    argv = [sys.executable, "-m", "call4agents_openai_agents.quickstart", "--child", mode]
-    argv += ["--crash", crash, "--dir", str(workdir), "--url", url, "--run", run_id]
-    argv += ["--schema", schema] if schema else []
+) -> _children.Child:
+    """Start one child agent (a new process); wait on it for its exit (or SIGKILL)."""
     child_env = dict(os.environ if env is None else env, OPENAI_AGENTS_DISABLE_TRACING="1")
-    return subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env
-    )
+    return _children.Child(_child, mode, crash, workdir, url, run_id, schema, env=child_env)
 
 
 def result(workdir: Path, mode: str) -> dict[str, Any]:
@@ -115,35 +111,16 @@ def emails(workdir: Path, mode: str) -> int:
 
 def _round(workdir: Path, url: str, runs: dict[str, str], crash: str) -> dict[str, int]:
     """One child per mode, side by side; their exit codes."""
-    if "fork" in multiprocessing.get_all_start_methods():
-        # The SDK takes seconds to import; forked children share the parent's import.
-        forked = multiprocessing.get_context("fork")
-        sys.stdout.flush()  # a child flushes what it inherited when it exits: print it once
-        sys.stderr.flush()
-        procs = {
-            mode: forked.Process(target=_child, args=(mode, crash, workdir, url, run_id, None))
-            for mode, run_id in runs.items()
-        }
-        for proc in procs.values():
-            proc.start()
-        for proc in procs.values():
-            proc.join(120)
-            if proc.is_alive():  # stuck: stop it, and report it as failed
-                proc.kill()
-                proc.join()
-        return {mode: proc.exitcode or 0 for mode, proc in procs.items()}
-    started = {mode: spawn(mode, crash, workdir, url, run_id) for mode, run_id in runs.items()}
-    for child in started.values():
-        child.communicate(timeout=120)
-    return {mode: child.returncode for mode, child in started.items()}
+    children = {mode: spawn(mode, crash, workdir, url, run_id) for mode, run_id in runs.items()}
+    try:
+        return {mode: child.wait(120) for mode, child in children.items()}
+    finally:
+        for child in children.values():
+            child.close()
 
 
 def scenario(workdir: Path, url: str) -> list[tuple[str, int, str]]:
     """The quickstart rows: (label, emails counted, what happened)."""
-    import agents.testing  # noqa: F401  (imported once here, before any child is forked)
-
-    from . import OnceOnly  # noqa: F401
-
     runs = {mode: f"quickstart-oa-{mode}-{uuid.uuid4().hex[:8]}" for mode in ("plain", "once")}
     killed = _round(workdir, url, runs, "after")
     if set(killed.values()) != {-signal.SIGKILL}:
@@ -176,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return _child(args.child, args.crash, args.dir, args.url, args.run, args.schema)
+    _children.preload([f"{__package__}.quickstart", *CHILD_IMPORTS])
     import tempfile
     import time
 

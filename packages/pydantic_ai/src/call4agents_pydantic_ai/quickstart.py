@@ -12,24 +12,26 @@ import argparse
 import json
 import os
 import signal
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
+from call4agents import _children
+
 PLAIN = "Pydantic AI, killed after sending, without Call4Agents"
 LEDGER = "Pydantic AI, killed after sending, with Call4Agents"
+# What the child agents import, preloaded once by the server they are forked from.
+CHILD_IMPORTS = ("pydantic_ai", "call4agents_pydantic_ai")
 
 
 def scenario(workdir: Path, url: str) -> list[tuple[str, int, str]]:
     """Two rows: (label, emails counted, what happened), without and with ``OnceOnly``."""
     conversation = f"quickstart-{uuid.uuid4().hex[:8]}"
     modes = ("plain", "ledger")
-    killed = _run_all([_argv(m, workdir, url, conversation, crash=True) for m in modes])
+    killed = _run_all([(m, workdir, url, conversation, True) for m in modes])
     if killed != [-signal.SIGKILL] * 2:
         raise RuntimeError(f"the Pydantic AI agents were not killed as planned: {killed}")
-    resumed = _run_all([_argv(m, workdir, url, conversation, crash=False) for m in modes])
+    resumed = _run_all([(m, workdir, url, conversation, False) for m in modes])
     if resumed != [0, 0]:
         raise RuntimeError(f"the resumed Pydantic AI agents failed: {resumed}")
     return [
@@ -38,24 +40,19 @@ def scenario(workdir: Path, url: str) -> list[tuple[str, int, str]]:
     ]
 
 
-def _argv(mode: str, workdir: Path, url: str, conversation: str, *, crash: bool) -> list[str]:
-    argv = [sys.executable, "-m", "call4agents_pydantic_ai.quickstart", "--child", mode]
-    argv += ["--dir", str(workdir), "--url", url, "--conversation", conversation]
-    return argv + (["--crash"] if crash else [])
-
-
-def _run_all(argvs: list[list[str]]) -> list[int]:
+def _run_all(jobs: list[tuple[str, Path, str, str, bool]]) -> list[int]:
     """Run the children side by side (the row stays a few seconds); their exit codes."""
-    children = [
-        subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for argv in argvs
-    ]
+    children = [_children.Child(_child, *job, env=None) for job in jobs]
     codes = []
-    for child in children:
-        _, err = child.communicate(timeout=120)
-        if child.returncode not in (0, -signal.SIGKILL):
-            raise RuntimeError(f"the Pydantic AI quickstart agent failed:\n{err}")
-        codes.append(child.returncode)
+    try:
+        for child in children:
+            code = child.wait(120)
+            if code not in (0, -signal.SIGKILL):
+                raise RuntimeError(f"the Pydantic AI quickstart agent failed:\n{child.stderr}")
+            codes.append(code)
+    finally:
+        for child in children:
+            child.close()
     return codes
 
 
@@ -142,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.child:
         return _child(args.child, args.dir, args.url, args.conversation, args.crash)
+    _children.preload([f"{__package__}.quickstart", *CHILD_IMPORTS])
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="c4a-pydantic-ai-") as tmp:

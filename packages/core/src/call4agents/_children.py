@@ -1,0 +1,134 @@
+"""The quickstart's child agents: real processes, started without seconds of imports each.
+
+A quickstart row runs an agent in a child process, kills it with SIGKILL and resumes it in a
+fresh one. A fresh interpreter spends seconds importing an agent framework before the agent
+starts. So, where the platform has it, children are forked from multiprocessing's fork server: a
+clean process (it runs no agent and opens no ledger) that imports the frameworks once. Each child
+is still a new process with its own memory and connections, knowing only what was written down.
+Elsewhere (Windows) children are spawned, slower but alike.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+_context: Any = multiprocessing.get_context(_METHOD)
+
+
+def preload(modules: Iterable[str]) -> None:
+    """Modules the fork server imports once, before its first child (missing ones are skipped)."""
+    if _METHOD == "forkserver":
+        _context.set_forkserver_preload(list(modules))
+
+
+class Child:
+    """One child process running ``target(*args)``; its output goes to files read on demand."""
+
+    def __init__(self, target: Callable[..., Any], *args: Any, env: dict[str, str] | None) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="c4a-child-")
+        self._out, self._err = Path(self._tmp.name, "stdout"), Path(self._tmp.name, "stderr")
+        paths = (str(self._out), str(self._err))
+        work = (_importable(target), args, env, *paths)
+        self._process = _context.Process(target=_main, args=work)
+        self._process.start()
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code; minus the signal's number if a signal ended it; None while it runs."""
+        code: int | None = self._process.exitcode
+        return code
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the exit; a child still running after ``timeout`` is killed."""
+        self._process.join(timeout)
+        if self._process.exitcode is None:
+            self.kill()
+            raise TimeoutError(f"a child ran for more than {timeout:.0f}s:\n{self.stderr}")
+        return int(self._process.exitcode)
+
+    def first_line(self, timeout: float) -> str:
+        """The first line the child printed, waiting for it ('' if it exited without one)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.stdout
+            if "\n" in text or self._process.exitcode is not None:
+                return text.partition("\n")[0]
+            time.sleep(0.02)
+        return ""
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._process.kill()
+        self._process.join()
+
+    @property
+    def stdout(self) -> str:
+        return _read(self._out)
+
+    @property
+    def stderr(self) -> str:
+        return _read(self._err)
+
+    def close(self) -> None:
+        if self._process.exitcode is None:
+            self.kill()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> Child:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run(
+    target: Callable[..., Any], *args: Any, env: dict[str, str] | None = None, timeout: float = 120
+) -> tuple[int, str, str]:
+    """Run ``target(*args)`` in a child to its end: (exit code, stdout, stderr)."""
+    with Child(target, *args, env=env) as child:
+        code = child.wait(timeout)
+        return code, child.stdout, child.stderr
+
+
+def _importable(target: Callable[..., Any]) -> Callable[..., Any]:
+    """``target`` as the child can import it: a module run with ``python -m`` is ``__main__``
+    here, and its functions are found in the child under the module's own name."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    if target.__module__ != "__main__" or spec is None:
+        return target
+    found: Callable[..., Any] = getattr(importlib.import_module(spec.name), target.__qualname__)
+    return found
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+
+def _main(
+    target: Callable[..., Any], args: tuple[Any, ...], env: dict[str, str] | None, out: str,
+    err: str,
+) -> None:  # fmt: skip
+    """In the child: output to the files, the given environment, then ``exit(target(*args))``."""
+    for fd, path in ((1, out), (2, err)):
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(opened, fd)
+        os.close(opened)
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
+    try:
+        code = target(*args)
+    finally:
+        atexit._run_exitfuncs()  # an interpreter runs them at exit; multiprocessing does not
+    raise SystemExit(code)
