@@ -17,8 +17,9 @@ import multiprocessing
 import os
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,8 @@ class Child:
         paths = (str(self._out), str(self._err))
         work = (_importable(target), args, env, *paths)
         self._process = _context.Process(target=_main, args=work)
-        self._process.start()
+        with _main_script_hidden():
+            self._process.start()
 
     @property
     def returncode(self) -> int | None:
@@ -99,6 +101,32 @@ def run(
     with Child(target, *args, env=env) as child:
         code = child.wait(timeout)
         return code, child.stdout, child.stderr
+
+
+_start_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_script_hidden() -> Iterator[None]:
+    """Start a child without it running the caller's main module first.
+
+    multiprocessing makes a fork-server or spawned child import the main script or ``-m`` module
+    again, so that functions defined there can be found; one that starts children at its top
+    level, with no ``if __name__ == "__main__"`` guard, would then start them again in each
+    child. Our targets are found by their module's own name (see ``_importable``), so the main
+    module's name and path are hidden while a child starts.
+    """
+    main = sys.modules["__main__"]
+    with _start_lock:
+        saved: dict[str, Any] = {
+            k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__
+        }
+        main.__dict__.pop("__file__", None)
+        main.__spec__ = None  # read without a default by multiprocessing
+        try:
+            yield
+        finally:
+            main.__dict__.update(saved)
 
 
 def _importable(target: Callable[..., Any]) -> Callable[..., Any]:

@@ -83,7 +83,7 @@ class Row:
 def _spawn(mode: str, workdir: Path, url: str, run_id: str, crash: str) -> int:
     code, _, err = _children.run(_child, mode, workdir, url, run_id, crash)
     if code not in (_DONE, _IN_DOUBT, -signal.SIGKILL):
-        raise RuntimeError(f"the quickstart agent failed unexpectedly:\n{err}")
+        raise RuntimeError(f"the quickstart agent failed unexpectedly (exit code {code}):\n{err}")
     return code
 
 

@@ -28,7 +28,7 @@ from call4agents import _children
 
 MODES = ("plain", "once")
 # What the child server and client import, preloaded once by the server they are forked from.
-CHILD_IMPORTS = ("mcp", "mcp.server.fastmcp", "httpx", "call4agents_mcp")
+CHILD_IMPORTS = ("mcp", "mcp.server.mcpserver", "httpx", "call4agents_mcp")
 _LABELS = {
     "plain": (
         "MCP client, response lost then retried, without Call4Agents",
