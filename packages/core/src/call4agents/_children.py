@@ -40,10 +40,11 @@ class Child:
         self._tmp = tempfile.TemporaryDirectory(prefix="c4a-child-")
         self._out, self._err = Path(self._tmp.name, "stdout"), Path(self._tmp.name, "stderr")
         paths = (str(self._out), str(self._err))
-        work = (_importable(target), args, env, *paths)
-        self._process = _context.Process(target=_main, args=work)
-        with _main_script_hidden():
-            self._process.start()
+        with _start_lock:  # one start at a time: the main module is hidden while it runs
+            work = (_importable(target), args, env, *paths)
+            self._process = _context.Process(target=_main, args=work)
+            with _main_module_hidden():
+                self._process.start()
 
     @property
     def returncode(self) -> int | None:
@@ -107,26 +108,25 @@ _start_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def _main_script_hidden() -> Iterator[None]:
+def _main_module_hidden() -> Iterator[None]:
     """Start a child without it running the caller's main module first.
 
     multiprocessing makes a fork-server or spawned child import the main script or ``-m`` module
     again, so that functions defined there can be found; one that starts children at its top
     level, with no ``if __name__ == "__main__"`` guard, would then start them again in each
     child. Our targets are found by their module's own name (see ``_importable``), so the main
-    module's name and path are hidden while a child starts.
+    module's name and path are hidden while a child starts (under ``_start_lock``).
     """
     main = sys.modules["__main__"]
-    with _start_lock:
-        saved: dict[str, Any] = {
-            k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__
-        }
-        main.__dict__.pop("__file__", None)
-        main.__spec__ = None  # read without a default by multiprocessing
-        try:
-            yield
-        finally:
-            main.__dict__.update(saved)
+    saved: dict[str, Any] = {
+        k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__
+    }
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None  # read without a default by multiprocessing
+    try:
+        yield
+    finally:
+        main.__dict__.update(saved)
 
 
 def _importable(target: Callable[..., Any]) -> Callable[..., Any]:

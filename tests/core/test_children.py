@@ -1,0 +1,62 @@
+"""The quickstart's children (call4agents._children): new processes from the fork server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from call4agents import _children
+
+
+def kill_self() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def report(word: str) -> int:
+    print(os.environ.get("C4A_PROBE"), word, os.getpid())
+    print("to stderr", file=sys.stderr)
+    return 3
+
+
+def test_a_child_is_a_new_process_with_its_own_environment_and_output() -> None:
+    code, out, err = _children.run(report, "hello", env={"C4A_PROBE": "probe"})
+    assert code == 3
+    probe, word, pid = out.split()
+    assert (probe, word) == ("probe", "hello")
+    assert int(pid) != os.getpid()
+    assert err == "to stderr\n"
+    assert "C4A_PROBE" not in os.environ
+
+
+def test_sigkill_is_reported_as_minus_nine() -> None:
+    assert _children.run(kill_self)[0] == -signal.SIGKILL
+
+
+def test_a_child_past_its_time_is_killed() -> None:
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="more than"):
+        _children.run(time.sleep, 60, timeout=0.5)
+    assert time.monotonic() - started < 30
+
+
+def test_a_script_without_a_main_guard_starts_its_child_once(tmp_path: Path) -> None:
+    # multiprocessing would run the script again in the child, which would start a child again.
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        "import time\n"
+        "from call4agents import _children\n"
+        "print('top level', flush=True)\n"
+        "code, out, err = _children.run(time.sleep, 0)\n"
+        "print(code, repr(out), repr(err))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["top level", "0 '' ''"]
