@@ -8,6 +8,8 @@ into the framework's tool-error shape with :func:`message_for_model`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
@@ -15,7 +17,15 @@ from typing import Any, TypeVar
 
 from .canonical import canonical_args
 from .context import check_run_id, current_run
-from .effect import Action, EffectOptions, aperform, is_in_doubt_error, perform, prepare
+from .effect import (
+    Action,
+    EffectOptions,
+    Happened,
+    aperform,
+    is_in_doubt_error,
+    perform,
+    prepare,
+)
 from .errors import (
     ApprovalDenied,
     ApprovalRequired,
@@ -145,3 +155,42 @@ def warn_once(topic: str, message: str) -> None:
     if topic not in _warned:
         _warned.add(topic)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+# -- hooks in the tool's own terms ----------------------------------------------------------------
+# An integration records what its framework made of a tool's value (a ToolMessage, a
+# CallToolResult), since a repeat must hand that back; the hooks a user writes speak of the value.
+
+
+def undo_on_value(undo: Callable[..., Any], value_of: Callable[[Any], Any]) -> Callable[..., Any]:
+    """An ``undo=`` given the tool's value (``value_of(recorded result)``), not the record."""
+
+    @functools.wraps(undo)
+    def adapted(result: Any, /, **arguments: Any) -> Any:
+        return undo(value_of(result), **arguments)
+
+    return adapted
+
+
+def check_recording_as(
+    check: Callable[..., Any], record: Callable[[Any], Any]
+) -> Callable[..., Any]:
+    """A ``check=`` whose ``Happened(value)`` is recorded as ``record(value)``; sync or async."""
+
+    def convert(verdict: Any) -> Any:
+        return Happened(record(verdict.result)) if isinstance(verdict, Happened) else verdict
+
+    @functools.wraps(check)
+    def adapted(**arguments: Any) -> Any:
+        return when_done(check(**arguments), convert)
+
+    return adapted
+
+
+def when_done(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(value)``, or, for an awaitable, an awaitable of it (for sync-or-async hooks)."""
+    return _later(value, convert) if inspect.isawaitable(value) else convert(value)
+
+
+async def _later(awaitable: Any, convert: Callable[[Any], Any]) -> Any:
+    return convert(await awaitable)

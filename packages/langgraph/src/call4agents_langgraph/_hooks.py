@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import json
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -24,7 +23,8 @@ from langchain_core.messages import ToolMessage
 from langgraph.prebuilt.tool_node import msg_content_output
 from langgraph.types import Command
 
-from call4agents import EffectOptions, Happened
+from call4agents import EffectOptions
+from call4agents.integration import check_recording_as, undo_on_value, when_done
 
 # The tool call being run, for the message a finder's result becomes (a repeat retargets it).
 current_call_id: ContextVar[str] = ContextVar("call4agents_langgraph_call_id", default="")
@@ -35,11 +35,11 @@ def for_tool_calls(options: EffectOptions) -> EffectOptions:
     changes: dict[str, Any] = {}
     tool = options.name or ""
     if options.undo is not None:
-        changes["undo"] = _undo_with_value(options.undo)  # registered under the tool's name
+        changes["undo"] = undo_on_value(options.undo, tool_value)  # under the tool's name
     if options.find_existing is not None:
         changes["find_existing"] = _found_as_message(tool, options.find_existing)
     if options.check is not None:  # given, or made from the finder by EffectOptions
-        changes["check"] = _verdict_as_message(tool, options.check)
+        changes["check"] = check_recording_as(options.check, functools.partial(as_message, tool))
     return dataclasses.replace(options, **changes) if changes else options
 
 
@@ -71,40 +71,12 @@ def as_message(tool: str, value: Any) -> Any:
     )
 
 
-def _undo_with_value(undo: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(undo)
-    def adapted(result: Any, /, **arguments: Any) -> Any:
-        return undo(tool_value(result), **arguments)
-
-    return adapted
-
-
 def _found_as_message(tool: str, finder: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(finder)
-    def adapted(**arguments: Any) -> Any:
-        found = finder(**arguments)
-        if inspect.isawaitable(found):
-            return _later(found, lambda value: None if value is None else as_message(tool, value))
+    def record(found: Any) -> Any:
         return None if found is None else as_message(tool, found)
 
-    return adapted
-
-
-def _verdict_as_message(tool: str, check: Callable[..., Any]) -> Callable[..., Any]:
-    def convert(verdict: Any) -> Any:
-        if isinstance(verdict, Happened):
-            return Happened(as_message(tool, verdict.result))
-        return verdict
-
-    @functools.wraps(check)
+    @functools.wraps(finder)
     def adapted(**arguments: Any) -> Any:
-        verdict = check(**arguments)
-        if inspect.isawaitable(verdict):
-            return _later(verdict, convert)
-        return convert(verdict)
+        return when_done(finder(**arguments), record)
 
     return adapted
-
-
-async def _later(awaitable: Any, convert: Callable[[Any], Any]) -> Any:
-    return convert(await awaitable)

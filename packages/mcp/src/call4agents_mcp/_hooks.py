@@ -27,7 +27,8 @@ import anyio.to_thread
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from call4agents.effect import EffectOptions, Happened
+from call4agents.effect import EffectOptions
+from call4agents.integration import check_recording_as, undo_on_value
 
 _RESULT_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
 _HOOKS = ("undo", "find_existing", "check")
@@ -41,11 +42,11 @@ def for_tool_calls(options: EffectOptions) -> EffectOptions:
     """``options`` with its hooks adapted to results recorded as ``CallToolResult`` dicts."""
     changes: dict[str, Any] = {}
     if options.undo is not None:
-        changes["undo"] = _undo_with_value(options.undo)
+        changes["undo"] = undo_on_value(options.undo, tool_value)
     if options.find_existing is not None:
         changes["find_existing"] = _found_as_result(options.find_existing)
     if options.check is not None:  # given, or made from the finder by EffectOptions
-        changes["check"] = _verdict_as_result(options.check)
+        changes["check"] = check_recording_as(options.check, as_tool_result)
     return dataclasses.replace(options, **changes) if changes else options
 
 
@@ -53,13 +54,13 @@ def fields_for_tool_calls(fields: Mapping[str, Any]) -> dict[str, Any]:
     """The same for per-tool options given as a dict of ``EffectOptions`` fields."""
     adapted = dict(fields)
     if adapted.get("undo") is not None:
-        adapted["undo"] = _undo_with_value(adapted["undo"])
+        adapted["undo"] = undo_on_value(adapted["undo"], tool_value)
     if adapted.get("find_existing") is not None:
         adapted["find_existing"] = _found_as_result(adapted["find_existing"])
         # The check is made from this tool's finder, not inherited from the default's.
         adapted.setdefault("check", None)
     if adapted.get("check") is not None:
-        adapted["check"] = _verdict_as_result(adapted["check"])
+        adapted["check"] = check_recording_as(adapted["check"], as_tool_result)
     return adapted
 
 
@@ -110,14 +111,6 @@ def tool_value(result: Any) -> Any:
     return text
 
 
-def _undo_with_value(undo: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(undo)
-    def adapted(result: Any, /, **arguments: Any) -> Any:
-        return undo(tool_value(result), **arguments)
-
-    return adapted
-
-
 def _found_as_result(finder: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(finder)
     async def adapted(**arguments: Any) -> Any:
@@ -136,23 +129,3 @@ def _found_as_result(finder: Callable[..., Any]) -> Callable[..., Any]:
         return as_tool_result(found)
 
     return adapted
-
-
-def _verdict_as_result(check: Callable[..., Any]) -> Callable[..., Any]:
-    def convert(verdict: Any) -> Any:
-        if isinstance(verdict, Happened):
-            return Happened(as_tool_result(verdict.result))
-        return verdict
-
-    @functools.wraps(check)
-    def adapted(**arguments: Any) -> Any:
-        verdict = check(**arguments)
-        if inspect.isawaitable(verdict):
-            return _later(verdict, convert)
-        return convert(verdict)
-
-    return adapted
-
-
-async def _later(awaitable: Any, convert: Callable[[Any], Any]) -> Any:
-    return convert(await awaitable)
