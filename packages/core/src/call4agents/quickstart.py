@@ -169,13 +169,7 @@ def _print(rows: list[Row], seconds: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="call4agents quickstart")
     parser.add_argument("--url", help="ledger URL (default: a fresh SQLite file in a temp folder)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--dir", help=argparse.SUPPRESS)
-    parser.add_argument("--run", help=argparse.SUPPRESS)
-    parser.add_argument("--crash", default="none", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        return _child(args.child, Path(args.dir), args.url, args.run, args.crash)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="c4a-quickstart-") as tmp:
         workdir = Path(tmp)
