@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import importlib
 import multiprocessing
 import os
@@ -152,6 +153,7 @@ def _main(
         opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(opened, fd)
         os.close(opened)
+    faulthandler.enable()  # a crash in C code leaves a traceback in the stderr file, not silence
     if env is not None:
         os.environ.clear()
         os.environ.update(env)
