@@ -17,26 +17,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from call4agents import _children
+from call4agents import _children, quickstart
 
-# What the children import; each is imported once per test worker, by the fork server.
+# What the children import: the quickstart's agents, and what the tests' own children add. Each
+# is imported once per test worker, by the fork server.
 _children.preload(
     [
-        "call4agents",
+        *quickstart.child_imports(),
         "call4agents.cli",
         "sqlalchemy.dialects.postgresql.psycopg",
-        "langchain.agents",
         "langgraph.prebuilt",
-        "langgraph.checkpoint.sqlite",
         "langgraph.checkpoint.postgres",
-        "call4agents_langgraph",
-        "pydantic_ai",
-        "call4agents_pydantic_ai",
-        "agents",
-        "agents.testing",
-        "call4agents_openai_agents",
-        "mcp",
-        "call4agents_mcp",
         "opentelemetry.sdk.trace",
     ]
 )

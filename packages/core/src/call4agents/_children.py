@@ -47,14 +47,9 @@ class Child:
             with _main_module_hidden():
                 self._process.start()
 
-    @property
-    def returncode(self) -> int | None:
-        """The exit code; minus the signal's number if a signal ended it; None while it runs."""
-        code: int | None = self._process.exitcode
-        return code
-
     def wait(self, timeout: float) -> int:
-        """Wait for the exit; a child still running after ``timeout`` is killed."""
+        """Wait for the exit code (minus the signal's number if a signal ended it); a child still
+        running after ``timeout`` is killed."""
         self._process.join(timeout)
         if self._process.exitcode is None:
             self.kill()

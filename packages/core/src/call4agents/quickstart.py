@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from . import _children
 
@@ -136,19 +137,29 @@ _INTEGRATIONS = (
 Scenario = Callable[[Path, str], list[tuple[str, int, str]]]
 
 
-def _integration_scenarios() -> dict[str, Scenario]:
-    """Each installed integration's rows, by package; its children's imports are preloaded."""
-    found: dict[str, Scenario] = {}
-    preload = ["call4agents", "call4agents.quickstart"]
+def _integrations() -> list[Any]:
+    """The quickstart modules of the installed integrations."""
+    found = []
     for package in _INTEGRATIONS:
         try:
-            module = importlib.import_module(f"{package}.quickstart")
+            found.append(importlib.import_module(f"{package}.quickstart"))
         except ImportError:
             continue  # not installed (or its framework is not): no row for it
-        found[package] = module.scenario
-        preload += [module.__name__, *module.CHILD_IMPORTS]
-    _children.preload(preload)
     return found
+
+
+def child_imports() -> list[str]:
+    """What the quickstart's children import, core and installed integrations, to preload."""
+    names = ["call4agents", "call4agents.quickstart"]
+    for module in _integrations():
+        names += [module.__name__, *module.CHILD_IMPORTS]
+    return names
+
+
+def _integration_scenarios() -> dict[str, Scenario]:
+    """Each installed integration's rows, by package; its children's imports are preloaded."""
+    _children.preload(child_imports())
+    return {module.__package__: module.scenario for module in _integrations()}
 
 
 def _rows(scenario: Scenario, folder: Path, url: str) -> list[Row]:
