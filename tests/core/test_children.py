@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import subprocess
@@ -60,3 +61,13 @@ def test_a_script_without_a_main_guard_starts_its_child_once(tmp_path: Path) -> 
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["top level", "0 '' ''"]
+
+
+def test_children_started_and_awaited_from_many_threads_report_their_own_exit_codes() -> None:
+    # Each start polls every running child; unguarded, that read races a waiting thread's read of
+    # the same exit code, and the loser is told 255 (about 1 child in 70 here).
+    # The targets are builtins, so the children start in milliseconds and overlap.
+    ends = [(signal.raise_signal, signal.SIGKILL), (sys.exit, 3)] * 300
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda end: _children.run(*end)[0], ends))
+    assert codes == [-signal.SIGKILL, 3] * 300

@@ -15,6 +15,7 @@ import contextlib
 import faulthandler
 import importlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import sys
 import tempfile
@@ -41,7 +42,7 @@ class Child:
         self._tmp = tempfile.TemporaryDirectory(prefix="c4a-child-")
         self._out, self._err = Path(self._tmp.name, "stdout"), Path(self._tmp.name, "stderr")
         paths = (str(self._out), str(self._err))
-        with _start_lock:  # one start at a time: the main module is hidden while it runs
+        with _lock:  # one start at a time: the main module is hidden while it runs
             work = (_importable(target), args, env, *paths)
             self._process = _context.Process(target=_main, args=work)
             with _main_module_hidden():
@@ -50,26 +51,41 @@ class Child:
     def wait(self, timeout: float) -> int:
         """Wait for the exit code (minus the signal's number if a signal ended it); a child still
         running after ``timeout`` is killed."""
-        self._process.join(timeout)
-        if self._process.exitcode is None:
+        multiprocessing.connection.wait([self._process.sentinel], timeout)
+        code = self.exitcode
+        if code is None:
             self.kill()
             raise TimeoutError(f"a child ran for more than {timeout:.0f}s:\n{self.stderr}")
-        return int(self._process.exitcode)
+        return code
+
+    @property
+    def exitcode(self) -> int | None:
+        """The exit code once the child has ended, else None.
+
+        Read under ``_lock``: every ``Process.start()`` polls all the children still running, and
+        a fork-server child's exit code is a few bytes read once from a pipe; two threads reading
+        it at once leave one of them with EOF, which multiprocessing reports as exit code 255.
+        """
+        with _lock:
+            return self._process.exitcode
 
     def first_line(self, timeout: float) -> str:
         """The first line the child printed, waiting for it ('' if it exited without one)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.stdout
-            if "\n" in text or self._process.exitcode is not None:
+            if "\n" in text or self.exitcode is not None:
                 return text.partition("\n")[0]
             time.sleep(0.02)
         return ""
 
     def kill(self) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            self._process.kill()
-        self._process.join()
+        with _lock:
+            # Polled first: the fork server reaps an ended child at once, and its pid may be reused.
+            if self._process.exitcode is None:
+                with contextlib.suppress(OSError, ValueError):
+                    self._process.kill()
+        multiprocessing.connection.wait([self._process.sentinel])
 
     @property
     def stdout(self) -> str:
@@ -80,7 +96,7 @@ class Child:
         return _read(self._err)
 
     def close(self) -> None:
-        if self._process.exitcode is None:
+        if self.exitcode is None:
             self.kill()
         self._tmp.cleanup()
 
@@ -100,7 +116,8 @@ def run(
         return code, child.stdout, child.stderr
 
 
-_start_lock = threading.Lock()
+# Guards every use of multiprocessing's process objects: starts, and reads of exit codes.
+_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -111,7 +128,7 @@ def _main_module_hidden() -> Iterator[None]:
     again, so that functions defined there can be found; one that starts children at its top
     level, with no ``if __name__ == "__main__"`` guard, would then start them again in each
     child. Our targets are found by their module's own name (see ``_importable``), so the main
-    module's name and path are hidden while a child starts (under ``_start_lock``).
+    module's name and path are hidden while a child starts (under ``_lock``).
     """
     main = sys.modules["__main__"]
     saved: dict[str, Any] = {
