@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -299,3 +300,50 @@ def test_request_approval_opens_one_ticket_without_claiming(ledger: c4a.Ledger) 
         ledger.approve(first.ticket, by="ann")
         assert pay(3, "al") == "paid 3 to al"
         assert ledger.request_approval(action) is None  # it ran: nothing left to ask
+
+
+def test_a_worker_that_loses_the_yes_to_a_concurrent_one_gets_its_result(
+    pg_target: Target,
+) -> None:
+    # PostgreSQL claims run side by side, and a claim reads the action before its gate spends
+    # the yes. Here worker A is held inside its gate (the approvals table is locked) while worker
+    # B reads no action and waits behind A's per-run limit lock; A then spends the yes and
+    # commits, and B's gate finds the yes spent. B must take the action as a repeat (and get
+    # A's result), never ask for a new yes.
+    import psycopg
+
+    ledger = c4a.init(pg_target.open(lease=5.0, wait=10.0))
+    bank = Payments()
+    pay = bank.tool(max_per_run=5)
+    with c4a.run("r"):
+        ledger.approve(ask(pay, 10, "alice").ticket, by="ann")
+    plain = pg_target.url.replace("postgresql+psycopg://", "postgresql://", 1)
+    table = f'"{pg_target.schema}".{approvals.name}'
+
+    def worker() -> str:
+        with c4a.run("r"):
+            return pay(10, "alice")
+
+    def waiting(locktype: str) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with psycopg.connect(plain) as probe:
+                found = probe.execute(
+                    "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = %s",
+                    (locktype,),
+                ).fetchone()
+            if found and found[0]:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"no worker came to wait on a {locktype} lock")
+
+    with psycopg.connect(plain) as blocker, ThreadPoolExecutor(2) as pool:
+        blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        first = pool.submit(worker)
+        waiting("relation")  # A holds the limit lock and waits for the approvals table
+        second = pool.submit(worker)
+        waiting("advisory")  # B has read no action and waits for A's limit lock
+        blocker.commit()
+        assert [first.result(timeout=60), second.result(timeout=60)] == ["paid 10 to alice"] * 2
+    assert bank.sent == [(10, "alice")]
+    assert [a.state for a in ledger.approvals("r")] == ["spent"]

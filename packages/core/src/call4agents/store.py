@@ -238,6 +238,10 @@ class Store:
         attempt = 1 if row is None else row.attempt + 1
         refusal = gate(conn, attempt)
         if refusal is not None:
+            if row is None and self._row(conn, key) is not None:
+                # PostgreSQL: another worker inserted the action (spending the yes) after our
+                # read; a repeat needs no yes, so roll back any ticket the gate opened and look.
+                raise _Retry
             return Claim("refused", attempt, refusal=refusal)
         if row is not None:
             self._restart(
