@@ -67,7 +67,8 @@ class Child:
         it at once leave one of them with EOF, which multiprocessing reports as exit code 255.
         """
         with _lock:
-            return self._process.exitcode
+            code: int | None = self._process.exitcode
+        return code
 
     def first_line(self, timeout: float) -> str:
         """The first line the child printed, waiting for it ('' if it exited without one)."""
