@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from call4agents import _owner
 from tests.conftest import Target
+from tests.postgres.helpers import unavailable
 
 CHILD = Path(__file__).with_name("agent_child.py")
 
@@ -100,3 +102,31 @@ def test_reused_pid_is_not_mistaken_for_the_owner() -> None:
     finally:
         child.kill()
     assert not _owner.is_dead_local(f"elsewhere/{me.boot}/{me.pid}/{me.start}")
+
+
+def test_a_live_owner_in_another_pid_namespace_is_not_judged_dead() -> None:
+    # Containers on one machine share its boot id and may share its host name (host network or
+    # UTS namespace), but each numbers its own pids: pid 1 in there is not our pid 1.
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        unavailable("needs util-linux unshare to start a process in its own pid namespace")
+    script = "from call4agents import _owner; print(_owner.me(), flush=True); input()"
+    child = subprocess.Popen(
+        [unshare, "--pid", "--fork", "--mount-proc", sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline().strip()
+        if not line:
+            unavailable(f"cannot make a pid namespace here (needs root): {child.stderr.read()}")
+        assert not _owner.is_dead_local(line)  # our pid 1 is another process: no verdict
+        owner, me = _owner.Owner.parse(line), _owner.me()
+        assert owner is not None
+        assert (owner.host, owner.pid) == (me.host, 1)
+    finally:
+        child.kill()
+        child.wait()

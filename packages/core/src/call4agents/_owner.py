@@ -1,9 +1,9 @@
 """Who holds a lease, and whether that holder is a process on this machine that is gone.
 
 A lease names its owner as ``host/boot/pid/start``. When a resumed process meets a lease held by a
-process of the same machine and the same boot, it need not wait for the lease to expire: if that pid
-is not running, or runs a different program that reused the pid (its start time differs), the owner
-is dead and the action is in doubt at once.
+process of the same machine, boot and pid namespace, it need not wait for the lease to expire: if
+that pid is not running, or runs a different program that reused the pid (its start time
+differs), the owner is dead and the action is in doubt at once.
 """
 
 from __future__ import annotations
@@ -24,9 +24,20 @@ def _read(path: str) -> str | None:
 
 @cache
 def _boot_id() -> str:
-    # Linux gives every boot a random id; elsewhere we cannot tell boots apart, so a "dead" verdict
-    # is never given and leases simply expire.
-    return (_read("/proc/sys/kernel/random/boot_id") or "-")[:8]
+    """The boot and the pid namespace this process sees pids in, or "-" where either is unknown.
+
+    Linux gives every boot a random id; elsewhere we cannot tell boots apart, so a "dead" verdict
+    is never given and leases simply expire. Containers on one machine share the boot id (and,
+    with the host's network or UTS namespace, its host name) but each has its own pids: a pid is
+    only comparable inside the same pid namespace, so the namespace is part of the identity.
+    """
+    boot = _read("/proc/sys/kernel/random/boot_id")
+    try:
+        namespace = os.readlink("/proc/self/ns/pid")  # e.g. "pid:[4026531836]"
+    except OSError:
+        return "-"
+    digits = "".join(c for c in namespace if c.isdigit())
+    return f"{boot[:8]}.{digits}" if boot and digits else "-"
 
 
 def _start_ticks(pid: int) -> str | None:
