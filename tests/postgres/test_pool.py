@@ -71,6 +71,10 @@ def test_async_tools_never_touch_the_database_on_the_event_loop(pg_target: Targe
     async def send_checked(to: str) -> str:
         raise AssertionError("settled by check=, never run")
 
+    @c4a.effect(name="charge", redact=("card",))
+    async def charge(amount: int, card: str) -> str:
+        return f"charged {amount}"
+
     async def scenario() -> int:
         async with c4a.run("loop", ledger=ledger):
             # Two callers at once: one runs it, the other waits for its result.
@@ -83,6 +87,8 @@ def test_async_tools_never_touch_the_database_on_the_event_loop(pg_target: Targe
         async with c4a.run("loop", ledger=view):  # another process's view: no cache
             assert await send_email("bob@x.org") == "sent to bob@x.org"
             assert await send_checked("timeout@x.org") == "found timeout@x.org"
+            # A redacted value is keyed by the ledger's salt, which must not be read here either.
+            assert await charge(5, "4242-4242-4242-4242") == "charged 5"
         return threading.get_ident()
 
     loop_thread = asyncio.run(scenario())

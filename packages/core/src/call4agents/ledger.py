@@ -306,6 +306,10 @@ class Ledger:
                         f"the ledger is at schema version {version}, this version needs {CURRENT}:"
                         " run `call4agents migrate`"
                     )
+            # Read now, not at the first redacted call: that may be on an event loop's thread.
+            with self.store.read() as conn:
+                found = conn.execute(select(meta.c.value).where(meta.c.name == "key_salt")).scalar()
+            self._salt = found.encode() if found is not None else None
         except LedgerError:
             self.engine.dispose()
             raise
@@ -368,11 +372,7 @@ class Ledger:
     def digest(self, data: bytes) -> str:
         """HMAC-SHA256 with the ledger's fixed salt: stands in for a redacted value in keys."""
         if self._salt is None:
-            with self.store.read() as conn:
-                found = conn.execute(select(meta.c.value).where(meta.c.name == "key_salt")).scalar()
-            if found is None:
-                raise LedgerError("the ledger has no key salt: run `call4agents migrate`")
-            self._salt = found.encode()
+            raise LedgerError("the ledger has no key salt: run `call4agents migrate`")
         return hmac.new(self._salt, data, hashlib.sha256).hexdigest()
 
     # -- the in-process cache of finished results ------------------------------------------------
