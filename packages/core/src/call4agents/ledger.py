@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import and_, delete, func, select, update
+from sqlalchemy import and_, delete, func, select, tuple_, update
 
 from . import _db, _owner, approvals
 from ._hits import DedupCounter
@@ -659,18 +659,21 @@ class Ledger:
         return GcReport(pruned, deleted, int(kept))
 
     def _gc_batches(self, cond: Any, cutoff: float, batch: int, *, prune: bool) -> int:
-        total = 0
+        total, after = 0, None
+        order = (effects.c.updated_at, effects.c.seq)
         while True:
             with self.store.tx() as conn:
-                keys = list(
-                    conn.execute(
-                        select(effects.c.seq)
-                        .where(cond, effects.c.updated_at < cutoff)
-                        .limit(batch)
-                    ).scalars()
-                )
-                if not keys:
+                query = select(*order).where(cond, effects.c.updated_at < cutoff)
+                if after is not None:
+                    # Each batch starts where the last one ended: pruning leaves the tombstones'
+                    # updated_at alone, and rescanning them from the start would make a large
+                    # gc quadratic.
+                    query = query.where(tuple_(*order) > tuple_(*after))
+                found = conn.execute(query.order_by(*order).limit(batch)).all()
+                if not found:
                     return total
+                after = tuple(found[-1])
+                keys = [seq for _, seq in found]
                 # Re-check state and age in the write itself: on PostgreSQL the SELECT above takes
                 # no lock, and a worker may have taken a failed action up again meanwhile.
                 target = and_(effects.c.seq.in_(keys), cond, effects.c.updated_at < cutoff)
