@@ -34,6 +34,7 @@ class Proxy:
         self.opened = 0  # connections accepted so far, for tests that want to see reconnects
         self._refusing = False
         self._swallowing = False
+        self._cut_next = False
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._loop = asyncio.new_event_loop()
         self._server: asyncio.Server | None = None
@@ -71,6 +72,14 @@ class Proxy:
     def swallow(self) -> None:
         self._swallowing = True
 
+    def cut_at_next_request(self) -> None:
+        """The next bytes any client sends never reach the server: every connection drops then.
+
+        Arms a cut at an exact step without an engine listener (which would turn the ledger's
+        hot path off): armed inside a tool, it catches the statement that writes the outcome.
+        """
+        self._cut_next = True
+
     def down(self) -> None:
         """The database is away: refuse new connections and cut the open ones."""
         self.refuse()
@@ -96,6 +105,10 @@ class Proxy:
         if self._server is not None:
             self._server.close()
         await self._cut()
+        # Let the cut connections' handlers finish before the loop stops under them.
+        handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        if handlers:
+            await asyncio.wait(handlers, timeout=5)
 
     async def _cut(self) -> None:
         for client, server in list(self._pairs):
@@ -132,6 +145,10 @@ class Proxy:
     ) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while data := await reader.read(65536):
+                if not replies and self._cut_next:
+                    self._cut_next = False
+                    await self._cut()
+                    break
                 if replies and self._swallowing:
                     continue  # the server's answer never reaches the client
                 writer.write(data)

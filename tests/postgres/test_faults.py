@@ -174,6 +174,35 @@ def test_result_committed_but_acknowledgement_lost(pg_target: Target, proxy: Pro
     assert proxy.opened > 2  # it did reconnect
 
 
+def test_hot_path_cut_as_the_result_is_written(pg_target: Target, proxy: Proxy) -> None:
+    # No engine listener here, so the outcome goes out on the ledger's hot path (its own
+    # autocommit connections), as in every real worker; the cut is armed from inside the tool.
+    ledger = through(proxy, pg_target, lease=5, wait=5)
+    tool = Tool(ledger)
+    tool.during = lambda: (proxy.cut_at_next_request(), proxy.refuse(), proxy.up_after(1.0))
+    with c4a.run("hot-write", ledger=ledger):
+        assert tool.send("bob@example.com") == {"to": "bob@example.com", "n": 1}
+    [record] = pg_target.open().effects("hot-write")
+    assert (record.state, record.attempt, record.evidence) == ("succeeded", 1, [])
+    assert tool.sent == ["bob@example.com"]
+    assert proxy.opened > 2  # it did reconnect
+
+
+def test_hot_path_result_committed_but_acknowledgement_lost(
+    pg_target: Target, proxy: Proxy
+) -> None:
+    ledger = through(proxy, pg_target, lease=5, wait=5)
+    tool = Tool(ledger)
+    tool.during = lambda: lose_the_acknowledgement(proxy)  # armed inside the tool: no listener
+    with c4a.run("hot-ack", ledger=ledger):
+        assert tool.send("bob@example.com") == {"to": "bob@example.com", "n": 1}
+    [record] = pg_target.open().effects("hot-ack")
+    # The retry recognised its own committed write: no late "evidence" of itself.
+    assert (record.state, record.attempt, record.evidence) == ("succeeded", 1, [])
+    assert tool.sent == ["bob@example.com"]
+    assert proxy.opened > 2
+
+
 def test_result_never_written_is_doubt_never_a_rerun(pg_target: Target, proxy: Proxy) -> None:
     ledger = through(proxy, pg_target, lease=1, wait=10)
     ledger.store.finish_retry = 1.0
