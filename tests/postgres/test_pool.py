@@ -245,3 +245,17 @@ def test_outcomes_notify_only_when_someone_waits(pg_target: Target) -> None:
         sent = list(listening.notifies(timeout=2, stop_after=1))
     assert [n.channel for n in sent] == [channel]
     assert ledger.effects("quiet")[-1].key == sent[0].payload
+
+
+def test_connections_give_up_on_a_dead_network_in_bounded_time(pg_target: Target) -> None:
+    # Keepalives find a dead peer while a connection idles; a statement already sent into a
+    # dead network is bounded by tcp_user_timeout. A URL's own setting wins.
+    ledger = pg_target.open()
+    with ledger.engine.connect() as conn:
+        settings = conn.connection.dbapi_connection.info.get_parameters()  # type: ignore[union-attr]
+    assert (settings["tcp_user_timeout"], settings["keepalives_idle"]) == ("30000", "30")
+    mine = c4a.Ledger(pg_target.url + "?tcp_user_timeout=5000", schema=pg_target.schema)
+    pg_target.opened.append(mine)
+    with mine.engine.connect() as conn:
+        settings = conn.connection.dbapi_connection.info.get_parameters()  # type: ignore[union-attr]
+    assert settings["tcp_user_timeout"] == "5000"

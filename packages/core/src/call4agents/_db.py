@@ -64,6 +64,9 @@ _PG_CONNECT_DEFAULTS = {
     "keepalives_idle": "30",
     "keepalives_interval": "10",
     "keepalives_count": "3",
+    # A statement sent into a dead network (no reset ever comes) fails after 30 s instead of the
+    # kernel's ~15 minutes of retransmissions, so a result write's bounded retry stays bounded.
+    "tcp_user_timeout": "30000",
     "application_name": "call4agents",
 }
 
