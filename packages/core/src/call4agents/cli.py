@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Connection, Engine, func, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -604,6 +604,23 @@ def _schema_check(version: int) -> Check:
     )
 
 
+def _tls_check(conn: Connection, url: URL) -> Check:
+    """Whether this connection is encrypted; only a warning when the server is on another host."""
+    row = conn.execute(
+        text("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+    ).one_or_none()
+    if row is not None and row[0]:
+        return Check("tls", "OK", f"the connection is encrypted ({row[1]})")
+    host = url.query.get("host") or url.host or ""
+    if not host or str(host).startswith("/") or host in ("localhost", "127.0.0.1", "::1"):
+        return Check("tls", "OK", "not encrypted, on this machine")
+    return Check(
+        "tls",
+        "WARN",
+        f"not encrypted to {host}: add ?sslmode=verify-full&sslrootcert=<CA file> to the URL",
+    )
+
+
 def _clock_check(skew: float) -> Check:
     skew = round(skew, 1) + 0.0  # no "-0.0s"
     detail = f"database clock is {skew:+.1f}s from this machine's"
@@ -653,6 +670,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             skew = float(conn.execute(select(now_sql(engine.dialect.name))).scalar_one())
             skew -= time.time()
             journal = conn.exec_driver_sql("PRAGMA journal_mode").scalar() if path else None
+            tls = _tls_check(conn, url) if engine.dialect.name == "postgresql" else None
         checks.append(Check("database", "OK", f"the {engine.dialect.name} database opens"))
         checks.append(_schema_check(version))
         checks.append(_durability_check(engine, engine.dialect.name))
@@ -661,6 +679,8 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             why = "" if wal else ": WAL is needed for concurrent workers"
             checks.append(Check("journal", "OK" if wal else "FAIL", f"journal_mode={journal}{why}"))
             checks.append(_permission_check(path))
+        if tls is not None:
+            checks.append(tls)
         checks.append(_clock_check(skew))
         if version == migrations.CURRENT:
             checks += [_actions_check(engine), _secret_check(url, schema)]
