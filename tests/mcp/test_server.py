@@ -176,6 +176,27 @@ def test_key_reused_with_other_arguments_is_refused(
     assert "other arguments" in text(refused)
 
 
+def test_key_reuse_is_not_seen_through_a_redacted_field(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    """The documented limit: arguments are compared as stored, and a redacted field is "***"."""
+    server = mail_server(
+        outbox, once=OnceOnly(tools={"send_email": c4a.EffectOptions(redact=("body",))})
+    )
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client:
+            return [
+                await client.call_tool(
+                    "send_email", {"to": "a@x", "body": body}, meta={KEY_META: "k"}
+                )
+                for body in ("first secret", "second secret")
+            ]
+
+    first, second = anyio.run(main)
+    assert outbox.count() == 1
+    assert text(second) == text(first)  # the first call's result, not a refusal
+    assert not second.is_error
+
+
 def test_invalid_key_is_refused_before_running(ledger: c4a.Ledger, outbox: Outbox) -> None:
     server = mail_server(outbox)
 
