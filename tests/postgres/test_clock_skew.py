@@ -7,10 +7,16 @@ expired (stolen early); judged by a slow one a dead lease would look live for mi
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
+import call4agents as c4a
 from tests.conftest import Target
 from tests.postgres.helpers import deliveries, report, spawn, unavailable, wait_for
 
@@ -105,3 +111,71 @@ def test_lapsed_lease_is_not_kept_by_a_slow_clock(pg_target: Target, tmp_path: P
     [record] = pg_target.open().effects("skew")
     assert (record.state, record.attempt) == ("succeeded", 1)
     assert len(deliveries(outbox)) == 1
+
+
+# -- the secret rotation window is judged by the server's clock too ---------------------------
+
+ROTATED_WORKER = """
+import json, os, sys, time
+import call4agents as c4a
+ledger = c4a.Ledger(os.environ["C4A_TEST_URL"], schema=os.environ["C4A_TEST_SCHEMA"],
+                    secret=sys.argv[1], previous_secrets=[(sys.argv[2], float(sys.argv[3]))])
+
+@c4a.effect(name="wire", approval=True, ledger=ledger)
+def wire(amount: int) -> str:
+    return f"wired {amount}"
+
+with c4a.run("rotation", ledger=ledger):
+    try:
+        outcome = wire(5)
+    except c4a.ApprovalRequired as exc:
+        outcome = "refused: " + str(exc)
+print(json.dumps({"outcome": outcome, "local_clock": time.time(), "db_clock": ledger.store.now()}))
+"""
+
+
+def _approved_with(pg_target: Target, secret: str) -> None:
+    """A yes for wire(5), signed with ``secret`` (the one about to be rotated out)."""
+    ledger = pg_target.open(secret=secret)
+
+    @c4a.effect(name="wire", approval=True, ledger=ledger)
+    def wire(amount: int) -> str:
+        raise AssertionError("asked only, never run here")
+
+    with c4a.run("rotation", ledger=ledger), pytest.raises(c4a.ApprovalRequired) as asked:
+        wire(5)
+    assert asked.value.request is not None
+    ledger.approve(asked.value.request.ticket, by="ann")
+
+
+@pytest.mark.parametrize(
+    ("minutes", "until_from_now", "accepted"),
+    [
+        (+120, 3600, True),  # retired by the worker's fast clock, still valid by the server's
+        (-120, -3600, False),  # still valid by the worker's slow clock, retired by the server's
+    ],
+)
+def test_a_rotated_out_secret_expires_by_the_servers_clock(
+    pg_target: Target, tmp_path: Path, minutes: int, until_from_now: int, accepted: bool
+) -> None:
+    old, new = "old-secret-" + "a" * 40, "new-secret-" + "b" * 40
+    _approved_with(pg_target, old)
+    until = pg_target.open().store.now() + until_from_now
+    script = tmp_path / "rotated.py"
+    script.write_text(ROTATED_WORKER)
+    done = subprocess.run(
+        [sys.executable, str(script), new, old, str(until)],
+        env=dict(pg_target.env(), **skewed(minutes)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    worker = json.loads(done.stdout.strip().splitlines()[-1])
+    assert_skewed(worker, minutes)
+    if accepted:
+        assert worker["outcome"] == "wired 5"
+    else:
+        assert worker["outcome"].startswith("refused: "), worker["outcome"]
+        assert "signature" in worker["outcome"]

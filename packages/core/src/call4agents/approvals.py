@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -62,22 +63,25 @@ class ApprovalRequest:
 
 
 class Signer:
-    """HMAC signatures with key ids, so a rotated-out secret still verifies until its end date."""
+    """HMAC signatures with key ids, so a rotated-out secret still verifies until its end date.
 
-    def __init__(self, current: bytes, previous: Sequence[tuple[bytes, float]], now: float) -> None:
+    The end date is judged by the database's clock, read with the ticket being verified, like
+    every other time window of the ledger.
+    """
+
+    def __init__(self, current: bytes, previous: Sequence[tuple[bytes, float]]) -> None:
         self._current = current
-        self._keys = {_kid(current): current}
+        self._keys: dict[str, tuple[bytes, float]] = {_kid(current): (current, math.inf)}
         for secret, until in previous:
-            if until > now:
-                self._keys.setdefault(_kid(secret), secret)
+            self._keys.setdefault(_kid(secret), (secret, until))
 
     def sign(self, fields: Sequence[Any]) -> str:
         return _kid(self._current) + ":" + _mac(self._current, fields)
 
-    def verify(self, fields: Sequence[Any], signature: str | None) -> bool:
+    def verify(self, fields: Sequence[Any], signature: str | None, *, now: float) -> bool:
         kid, _, mac = (signature or "").partition(":")
-        secret = self._keys.get(kid)
-        return secret is not None and hmac.compare_digest(mac, _mac(secret, fields))
+        secret, until = self._keys.get(kid, (b"", -math.inf))
+        return until > now and hmac.compare_digest(mac, _mac(secret, fields))
 
 
 def _kid(secret: bytes) -> str:
@@ -186,7 +190,7 @@ def _tickets(conn: Connection, key: str, attempt: int) -> list[dict[str, Any]]:
 def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsError | None:
     action, signer = gate.action, gate.ledger.signer()
     rows = _tickets(conn, action.key, attempt)
-    valid = [r for r in rows if signer.verify(_fields(r), r["signature"])]
+    valid = [r for r in rows if signer.verify(_fields(r), r["signature"], now=r["now"])]
     tampered = len(valid) < len(rows)
     live = [r for r in valid if r["expires_at"] > r["now"]]
     denied = next((r for r in valid if r["state"] == "denied"), None)
@@ -298,7 +302,7 @@ def decide(
         if found is None:
             raise LedgerError(f"no approval ticket {ticket!r} in {ledger.url}")
         row = dict(found)
-        if not signer.verify(_fields(row), row["signature"]):
+        if not signer.verify(_fields(row), row["signature"], now=row["now"]):
             raise LedgerError(
                 f"approval ticket {ticket} fails its signature check: it was written or edited "
                 "without the ledger's secret. Nothing was decided; ask for a new approval."
@@ -372,7 +376,7 @@ def request(ledger: Ledger, action: Action, *, ttl: float) -> ApprovalRequest | 
         attempt = 1 if found is None else found.attempt + 1
         for row in _tickets(conn, action.key, attempt):
             live = row["expires_at"] > row["now"] and row["state"] in ("pending", "approved")
-            if live and signer.verify(_fields(row), row["signature"]):
+            if live and signer.verify(_fields(row), row["signature"], now=row["now"]):
                 return _request(row)
         gate = Gate(ledger, action, approval=True, max_per_run=None, ttl=ttl)
         return _open_ticket(gate, conn, attempt)

@@ -367,7 +367,7 @@ class Ledger:
         return self._secret
 
     def signer(self) -> Signer:
-        return Signer(self.secret, self._previous, time.time())
+        return Signer(self.secret, self._previous)
 
     def digest(self, data: bytes) -> str:
         """HMAC-SHA256 with the ledger's fixed salt: stands in for a redacted value in keys."""
