@@ -2,7 +2,9 @@
 
 LangChain makes no OpenTelemetry spans of its own, so each action's span must be a child of the
 caller's span around ``graph.invoke``, in the same trace, including for sync tools, which
-LangGraph runs in its executor threads; and it carries the model's tool_call id.
+LangGraph runs in its executor threads; and it carries the model's tool_call id. With
+OpenInference's LangChain instrumentation on, it is a child of that instrumentation's span of the
+tools node instead.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -390,3 +393,47 @@ def test_arguments_and_results_when_opted_in(
     a = attrs(span)
     assert '"to":"ann@x"' in a["gen_ai.tool.call.arguments"]
     assert "msg-ann@x" in a["gen_ai.tool.call.result"]
+
+
+@pytest.fixture
+def openinference(telemetry: Telemetry) -> Iterator[Telemetry]:
+    """OpenInference's LangChain instrumentation on, into the same in-memory exporter."""
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    instrumentor = LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=telemetry.tracer_provider)
+    try:
+        yield telemetry
+    finally:
+        instrumentor.uninstrument()
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_span_nests_under_the_langchain_instrumentations_node_span(
+    target: Target, openinference: Telemetry, tmp_path: Path, use_async: bool
+) -> None:
+    """The instrumentation never makes its spans current: ours would start a trace of its own."""
+    outbox = Outbox(tmp_path / "out.jsonl")
+    graph = create_agent(
+        StepModel(calls=emails("ann@x")),
+        [mailer(outbox, use_async=use_async)],
+        middleware=[OnceOnly(ledger=target.open())],
+        checkpointer=InMemorySaver(),
+    )
+    inputs = {"messages": [HumanMessage("mail ann")]}
+    if use_async:
+        asyncio.run(graph.ainvoke(inputs, config()))
+    else:
+        graph.invoke(inputs, config())
+    spans = {s.context.span_id: s for s in openinference.exporter.get_finished_spans()}
+    [ours] = openinference.ours()
+    assert ours.parent is not None
+    node = spans[ours.parent.span_id]
+    assert node.instrumentation_scope is not None
+    assert node.instrumentation_scope.name == "openinference.instrumentation.langchain"
+    assert node.name == "tools"  # the LangGraph node that ran the tool call
+    assert node.context.trace_id == ours.context.trace_id
+    [framework_tool] = [s for s in spans.values() if s.name == "send_email"]
+    assert framework_tool.context.trace_id == ours.context.trace_id
+    assert attrs(ours)["gen_ai.tool.call.id"] == "call_0"
+    assert len(outbox) == 1
