@@ -315,29 +315,27 @@ def test_timeout_of_the_framework_or_of_the_tool(
 
 @pytest.mark.parametrize("record", [False, True], ids=["default", "opted_in"])
 def test_arguments_and_results_only_when_opted_in(
-    target: Target, tmp_path: Path, record: bool
+    target: Target, tmp_path: Path, request: pytest.FixtureRequest, record: bool
 ) -> None:
-    from tests.otel.conftest import install
-
+    telemetry: Telemetry = request.getfixturevalue("telemetry_with_args" if record else "telemetry")
     outbox = Outbox(tmp_path / "outbox.jsonl")
-    for telemetry in install(record_args=record):
-        agent: Agent[None, str] = Agent(
-            scripted([("send_email", BOB, "call-1")]),
-            capabilities=[OnceOnly(ledger=target.open())],
-        )
-        instrumented(agent, telemetry)
+    agent: Agent[None, str] = Agent(
+        scripted([("send_email", BOB, "call-1")]),
+        capabilities=[OnceOnly(ledger=target.open())],
+    )
+    instrumented(agent, telemetry)
 
-        @agent.tool_plain
-        def send_email(to: str, body: str) -> str:
-            """Email a customer."""
-            return outbox.send(to, body)
+    @agent.tool_plain
+    def send_email(to: str, body: str) -> str:
+        """Email a customer."""
+        return outbox.send(to, body)
 
-        agent.run_sync("Tell Bob", conversation_id="conv-13")
-        [ours] = telemetry.ours()
-        a = attrs(ours)
-        if record:
-            assert '"body":"Your refund is on its way"' in a["gen_ai.tool.call.arguments"]
-            assert a["gen_ai.tool.call.result"] == '"sent to bob@example.com"'
-        else:
-            assert not set(NO_ARGS) & set(a)
-            assert BOB["body"] not in repr(a)
+    agent.run_sync("Tell Bob", conversation_id="conv-13")
+    [ours] = telemetry.ours()
+    a = attrs(ours)
+    if record:
+        assert '"body":"Your refund is on its way"' in a["gen_ai.tool.call.arguments"]
+        assert a["gen_ai.tool.call.result"] == '"sent to bob@example.com"'
+    else:
+        assert not set(NO_ARGS) & set(a)
+        assert BOB["body"] not in repr(a)
