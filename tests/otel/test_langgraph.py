@@ -77,10 +77,11 @@ def test_span_nests_under_the_callers_span(
     target: Target, telemetry: Telemetry, tmp_path: Path, use_async: bool
 ) -> None:
     outbox = Outbox(tmp_path / "out.jsonl")
+    ledger = target.open()
     graph = create_agent(
         StepModel(calls=emails("ann@x")),
         [mailer(outbox, use_async=use_async)],
-        middleware=[OnceOnly(ledger=target.open())],
+        middleware=[OnceOnly(ledger=ledger)],
         checkpointer=InMemorySaver(),
     )
     tracer = telemetry.tracer_provider.get_tracer("app")
@@ -101,6 +102,10 @@ def test_span_nests_under_the_callers_span(
     assert a["call4agents.run.id"] == "thread-1"
     assert a["call4agents.outcome"] == "ok"
     assert a["call4agents.side_effect"] == "write"
+    assert a["call4agents.external_id"] == "msg-ann@x"  # from inside the recorded ToolMessage
+    [record] = ledger.effects("thread-1")
+    assert a["call4agents.idempotency_key"] == record.idempotency_key
+    assert a["call4agents.action.key"] == record.key
     assert outbox.lines()[0]["to"] == "ann@x"
 
 

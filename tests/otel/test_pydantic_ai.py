@@ -101,7 +101,8 @@ def test_ok_error_in_doubt_then_deduped_on_resume(
         ("sync_crm", {"customer": "bob"}, "call-error"),
         ("post_letter", {"to": "bob"}, "call-doubt"),
     ]
-    agent: Agent[None, str] = Agent(scripted(calls), capabilities=[OnceOnly(ledger=target.open())])
+    ledger = target.open()
+    agent: Agent[None, str] = Agent(scripted(calls), capabilities=[OnceOnly(ledger=ledger)])
     instrumented(agent, telemetry)
 
     @agent.tool_plain
@@ -134,6 +135,10 @@ def test_ok_error_in_doubt_then_deduped_on_resume(
     }
     ok, deduped = spans["call-ok"]
     assert attrs(ok)["call4agents.external_id"] == "msg-1"
+    [record] = [r for r in ledger.effects("conv-8") if r.tool == "send_email"]
+    assert attrs(ok)["call4agents.idempotency_key"] == record.idempotency_key
+    assert attrs(ok)["call4agents.side_effect"] == "write"
+    assert attrs(ok)["gen_ai.operation.name"] == "execute_tool"
     assert "call4agents.attempt" not in attrs(deduped)  # nothing ran
     error, retried = spans["call-error"]
     assert (attrs(error)["call4agents.attempt"], attrs(retried)["call4agents.attempt"]) == (1, 2)
