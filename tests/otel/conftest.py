@@ -1,4 +1,5 @@
-"""In-memory OpenTelemetry providers installed as Call4Agents' observer for one test (fixtures)."""
+"""In-memory OpenTelemetry providers installed as Call4Agents' observer for one test (fixtures),
+and known ages written into a ledger."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from sqlalchemy import update
 
+import call4agents as c4a
 from call4agents import observe
+from call4agents.tables import approvals, effects
 
 
 @dataclass
@@ -71,3 +75,19 @@ def telemetry() -> Iterator[Telemetry]:
 @pytest.fixture
 def telemetry_with_args() -> Iterator[Telemetry]:
     yield from install(record_args=True)
+
+
+def backdate(ledger: c4a.Ledger, *, in_doubt_for: float, waiting_for: float) -> None:
+    """Known ages, on the database's clock: the rows say they were written that long ago."""
+    now = ledger.store.now()
+    with ledger.store.tx() as conn:
+        conn.execute(
+            update(effects)
+            .where(effects.c.state == "in_doubt")
+            .values(updated_at=now - in_doubt_for)
+        )
+        conn.execute(
+            update(approvals)
+            .where(approvals.c.state == "pending")
+            .values(requested_at=now - waiting_for)
+        )

@@ -1,7 +1,7 @@
 """Child: an MCP server with OnceOnly, the SDK's own OpenTelemetry spans on, a call and a retry.
 
-Runs in its own interpreter because it sets the process-wide tracer provider, which the MCP SDK
-reads. Prints every finished span as JSON lines.
+Then a tool that escalates, which ends the run. Runs in its own interpreter because it sets the
+process-wide tracer provider, which the MCP SDK reads. Prints every finished span as JSON lines.
 """
 
 from __future__ import annotations
@@ -35,11 +35,17 @@ def send_email(to: str, body: str) -> str:
     return f"sent to {to}"
 
 
+@app.tool()
+def refund(amount: int) -> str:
+    c4a.escalate("refunds need a person")
+
+
 async def main() -> None:
     async with Client(app) as client:
         args = {"to": "bob@example.com", "body": "hello"}
         for _ in range(2):  # the second is a retry: answered from the ledger
             await client.call_tool("send_email", args, meta={KEY_META: "k-1"})
+        await client.call_tool("refund", {"amount": 500}, meta={KEY_META: "r-1"})
 
 
 anyio.run(main)

@@ -2,12 +2,17 @@
 
 LangChain makes no OpenTelemetry spans of its own, so each action's span must be a child of the
 caller's span around ``graph.invoke``, in the same trace, including for sync tools, which
-LangGraph runs in its executor threads; and it carries the model's tool_call id.
+LangGraph runs in its executor threads; and it carries the model's tool_call id. With
+OpenInference's LangChain instrumentation on, it is a child of that instrumentation's span of the
+tools node instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,10 +77,11 @@ def test_span_nests_under_the_callers_span(
     target: Target, telemetry: Telemetry, tmp_path: Path, use_async: bool
 ) -> None:
     outbox = Outbox(tmp_path / "out.jsonl")
+    ledger = target.open()
     graph = create_agent(
         StepModel(calls=emails("ann@x")),
         [mailer(outbox, use_async=use_async)],
-        middleware=[OnceOnly(ledger=target.open())],
+        middleware=[OnceOnly(ledger=ledger)],
         checkpointer=InMemorySaver(),
     )
     tracer = telemetry.tracer_provider.get_tracer("app")
@@ -96,6 +102,10 @@ def test_span_nests_under_the_callers_span(
     assert a["call4agents.run.id"] == "thread-1"
     assert a["call4agents.outcome"] == "ok"
     assert a["call4agents.side_effect"] == "write"
+    assert a["call4agents.external_id"] == "msg-ann@x"  # from inside the recorded ToolMessage
+    [record] = ledger.effects("thread-1")
+    assert a["call4agents.idempotency_key"] == record.idempotency_key
+    assert a["call4agents.action.key"] == record.key
     assert outbox.lines()[0]["to"] == "ann@x"
 
 
@@ -245,4 +255,190 @@ def test_a_budget_cut_is_an_error_span(
     assert [attrs(s)["call4agents.outcome"] for s in spans] == ["ok", "error"]
     assert attrs(spans[1])["error.type"] == "BudgetExceeded"
     assert attrs(spans[1])["gen_ai.tool.call.id"] == "call_1"
+    assert len(outbox) == 1
+
+
+NO_ARGS = ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
+
+
+def test_outcome_in_progress_while_another_worker_runs_it(
+    target: Target, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """Two workers on one thread: the second meets the first's call still running."""
+    outbox = Outbox(tmp_path / "out.jsonl")
+    inside, release = threading.Event(), threading.Event()
+
+    @tool
+    def send_email(to: str, body: str) -> dict[str, str]:
+        """Email a customer."""
+        inside.set()
+        assert release.wait(30)
+        outbox.send(to, body)
+        return {"id": f"msg-{to}"}
+
+    def worker(wait: float) -> Any:
+        once = OnceOnly(ledger=target.open(), default=c4a.EffectOptions(wait=wait))
+        return create_agent(
+            StepModel(calls=emails("ann@x")),
+            [send_email],
+            middleware=[once],
+            checkpointer=InMemorySaver(),  # each worker its own: only the ledger is shared
+        )
+
+    first = threading.Thread(
+        target=worker(30).invoke, args=({"messages": [HumanMessage("mail ann")]}, config())
+    )
+    first.start()
+    try:
+        assert inside.wait(30)
+        out = worker(0).invoke({"messages": [HumanMessage("mail ann")]}, config())
+    finally:
+        release.set()
+        first.join(30)
+    told = [m for m in out["messages"] if m.type == "tool"]
+    assert "still running in another worker" in str(told[0].content)
+    outcomes = {attrs(s)["call4agents.outcome"]: s for s in telemetry.ours()}
+    assert sorted(outcomes) == ["in_progress", "ok"]
+    busy = attrs(outcomes["in_progress"])
+    assert busy["gen_ai.tool.call.id"] == "call_0"
+    assert busy["error.type"] == "EffectInProgress"
+    assert "call4agents.attempt" not in busy  # this worker ran nothing
+    assert outcomes["in_progress"].status.status_code.name == "ERROR"
+    assert len(outbox) == 1
+
+
+def test_outcome_timeout_with_the_tools_latency(target: Target, telemetry: Telemetry) -> None:
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Email a customer."""
+        time.sleep(0.05)
+        raise TimeoutError("the mail server did not answer")
+
+    graph = create_agent(
+        StepModel(calls=emails("ann@x")),
+        [send_email],
+        middleware=[OnceOnly(ledger=target.open())],
+        checkpointer=InMemorySaver(),
+    )
+    with pytest.raises(TimeoutError):  # create_agent's ToolNode re-raises a tool's exception
+        graph.invoke({"messages": [HumanMessage("mail ann")]}, config())
+    [span] = telemetry.ours()
+    a = attrs(span)
+    assert a["call4agents.outcome"] == "timeout"
+    assert a["error.type"] == "TimeoutError"
+    assert a["gen_ai.tool.call.id"] == "call_0"
+    assert span.status.status_code.name == "ERROR"
+    assert 0.05 <= a["call4agents.tool.duration"] < 30
+    [latency] = telemetry.points("call4agents.action.duration")
+    assert latency.count == 1
+    assert latency.sum >= a["call4agents.tool.duration"]  # the action includes the ledger work
+
+
+@pytest.mark.parametrize("ending", ["escalated", "step_limit"])
+def test_the_callers_span_carries_the_runs_ending(
+    target: Target, telemetry: Telemetry, tmp_path: Path, ending: str
+) -> None:
+    outbox = Outbox(tmp_path / "out.jsonl")
+
+    @tool
+    def refund(amount: int) -> str:
+        """Refund the customer."""
+        c4a.escalate("refunds need a person")
+
+    budget = c4a.Budget(max_tool_calls=1) if ending == "step_limit" else None
+    graph = create_agent(
+        StepModel(calls=[*emails("ann@x"), ("refund", {"amount": 500})]),
+        [mailer(outbox), refund],
+        middleware=[OnceOnly(ledger=target.open(), budget=budget)],
+        checkpointer=InMemorySaver(),
+    )
+    tracer = telemetry.tracer_provider.get_tracer("app")
+    expected = c4a.Escalated if ending == "escalated" else c4a.BudgetExceeded
+    with pytest.raises(expected), tracer.start_as_current_span("handle ticket"):
+        graph.invoke({"messages": [HumanMessage("refund ann")]}, config())
+    [job] = telemetry.spans("handle ticket")
+    assert attrs(job)["call4agents.run.terminal_reason"] == ending
+    assert attrs(job)["call4agents.run.id"] == "thread-1"
+    [ended] = telemetry.points("call4agents.runs.ended")
+    assert dict(ended.attributes) == {"call4agents.run.terminal_reason": ending}
+    assert ended.value == 1  # counted once, where the ending was recorded
+    assert len(outbox) == 1
+
+
+def test_no_arguments_or_results_on_spans_by_default(
+    target: Target, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    outbox = Outbox(tmp_path / "out.jsonl")
+    graph = create_agent(
+        StepModel(calls=emails("ann@x", "ann@x")),
+        [mailer(outbox)],
+        middleware=[OnceOnly(ledger=target.open())],
+        checkpointer=InMemorySaver(),
+    )
+    graph.invoke({"messages": [HumanMessage("mail ann")]}, config())
+    spans = telemetry.ours()
+    assert [attrs(s)["call4agents.outcome"] for s in spans] == ["ok", "deduped"]
+    for span in spans:
+        assert not set(NO_ARGS) & set(attrs(span))
+        assert BODY not in repr(attrs(span))  # the body is an argument, never an attribute
+
+
+def test_arguments_and_results_when_opted_in(
+    target: Target, telemetry_with_args: Telemetry, tmp_path: Path
+) -> None:
+    outbox = Outbox(tmp_path / "out.jsonl")
+    graph = create_agent(
+        StepModel(calls=emails("ann@x")),
+        [mailer(outbox)],
+        middleware=[OnceOnly(ledger=target.open())],
+        checkpointer=InMemorySaver(),
+    )
+    graph.invoke({"messages": [HumanMessage("mail ann")]}, config())
+    [span] = telemetry_with_args.ours()
+    a = attrs(span)
+    assert '"to":"ann@x"' in a["gen_ai.tool.call.arguments"]
+    assert "msg-ann@x" in a["gen_ai.tool.call.result"]
+
+
+@pytest.fixture
+def openinference(telemetry: Telemetry) -> Iterator[Telemetry]:
+    """OpenInference's LangChain instrumentation on, into the same in-memory exporter."""
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    instrumentor = LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=telemetry.tracer_provider)
+    try:
+        yield telemetry
+    finally:
+        instrumentor.uninstrument()
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_span_nests_under_the_langchain_instrumentations_node_span(
+    target: Target, openinference: Telemetry, tmp_path: Path, use_async: bool
+) -> None:
+    """The instrumentation never makes its spans current: ours would start a trace of its own."""
+    outbox = Outbox(tmp_path / "out.jsonl")
+    graph = create_agent(
+        StepModel(calls=emails("ann@x")),
+        [mailer(outbox, use_async=use_async)],
+        middleware=[OnceOnly(ledger=target.open())],
+        checkpointer=InMemorySaver(),
+    )
+    inputs = {"messages": [HumanMessage("mail ann")]}
+    if use_async:
+        asyncio.run(graph.ainvoke(inputs, config()))
+    else:
+        graph.invoke(inputs, config())
+    spans = {s.context.span_id: s for s in openinference.exporter.get_finished_spans()}
+    [ours] = openinference.ours()
+    assert ours.parent is not None
+    node = spans[ours.parent.span_id]
+    assert node.instrumentation_scope is not None
+    assert node.instrumentation_scope.name == "openinference.instrumentation.langchain"
+    assert node.name == "tools"  # the LangGraph node that ran the tool call
+    assert node.context.trace_id == ours.context.trace_id
+    [framework_tool] = [s for s in spans.values() if s.name == "send_email"]
+    assert framework_tool.context.trace_id == ours.context.trace_id
+    assert attrs(ours)["gen_ai.tool.call.id"] == "call_0"
     assert len(outbox) == 1

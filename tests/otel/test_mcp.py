@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
@@ -33,6 +34,8 @@ def test_span_nests_under_mcp_server_span(target: Target) -> None:
     spans = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     by_id = {s["span_id"]: s for s in spans}
     ours = [s for s in spans if s["scope"] == "call4agents"]
+    escalated = ours.pop()
+    assert escalated["name"] == "execute_tool refund"
     assert [s["name"] for s in ours] == ["execute_tool send_email"] * 2
     assert [s["attributes"]["call4agents.outcome"] for s in ours] == ["ok", "deduped"]
     servers = [by_id[s["parent_id"]] for s in ours]
@@ -45,6 +48,12 @@ def test_span_nests_under_mcp_server_span(target: Target) -> None:
         request_id = outer["attributes"]["jsonrpc.request.id"]
         assert span["attributes"]["gen_ai.tool.call.id"] == request_id
     assert servers[0]["span_id"] != servers[1]["span_id"]  # the retry is its own request
+    # The escalation ended the run: the server's span of that call carries the run's ending.
+    ended = by_id[escalated["parent_id"]]
+    assert ended["name"] == "tools/call refund"
+    assert ended["attributes"]["call4agents.run.terminal_reason"] == "escalated"
+    run_id = escalated["attributes"]["call4agents.run.id"]
+    assert ended["attributes"]["call4agents.run.id"] == run_id
 
 
 # -- one span per outcome, in this process ------------------------------------------------------
@@ -177,3 +186,107 @@ def test_approval_required_then_denied(target: Target, telemetry: Telemetry) -> 
     assert attrs(denied)["call4agents.approval.ticket"] == ticket
     assert attrs(denied)["call4agents.approval.decided_by"] == "ann@example.com"
     assert [attrs(s)["gen_ai.tool.call.id"] for s in (waiting, denied)] == request_ids
+
+
+def test_in_progress_while_the_same_call_still_runs(target: Target, telemetry: Telemetry) -> None:
+    """A client retries a keyed call while the first is still running on the server."""
+    once = OnceOnly(
+        ledger=target.open(),
+        identity=lambda ctx: "job-otel",
+        default=c4a.EffectOptions(wait=0),
+    )
+    inside, release = anyio.Event(), anyio.Event()
+
+    async def transfer(amount: int) -> str:
+        inside.set()
+        await release.wait()
+        return f"sent {amount}"
+
+    app, request_ids = server(once, transfer)
+
+    async def main() -> list[CallToolResult]:
+        results: list[CallToolResult] = []
+        async with Client(app) as client:
+
+            async def first() -> None:
+                results.append(await client.call_tool("transfer", {"amount": 5}, meta=KEY))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(first)
+                await inside.wait()
+                results.append(await client.call_tool("transfer", {"amount": 5}, meta=KEY))
+                release.set()
+        return results
+
+    busy, done = anyio.run(main)
+    assert busy.is_error
+    assert isinstance(busy.structured_content, dict)
+    assert busy.structured_content["call4agents"]["outcome"] == "in_progress"
+    assert not done.is_error
+    by_outcome = {attrs(s)["call4agents.outcome"]: s for s in telemetry.spans()}
+    assert sorted(by_outcome) == ["in_progress", "ok"]
+    a = attrs(by_outcome["in_progress"])
+    assert a["error.type"] == "EffectInProgress"
+    assert a["gen_ai.tool.call.id"] == request_ids[1]  # the retry's own request
+    assert by_outcome["in_progress"].status.status_code is StatusCode.ERROR
+
+
+KEY = {KEY_META: "k-1"}
+
+
+@pytest.mark.parametrize("ending", ["escalated", "step_limit"])
+def test_a_runs_ending_is_marked_and_counted(
+    target: Target, telemetry: Telemetry, ending: str
+) -> None:
+    budget = c4a.Budget(max_tool_calls=1) if ending == "step_limit" else None
+    once = OnceOnly(ledger=target.open(), identity=lambda ctx: "job-otel", budget=budget)
+
+    def refund(amount: int) -> str:
+        if budget is None:
+            c4a.escalate("refunds need a person")
+        return f"refunded {amount}"
+
+    app, _ = server(once, refund)
+
+    async def main() -> list[CallToolResult]:
+        async with Client(app) as client:
+            calls = [("refund", {"amount": 5}), ("refund", {"amount": 6})]
+            return [
+                await client.call_tool(name, args, meta={KEY_META: f"k-{args['amount']}"})
+                for name, args in calls[: 2 if budget else 1]
+            ]
+
+    results = anyio.run(main)
+    assert results[-1].is_error
+    marked = telemetry.spans()[-1]  # the action whose call ended the run
+    assert attrs(marked)["call4agents.run.terminal_reason"] == ending
+    assert attrs(marked)["call4agents.run.id"] == RUN
+    [ended] = telemetry.points("call4agents.runs.ended")
+    assert dict(ended.attributes) == {"call4agents.run.terminal_reason": ending}
+    assert ended.value == 1
+
+
+def test_no_arguments_or_results_on_spans_by_default(target: Target, telemetry: Telemetry) -> None:
+    def send_email(to: str) -> dict[str, Any]:
+        return {"id": "msg-1", "to": to}
+
+    app, _ = server(OnceOnly(ledger=target.open(), identity=lambda ctx: "job-otel"), send_email)
+    call_twice(app, "send_email", {"to": "bob@example.com"})
+    spans = telemetry.spans()
+    assert [attrs(s)["call4agents.outcome"] for s in spans] == ["ok", "deduped"]
+    for span in spans:
+        assert not {"gen_ai.tool.call.arguments", "gen_ai.tool.call.result"} & set(attrs(span))
+        assert "bob@example.com" not in repr(attrs(span))
+
+
+def test_arguments_and_results_when_opted_in(
+    target: Target, telemetry_with_args: Telemetry
+) -> None:
+    def send_email(to: str) -> dict[str, Any]:
+        return {"id": "msg-1", "to": to}
+
+    app, _ = server(OnceOnly(ledger=target.open(), identity=lambda ctx: "job-otel"), send_email)
+    call_twice(app, "send_email", {"to": "bob@example.com"})
+    first, _ = telemetry_with_args.spans()
+    assert attrs(first)["gen_ai.tool.call.arguments"] == '{"to":"bob@example.com"}'
+    assert '"id":"msg-1"' in attrs(first)["gen_ai.tool.call.result"]

@@ -29,7 +29,7 @@ from opentelemetry.trace import StatusCode
 import call4agents as c4a
 from call4agents_openai_agents import OnceOnly
 from tests.conftest import Target
-from tests.openai_agents.support import assistant_message, call, script
+from tests.openai_agents.support import assistant_message, call, outputs, script
 from tests.otel.conftest import Telemetry
 
 RUN = {"call4agents_run_id": "ticket-7"}
@@ -208,3 +208,157 @@ def test_with_sdk_tracing_off_the_otel_span_stays(
     assert sdk_trace.spans == []
     [otel] = telemetry.ours()
     assert attrs(otel)["gen_ai.tool.call.id"] == "call-1"
+
+
+NO_ARGS = ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
+
+
+def test_in_progress_while_another_worker_runs_the_call(
+    ledger: c4a.Ledger, telemetry: Telemetry, sdk_trace: Collected
+) -> None:
+    """Two workers on one run: the second meets the first's call still running."""
+
+    async def main() -> list[str]:
+        inside, release = asyncio.Event(), asyncio.Event()
+
+        @function_tool
+        async def send_email(to: str) -> str:
+            """Send an email."""
+            inside.set()
+            await release.wait()
+            return f"sent to {to}"
+
+        def worker(wait: float) -> Agent[Any]:
+            model = script([call("send_email", "call-1", to="bob")], [assistant_message("ok")])
+            once = OnceOnly(default=c4a.EffectOptions(wait=wait))
+            return once.wrap(Agent(name="support", model=model, tools=[send_email]))
+
+        first = asyncio.create_task(Runner.run(worker(30), "go", context=dict(RUN)))
+        await asyncio.wait_for(inside.wait(), 30)
+        busy = await Runner.run(worker(0), "go", context=dict(RUN))
+        release.set()
+        await first
+        return outputs(busy)
+
+    [told] = asyncio.run(main())
+    assert "still running in another worker" in told
+    by_outcome = {attrs(s)["call4agents.outcome"]: s for s in telemetry.ours()}
+    assert sorted(by_outcome) == ["in_progress", "ok"]
+    busy = attrs(by_outcome["in_progress"])
+    assert busy["gen_ai.tool.call.id"] == "call-1"
+    assert busy["error.type"] == "EffectInProgress"
+    assert by_outcome["in_progress"].status.status_code == StatusCode.ERROR
+    sdk = sorted(s.span_data.data["call4agents.outcome"] for s in sdk_trace.ours())
+    assert sdk == ["in_progress", "ok"]
+
+
+def test_timeout_of_the_tools_client_with_its_latency(
+    ledger: c4a.Ledger, telemetry: Telemetry, sdk_trace: Collected
+) -> None:
+    @function_tool
+    async def wire(to: str) -> str:
+        """Wire money."""
+        await asyncio.sleep(0.05)
+        raise TimeoutError("the bank did not answer")
+
+    agent = OnceOnly().wrap(
+        Agent(
+            name="support",
+            model=script([call("wire", "c-1", to="bob")], [assistant_message("ok")]),
+            tools=[wire],
+        )
+    )
+    result = asyncio.run(Runner.run(agent, "go", context=dict(RUN)))
+    assert "may or may not have run" in outputs(result)[0]
+    [span] = telemetry.ours()
+    a = attrs(span)
+    assert a["call4agents.outcome"] == "timeout"
+    assert a["error.type"] == "TimeoutError"
+    assert span.status.status_code == StatusCode.ERROR
+    assert 0.05 <= a["call4agents.tool.duration"] < 30
+    [latency] = telemetry.points("call4agents.action.duration")
+    assert latency.sum >= a["call4agents.tool.duration"]
+    [ours] = sdk_trace.ours()
+    assert ours.span_data.data["call4agents.outcome"] == "timeout"
+
+
+def test_the_sdks_own_timeout_cancels_the_tool_in_doubt(
+    ledger: c4a.Ledger, telemetry: Telemetry
+) -> None:
+    """The SDK's ``timeout=`` cancels the tool's task: the span can only see the cancellation."""
+
+    @function_tool(timeout=0.05)
+    async def wire(to: str) -> str:
+        """Wire money."""
+        await asyncio.sleep(30)
+        return "sent"
+
+    agent = OnceOnly().wrap(
+        Agent(
+            name="support",
+            model=script([call("wire", "c-1", to="bob")], [assistant_message("ok")]),
+            tools=[wire],
+        )
+    )
+    result = asyncio.run(Runner.run(agent, "go", context=dict(RUN)))
+    assert outputs(result) == ["Tool 'wire' timed out after 0.05 seconds."]  # the SDK's own text
+    [span] = telemetry.ours()
+    assert attrs(span)["call4agents.outcome"] == "in_doubt"
+    assert attrs(span)["error.type"] == "CancelledError"
+    [doubt] = ledger.in_doubt()
+    assert doubt.tool == "wire"
+
+
+@pytest.mark.parametrize("ending", ["escalated", "step_limit"])
+def test_the_callers_span_carries_the_runs_ending(
+    ledger: c4a.Ledger, telemetry: Telemetry, ending: str
+) -> None:
+    budget = c4a.Budget(max_tool_calls=1) if ending == "step_limit" else None
+
+    @function_tool
+    def escalate(reason: str) -> str:
+        """Hand the case to a person."""
+        c4a.escalate(reason)
+
+    agent = OnceOnly(budget=budget).wrap(
+        Agent(
+            name="support",
+            model=script(
+                [call("send_email", "c-1", to="bob")],
+                [call("escalate", "c-2", reason="refunds need a person")],
+                [assistant_message("ok")],
+            ),
+            tools=[*tools(), escalate],
+        )
+    )
+    tracer = telemetry.tracer_provider.get_tracer("support-app")
+    expected = c4a.Escalated if ending == "escalated" else c4a.BudgetExceeded
+    with pytest.raises(expected), tracer.start_as_current_span("handle ticket"):
+        asyncio.run(Runner.run(agent, "go", context=dict(RUN)))
+    [job] = [s for s in telemetry.exporter.get_finished_spans() if s.name == "handle ticket"]
+    assert attrs(job)["call4agents.run.terminal_reason"] == ending
+    assert attrs(job)["call4agents.run.id"] == "ticket-7"
+    [ended] = telemetry.points("call4agents.runs.ended")
+    assert dict(ended.attributes) == {"call4agents.run.terminal_reason": ending}
+    assert ended.value == 1
+
+
+def test_no_arguments_or_results_on_either_span_by_default(
+    ledger: c4a.Ledger, telemetry: Telemetry, sdk_trace: Collected
+) -> None:
+    run(OnceOnly(), [call("send_email", "call-1", to="bob")], [assistant_message("sent")])
+    [otel] = telemetry.ours()
+    [ours] = sdk_trace.ours()
+    assert attrs(otel)["call4agents.outcome"] == "ok"
+    for found in (attrs(otel), ours.span_data.data):
+        assert not set(NO_ARGS) & set(found)
+        assert "'to': 'bob'" not in repr(found)
+
+
+def test_arguments_and_results_when_opted_in(
+    ledger: c4a.Ledger, telemetry_with_args: Telemetry
+) -> None:
+    run(OnceOnly(), [call("send_email", "call-1", to="bob")], [assistant_message("sent")])
+    [otel] = telemetry_with_args.ours()
+    assert attrs(otel)["gen_ai.tool.call.arguments"] == '{"to":"bob"}'
+    assert attrs(otel)["gen_ai.tool.call.result"] == '{"id":"msg-bob","to":"bob"}'

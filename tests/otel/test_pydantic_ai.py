@@ -9,13 +9,15 @@ its terminal reason on Pydantic AI's agent-run span.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, Tool, ToolDenied
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
 import call4agents as c4a
@@ -99,7 +101,8 @@ def test_ok_error_in_doubt_then_deduped_on_resume(
         ("sync_crm", {"customer": "bob"}, "call-error"),
         ("post_letter", {"to": "bob"}, "call-doubt"),
     ]
-    agent: Agent[None, str] = Agent(scripted(calls), capabilities=[OnceOnly(ledger=target.open())])
+    ledger = target.open()
+    agent: Agent[None, str] = Agent(scripted(calls), capabilities=[OnceOnly(ledger=ledger)])
     instrumented(agent, telemetry)
 
     @agent.tool_plain
@@ -132,6 +135,10 @@ def test_ok_error_in_doubt_then_deduped_on_resume(
     }
     ok, deduped = spans["call-ok"]
     assert attrs(ok)["call4agents.external_id"] == "msg-1"
+    [record] = [r for r in ledger.effects("conv-8") if r.tool == "send_email"]
+    assert attrs(ok)["call4agents.idempotency_key"] == record.idempotency_key
+    assert attrs(ok)["call4agents.side_effect"] == "write"
+    assert attrs(ok)["gen_ai.operation.name"] == "execute_tool"
     assert "call4agents.attempt" not in attrs(deduped)  # nothing ran
     error, retried = spans["call-error"]
     assert (attrs(error)["call4agents.attempt"], attrs(retried)["call4agents.attempt"]) == (1, 2)
@@ -227,3 +234,113 @@ def test_the_agent_run_span_carries_the_runs_ending(
     assert attrs(spans["call-1"][0])["call4agents.outcome"] == "ok"
     assert attrs(spans["call-2"][0])["call4agents.outcome"] == "error"  # it did not act
     assert outbox.sent() == ["bob@example.com"]
+
+
+NO_ARGS = ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
+
+
+def test_in_progress_while_another_worker_runs_the_call(
+    target: Target, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """Two workers on one conversation: the second meets the first's call still running."""
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    inside, release = threading.Event(), threading.Event()
+
+    def send_email(to: str, body: str) -> str:
+        inside.set()
+        assert release.wait(30)
+        return outbox.send(to, body)
+
+    def worker(wait: float) -> Agent[None, str]:
+        once = OnceOnly(ledger=target.open(), default=c4a.EffectOptions(wait=wait))
+        agent: Agent[None, str] = Agent(
+            scripted([("send_email", BOB, "call-1")]),
+            tools=[Tool(send_email, name="send_email")],
+            capabilities=[once],
+        )
+        instrumented(agent, telemetry)
+        return agent
+
+    first = threading.Thread(
+        target=worker(30).run_sync, args=("Tell Bob",), kwargs={"conversation_id": "conv-11"}
+    )
+    first.start()
+    try:
+        assert inside.wait(30)
+        busy = worker(0).run_sync("Tell Bob", conversation_id="conv-11")
+    finally:
+        release.set()
+        first.join(30)
+    [[_, message, _]] = returns_in(busy.all_messages())
+    assert "still running in another worker" in message
+    in_progress, ok = sorted(by_call(telemetry)["call-1"], key=lambda s: s.end_time or 0)
+    assert attrs(in_progress)["call4agents.outcome"] == "in_progress"
+    assert attrs(in_progress)["error.type"] == "EffectInProgress"
+    assert in_progress.status.status_code is StatusCode.ERROR
+    assert attrs(ok)["call4agents.outcome"] == "ok"
+    assert outbox.sent() == ["bob@example.com"]
+
+
+@pytest.mark.parametrize("where", ["framework", "tool"])
+def test_timeout_of_the_framework_or_of_the_tool(
+    target: Target, telemetry: Telemetry, where: str
+) -> None:
+    """Pydantic AI's own ``timeout=`` and a TimeoutError of the tool's client: both "timeout"."""
+    release = threading.Event()
+
+    def charge(amount: int) -> str:
+        if where == "tool":
+            time.sleep(0.05)
+            raise TimeoutError("the card service did not answer")
+        release.wait(30)  # still running when Pydantic AI gives up on it
+        return "charged"
+
+    options = {"timeout": 0.05} if where == "framework" else {}
+    agent: Agent[None, str] = Agent(
+        scripted([("charge", {"amount": 5}, "call-1")]),
+        tools=[Tool(charge, name="charge", **options)],
+        capabilities=[OnceOnly(ledger=target.open())],
+    )
+    instrumented(agent, telemetry)
+    try:
+        first = agent.run_sync("Charge me", conversation_id="conv-12")
+    finally:
+        release.set()
+    [[_, message, _]] = returns_in(first.all_messages())
+    assert "may or may not have run" in message
+    [span] = by_call(telemetry)["call-1"]
+    a = attrs(span)
+    assert a["call4agents.outcome"] == "timeout"
+    assert span.status.status_code is StatusCode.ERROR
+    assert 0.05 <= a["call4agents.tool.duration"] < 30
+    [latency] = telemetry.points("call4agents.action.duration")
+    assert dict(latency.attributes)["call4agents.outcome"] == "timeout"
+    assert latency.sum >= a["call4agents.tool.duration"]
+
+
+@pytest.mark.parametrize("record", [False, True], ids=["default", "opted_in"])
+def test_arguments_and_results_only_when_opted_in(
+    target: Target, tmp_path: Path, request: pytest.FixtureRequest, record: bool
+) -> None:
+    telemetry: Telemetry = request.getfixturevalue("telemetry_with_args" if record else "telemetry")
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    agent: Agent[None, str] = Agent(
+        scripted([("send_email", BOB, "call-1")]),
+        capabilities=[OnceOnly(ledger=target.open())],
+    )
+    instrumented(agent, telemetry)
+
+    @agent.tool_plain
+    def send_email(to: str, body: str) -> str:
+        """Email a customer."""
+        return outbox.send(to, body)
+
+    agent.run_sync("Tell Bob", conversation_id="conv-13")
+    [ours] = telemetry.ours()
+    a = attrs(ours)
+    if record:
+        assert '"body":"Your refund is on its way"' in a["gen_ai.tool.call.arguments"]
+        assert a["gen_ai.tool.call.result"] == '"sent to bob@example.com"'
+    else:
+        assert not set(NO_ARGS) & set(a)
+        assert BOB["body"] not in repr(a)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 import call4agents as c4a
-from tests.conftest import Target
+from tests.conftest import Target, run_child
 from tests.otel.conftest import Telemetry
 
 KEYS = ("gen_ai.operation.name", "gen_ai.tool.name", "call4agents.run.id")
@@ -301,3 +302,19 @@ def test_external_id_of_a_result(result: object, found: str | None) -> None:
     assert (external_ids(result).get("id") or external_ids(result).get("external_id")) == (
         None if found is None else (42 if found == "42" else found)
     )
+
+
+def test_the_public_switch_records_arguments_only_when_on(target: Target) -> None:
+    """``c4a.init(otel_record_args=True)``, with the SDK the application set up globally."""
+    done = run_child(Path(__file__).with_name("record_args_child.py"), env=target.env())
+    assert done.returncode == 0, done.stderr
+    spans = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    by_run = {s["call4agents.run.id"]: s for s in spans}
+    assert sorted(by_run) == ["default", "opted-in"]  # otel=False: no span at all
+    default, opted_in = by_run["default"], by_run["opted-in"]
+    assert "gen_ai.tool.call.arguments" not in default
+    assert "gen_ai.tool.call.result" not in default
+    assert "default@example.com" not in json.dumps(default)
+    assert '"to":"opted-in@example.com"' in opted_in["gen_ai.tool.call.arguments"]
+    assert "s3cret-token" not in opted_in["gen_ai.tool.call.arguments"]  # redacted stays masked
+    assert opted_in["gen_ai.tool.call.result"] == '{"id":"msg-9"}'

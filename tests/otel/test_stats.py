@@ -17,6 +17,7 @@ from call4agents.cli import main
 from call4agents.stats import compute
 from call4agents.tables import dedup_hits, effects
 from tests.conftest import Target
+from tests.otel.conftest import backdate
 
 
 def cli_args(target: Target, *rest: str) -> list[str]:
@@ -106,9 +107,23 @@ def test_stats_figures(target: Target) -> None:
     ledger.dedup.flush()
     found = compute(ledger).as_dict()
     assert {k: found[k] for k in EXPECTED} == EXPECTED
-    assert found["in_doubt_oldest_age"] >= 0
-    assert found["approvals_oldest_age"] >= 0
     assert "written every few seconds" in found["dedup_note"]
+
+
+def test_stats_ages_against_known_ages(target: Target, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = c4a.init(target.open())
+    fill(ledger)
+    backdate(ledger, in_doubt_for=600, waiting_for=2 * 3600)
+    found = compute(ledger)
+    assert found.in_doubt_oldest_age is not None
+    assert 600 <= found.in_doubt_oldest_age < 660  # plus the moments since the rows were written
+    assert found.approvals_oldest_age is not None
+    assert 7200 <= found.approvals_oldest_age < 7260
+    capsys.readouterr()
+    assert main(cli_args(target, "stats")) == 0
+    text = capsys.readouterr().out
+    assert "In doubt (open):          1, oldest 10." in text  # minutes
+    assert "Approvals waiting:        1, oldest 2.0h" in text
 
 
 def test_stats_cli_window(target: Target, capsys: pytest.CaptureFixture[str]) -> None:

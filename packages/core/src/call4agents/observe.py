@@ -192,8 +192,23 @@ def outcome_of(action: Action, watch: Watch, exc: BaseException | None) -> Outco
 
         if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError since 3.11
             return "timeout"
-        return "in_doubt" if is_in_doubt_error(exc, action.options) else "error"
+        if not is_in_doubt_error(exc, action.options):
+            return "error"
+        return "timeout" if _caused_by_timeout(exc) else "in_doubt"
     return _engine_outcome(watch, exc)
+
+
+def _caused_by_timeout(exc: BaseException) -> bool:
+    """Whether a TimeoutError is behind this error: a framework's own tool timeout (Pydantic AI's
+    ``timeout=``) reaches the ledger as an in-doubt error raised from the TimeoutError."""
+    seen: set[int] = set()
+    found: BaseException | None = exc
+    while found is not None and id(found) not in seen:
+        if isinstance(found, TimeoutError):
+            return True
+        seen.add(id(found))
+        found = found.__cause__ or found.__context__
+    return False
 
 
 def _engine_outcome(watch: Watch, exc: BaseException) -> Outcome:

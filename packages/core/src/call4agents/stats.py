@@ -54,7 +54,7 @@ class Stats:
     in_doubt_oldest_age: float | None
     approvals_waiting: int
     approvals_oldest_age: float | None
-    irreversible_executions: int
+    irreversible_executions: int  # attempts of irreversible tools, as ``executions`` counts them
     irreversible_per_run: dict[str, int] = field(default_factory=dict)
     runs_by_state: dict[str, int] = field(default_factory=dict)
 
@@ -116,9 +116,12 @@ def compute(ledger: Ledger, since: float | None = None) -> Stats:
         )
     opened = open_figures(ledger)
     executions = sum(r.attempt for r in rows)
-    irreversible = Counter(
-        r.run_id for r in rows if r.kind == "irreversible" and r.state in ("succeeded", "in_doubt")
-    )
+    # Every attempt of an irreversible tool, whatever came of it: one that failed still called
+    # the tool, as the irreversible-executions metric counts it.
+    irreversible: Counter[str] = Counter()
+    for r in rows:
+        if r.kind == "irreversible" and r.attempt:
+            irreversible[r.run_id] += r.attempt
     return Stats(
         since_seconds=since,
         actions=len(rows),

@@ -51,6 +51,7 @@ from call4agents.integration import (
 
 from . import _approval, _endings, _hooks, _model, _nodes, _order
 from ._ids import BRANCH_KEY, no_thread_error, thread_run_id
+from ._otel_parent import instrumented_parent
 from ._results import ToolReportedError, ToolResult, check_reported_error, deliver, error_message
 
 T = TypeVar("T")
@@ -344,7 +345,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
             return
         token = _hooks.current_call_id.set(call.tool_call.get("id") or "")
         try:
-            with self._run_scope(call.run_id):
+            with self._run_scope(call.run_id), instrumented_parent():
                 yield
         finally:
             _hooks.current_call_id.reset(token)
