@@ -31,7 +31,6 @@ import queue
 import shlex
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -189,34 +188,40 @@ class GcRun:
     during: list[int]  # and while gc ran
 
 
+def _collect(url: str, schema: str, out: Any) -> None:
+    """gc in a process of its own, as ``call4agents gc`` runs from cron: (pruned, commit times)."""
+    collector = c4a.Ledger(url, schema=schema)
+    commits: list[float] = []
+    event.listen(collector.engine, "commit", lambda *_: commits.append(time.monotonic()))
+    out.put(("started", time.monotonic()))
+    report = collector.gc(3600)
+    collector.close()
+    out.put(("done", report.pruned, commits))
+
+
 def bench_gc(url: str, rows: int, samples: int) -> GcRun:
     t = open_postgres(url, "power", tag="_gc")
     try:
         fill_old(t, rows)
-        worker, collector = t.ledger(), t.ledger()
-        commits: list[float] = []
-        event.listen(collector.engine, "commit", lambda *_: commits.append(time.perf_counter()))
+        worker = t.ledger()
         op = _fresh(worker)
         before = timed(op, range(10_000_000, 10_000_000 + samples))
-        done = threading.Event()
-        report: list[Any] = []
-
-        def collect() -> None:
-            report.append(collector.gc(3600))
-            done.set()
-
-        started = time.perf_counter()
-        threading.Thread(target=collect).start()
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        proc = ctx.Process(target=_collect, args=(url, t.schema or "", out))
+        proc.start()
+        _, started = out.get(timeout=120)
         during, i = [], 20_000_000
-        while not done.is_set():
+        while proc.is_alive() and out.empty():
             during += timed(op, [i])
             i += 1
-        seconds = time.perf_counter() - started
+        _, pruned, commits = out.get(timeout=3600)
+        seconds = (commits[-1] if commits else time.monotonic()) - started
+        proc.join(timeout=60)
         marks = [started, *commits]
         longest = max(b - a for a, b in itertools.pairwise(marks)) * 1000
         worker.close()
-        collector.close()
-        return GcRun(report[0].pruned, seconds, len(commits), longest, before, during)
+        return GcRun(pruned, seconds, len(commits), longest, before, during)
     finally:
         t.close()
 
