@@ -64,7 +64,7 @@ def shown_to_model(model: StepModel) -> str:
 
 
 def usage(ledger: c4a.Ledger, run_id: str) -> c4a.BudgetUsage:
-    with c4a.run(run_id, budget=c4a.Budget(max_tool_calls=1000)):
+    with c4a.run(run_id, ledger=ledger, budget=c4a.Budget(max_tool_calls=1000)):
         return c4a.budget_usage(ledger=ledger)
 
 
