@@ -84,7 +84,7 @@ def status_of(ledger: c4a.Ledger, run_id: str = "ticket-7") -> tuple[str, str | 
 
 
 def usage_of(ledger: c4a.Ledger, budget: c4a.Budget, run_id: str = "ticket-7") -> c4a.BudgetUsage:
-    with c4a.run(run_id, budget=budget):
+    with c4a.run(run_id, ledger=ledger, budget=budget):
         return c4a.budget_usage(ledger=ledger)
 
 
@@ -208,6 +208,22 @@ async def test_an_enclosing_run_with_a_budget_keeps_working(
     assert heard == ["llm_start", "llm_end"] * 2
     usage = usage_of(ledger, budget)
     assert (usage.model_requests, usage.tool_calls, usage.input_tokens) == (2, 2, 20)
+
+
+async def test_an_enclosing_budget_and_the_agents_own_both_apply(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    once = OnceOnly(budget=c4a.Budget(max_tool_calls=1))
+    agent = once.wrap(agent_for(emails("ann", "bob"), mailer(outbox)))
+    with (
+        c4a.run("job-1", budget=c4a.Budget(max_tool_calls=5)),
+        pytest.raises(c4a.BudgetExceeded, match="1 tool calls") as caught,
+    ):
+        await Runner.run(agent, "go", context=dict(RUN))
+    assert caught.value.run_id == RUN["call4agents_run_id"]  # the agent's own limit was hit
+    assert [line["to"] for line in outbox.lines()] == ["ann"]
+    job = usage_of(ledger, c4a.Budget(max_tool_calls=5), "job-1")
+    assert job.tool_calls == 1  # counted against the enclosing run too
 
 
 async def test_an_agent_used_as_a_tool_counts_against_the_parent(

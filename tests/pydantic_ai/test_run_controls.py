@@ -346,6 +346,39 @@ def test_a_delegates_requests_use_up_the_parents_budget(target: Target, tmp_path
     assert ended(ledger, "parent-2") == "step_limit"
 
 
+def test_an_agent_used_as_a_tool_spends_its_own_budget_and_the_parents(
+    target: Target, tmp_path: Path
+) -> None:
+    ledger = c4a.init(target.open())
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    # The helper has a generous budget of its own; the parent's smaller one still applies.
+    helper = email_agent(
+        Emailer(stop_after=3).model(), outbox, budget=c4a.Budget(max_tool_calls=10)
+    )
+
+    async def ask_helper(ctx: RunContext[None], task: str) -> str:
+        """Hand a task to the mailing agent."""
+        done = await helper.run(task, conversation_id=f"{ctx.conversation_id}/helper")
+        return done.output
+
+    calls = [("ask_helper", {"task": "mail the customers"}, "p1")]
+    parent = Agent(
+        scripted(calls),
+        tools=[ask_helper],
+        capabilities=[OnceOnly(budget=c4a.Budget(max_tool_calls=2))],
+    )
+    with pytest.raises(c4a.BudgetExceeded) as caught:
+        parent.run_sync("Mail everyone", conversation_id="boss")
+    # ask_helper and the first email are the parent's two calls: the second email is refused.
+    assert (caught.value.run_id, caught.value.detail) == ("boss", "2 tool calls")
+    assert outbox.sent() == ["u0@example.com"]
+    assert usage_of("boss").per_tool == {"ask_helper": 1, "send_email": 1}
+    assert usage_of("boss/helper").per_tool == {"send_email": 1}
+    assert usage_of("boss/helper").model_requests == 2
+    assert usage_of("boss").model_requests == 3  # the parent's own request and the helper's
+    assert ended(ledger, "boss") == "step_limit"
+
+
 # -- escalation -------------------------------------------------------------------------------
 
 
