@@ -259,6 +259,41 @@ def test_two_workers_share_one_budget(target: Target, tmp_path: Path) -> None:
     assert len(outbox.sent()) == 3
 
 
+def test_a_per_tool_limit_cuts_only_that_tool(target: Target, tmp_path: Path) -> None:
+    ledger = c4a.init(target.open())
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    texts: list[str] = []
+    agent = email_agent(
+        scripted(
+            [
+                ("send_email", {"to": "u0@example.com", "body": "hi"}, "c0"),
+                ("send_email", {"to": "u1@example.com", "body": "hi"}, "c1"),
+                ("send_sms", {"to": "u0@example.com"}, "c2"),
+                ("send_email", {"to": "u2@example.com", "body": "hi"}, "c3"),
+            ]
+        ),
+        outbox,
+        budget=c4a.Budget(max_calls_per_tool=2),
+    )
+
+    @agent.tool_plain
+    def send_sms(to: str) -> str:
+        """Text a customer."""
+        texts.append(to)
+        return f"texted {to}"
+
+    with (
+        pytest.raises(c4a.BudgetExceeded) as caught,
+        Agent.parallel_tool_call_execution_mode("sequential"),
+    ):
+        agent.run_sync("Tell everyone", conversation_id="per-tool")
+    assert (caught.value.reason, caught.value.detail) == ("step_limit", "2 calls of send_email")
+    assert outbox.sent() == ["u0@example.com", "u1@example.com"]
+    assert texts == ["u0@example.com"]  # another tool keeps its own allowance
+    assert usage_of("per-tool").per_tool == {"send_email": 2, "send_sms": 1}
+    assert ended(ledger, "per-tool") == "step_limit"
+
+
 def test_an_enclosing_run_budget_counts_the_conversation(target: Target, tmp_path: Path) -> None:
     ledger = c4a.init(target.open())
     outbox = Outbox(tmp_path / "outbox.jsonl")
@@ -606,6 +641,41 @@ def test_escalate_on_is_checked_and_added_to_each_tools_own() -> None:
     once = OnceOnly(tools={"wire": {"escalate_on": ["budget"]}}, escalate_on=["in_doubt"])
     assert once.options("wire").escalate_on == ("budget", "in_doubt")
     assert once.options("send_email").escalate_on == ("in_doubt",)
+
+
+# -- read-before-write ----------------------------------------------------------------------------
+
+
+def test_a_found_resource_is_the_calls_result_and_the_tool_never_runs(
+    target: Target, tmp_path: Path
+) -> None:
+    ledger = c4a.init(target.open())
+    created: list[str] = []
+    searched: list[str] = []
+
+    def open_ticket(title: str) -> str:
+        """Open a ticket."""
+        created.append(title)
+        return f"created {title}"
+
+    def find_ticket(title: str) -> dict[str, str]:
+        searched.append(c4a.current().key)  # asked inside the claimed action, before the tool
+        return {"id": "T-9", "title": title}  # the tracker already has it
+
+    calls = [("open_ticket", {"title": "refund o-7"}, "t1")]
+    once = OnceOnly(tools={"open_ticket": {"find_existing": find_ticket}})
+    agent = Agent(scripted(calls), tools=[open_ticket], capabilities=[once])
+    done = agent.run_sync("Open a ticket", conversation_id="find-1")
+    assert created == []
+    [record] = ledger.effects("find-1")
+    assert (record.state, record.result) == ("succeeded", {"id": "T-9", "title": "refund o-7"})
+    assert searched == [record.key]
+    # What the model was given: the found ticket, as a successful tool result.
+    found = ["open_ticket", {"id": "T-9", "title": "refund o-7"}, "success"]
+    assert json.loads(done.output) == [found]
+    # The same call again (a resume replaying the history): the recorded result, no new search.
+    agent.run_sync(message_history=done.all_messages()[:2])
+    assert (created, searched) == ([], [record.key])
 
 
 UNDO_CHILD = Path(__file__).with_name("undo_child.py")
