@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import pytest
 from sqlalchemy import select, update
 
@@ -129,3 +132,30 @@ def test_the_same_run_entered_again_is_counted_once(ledger: c4a.Ledger) -> None:
         with pytest.raises(c4a.BudgetExceeded, match="2 calls of step"):
             step(3)
     assert counters(ledger, "same") == {"tool_calls": 2, "tool:step": 2}
+
+
+def test_children_racing_for_the_parents_last_calls(ledger: c4a.Ledger) -> None:
+    # Three sub-agents at once, each with a budget of its own, share the parent's two calls:
+    # the parent's counters are locked in each claim's transaction, so only two can run.
+    step, done = make_step()
+    parent = c4a.Budget(max_tool_calls=2)
+    with c4a.run("parent-r", budget=parent):
+        c4a.count_model_request()  # the parent's counters exist before the race
+    barrier = threading.Barrier(3)
+
+    def child(n: int) -> None:
+        with (
+            c4a.run("parent-r", budget=parent),
+            c4a.run(f"child-r{n}", budget=c4a.Budget(max_tool_calls=5)),
+            contextlib.suppress(c4a.BudgetExceeded),
+        ):
+            barrier.wait()
+            step(n)
+
+    threads = [threading.Thread(target=child, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(done) == 2
+    assert counters(ledger, "parent-r")["tool_calls"] == 2
