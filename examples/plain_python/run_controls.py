@@ -1,4 +1,5 @@
-"""Run controls: undo a run, read-before-write for an API with no idempotency key, escalate.
+"""Run controls: undo a run, read-before-write for an API with no idempotency key, escalate,
+and a budget counted in the ledger.
 
 Each part uses its own run id with a random suffix, so the example can run again and again.
 """
@@ -92,3 +93,33 @@ except c4a.Escalated as escalated:  # hand this to a ticketing system: .as_dict(
     print(f"done: {[(d['tool'], d['external_ids']) for d in handoff.done]}")
     print(f"what remains: {handoff.what_remains}")
     print(f"see it with: call4agents show {handoff.run_id}")
+
+
+# -- budgets: limits counted in the ledger, so a resume continues the count ---------------------
+
+
+@c4a.effect
+def send_sms(to: str, text: str) -> str:
+    return f"sent to {to}"
+
+
+updates = f"updates-{suffix}"
+budget = c4a.Budget(max_calls_per_tool=3, deadline=600, soft=0.6)
+with c4a.run(updates, budget=budget):
+    try:
+        for n in range(5):
+            send_sms("+15550100", f"update {n}")
+            if c4a.budget_usage().soft_reached:  # time to tell the agent to wrap up
+                print(f"soft limit reached after {n + 1} messages")
+    except c4a.BudgetExceeded as exc:
+        print(f"stopped before message {n + 1}: {exc.reason} ({exc.detail})")
+
+with c4a.run(updates, budget=budget):  # the run resumed (a new process would see the same)
+    send_sms("+15550100", "update 0")  # a repeat is served from the ledger: it costs nothing
+    try:
+        send_sms("+15550100", "update 9")
+    except c4a.BudgetExceeded:
+        print("after the resume: still refused, the count is in the ledger")
+status = ledger.run_status(updates)
+assert status is not None
+print(f"run {updates} ended: {status.status}")

@@ -13,8 +13,9 @@ WORLD is a file outside the ledger: one line per thing that happened in the outs
                     after_create        SIGKILL after the ticket exists, before the result is kept
                     after_intent        SIGKILL after the intent, before the ticket exists
     budget        charge each amount in $AMOUNTS (comma-separated) under
-                  Budget(max_tool_calls=$MAX_CALLS); prints one outcome per amount as JSON.
-                  POINT kill_after_N: SIGKILL once N charges are done
+                  Budget(max_tool_calls=$MAX_CALLS, deadline=$DEADLINE if set); prints one
+                  outcome per amount as JSON.
+                  POINT kill_after_N: SIGKILL once N charges are done (0: as the run starts)
 """
 
 from __future__ import annotations
@@ -110,8 +111,11 @@ with c4a.run(run_id):
         print(json.dumps(open_ticket("Refund for order 7")))
 if mode == "budget":
     outcomes: list[str] = []
-    budget = c4a.Budget(max_tool_calls=int(os.environ["MAX_CALLS"]))
+    deadline = float(os.environ["DEADLINE"]) if os.environ.get("DEADLINE") else None
+    budget = c4a.Budget(max_tool_calls=int(os.environ["MAX_CALLS"]), deadline=deadline)
     with c4a.run(run_id, budget=budget):
+        if point == "kill_after_0":
+            die()
         for amount in [int(a) for a in os.environ["AMOUNTS"].split(",")]:
             try:
                 charge(amount)

@@ -139,9 +139,9 @@ def test_resolve_happened_settles_show_and_repeats(target: Any, cli: Cli) -> Non
     assert agent.charge_again() == {"id": "ch-real", "amount": 1200}
     assert agent.charges == 1
 
-    [record] = [
-        r for r in json.loads(cli(target, "show", "ticket-1", "--json")[1]) if r["tool"] == "charge"
-    ]
+    shown = json.loads(cli(target, "show", "ticket-1", "--json")[1])
+    assert (shown["run_id"], shown["ending"], shown["handoff"]) == ("ticket-1", None, None)
+    [record] = [r for r in shown["actions"] if r["tool"] == "charge"]
     assert record["state"] == "succeeded"
     assert record["resolved_by"] == "ann"
 
@@ -199,7 +199,63 @@ def test_show_unknown_run(target: Any, cli: Cli) -> None:
     code, out, err = cli(target, "show", "no-such-run")
     assert (code, out) == (1, "")
     assert "No actions recorded for run 'no-such-run'." in err
-    assert cli(target, "show", "no-such-run", "--json")[:2] == (1, "[]\n")
+    code, out, _ = cli(target, "show", "no-such-run", "--json")
+    assert code == 1
+    assert json.loads(out) == {
+        "run_id": "no-such-run",
+        "actions": [],
+        "ending": None,
+        "handoff": None,
+    }
+    assert cli(target, "show", "no-such-run", "--json", "--actions")[:2] == (1, "[]\n")
+
+
+def test_show_json_is_one_document_with_the_ending_and_handoff(target: Any, cli: Cli) -> None:
+    ledger = c4a.init(target.open())
+
+    @c4a.effect(name="pay")
+    def pay(n: int) -> dict[str, Any]:
+        return {"payment_id": f"p-{n}"}
+
+    with c4a.run("esc-json"):
+        pay(1)
+        with pytest.raises(c4a.Escalated):
+            c4a.escalate("the customer disputes the order", what_remains="call the customer")
+    code, out, _ = cli(target, "show", "esc-json", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert [a["tool"] for a in doc["actions"]] == ["pay"]
+    assert (doc["ending"]["status"], doc["ending"]["reason"]) == (
+        "escalated",
+        "the customer disputes the order",
+    )
+    assert doc["handoff"]["what_remains"] == ["call the customer"]
+    assert doc["handoff"]["done"][0]["external_ids"] == {"payment_id": "p-1"}
+    # The list of actions alone, the shape `--json` had before, for scripts that read it.
+    code, out, _ = cli(target, "show", "esc-json", "--json", "--actions")
+    assert code == 0
+    assert [a["tool"] for a in json.loads(out)] == ["pay"]
+
+    # Escalated before any action: the hand-off is the document's point, and it is no failure.
+    with pytest.raises(c4a.Escalated), c4a.run("esc-empty"):
+        c4a.escalate("nothing I can do", blocking_fact="the account is closed")
+    code, out, _ = cli(target, "show", "esc-empty", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["actions"] == []
+    assert doc["ending"]["status"] == "escalated"
+    assert doc["handoff"]["blocking_fact"] == "the account is closed"
+
+    # A budget cut is an ending without a hand-off.
+    with c4a.run("cut-json", budget=c4a.Budget(max_tool_calls=1)):
+        pay(1)
+        with pytest.raises(c4a.BudgetExceeded):
+            pay(2)
+    doc = json.loads(cli(target, "show", "cut-json", "--json")[1])
+    assert (doc["ending"]["status"], doc["ending"]["reason"]) == ("step_limit", "1 tool calls")
+    assert doc["ending"]["details"]["budget"]["tool"] == "pay"
+    assert doc["handoff"] is None
+    assert ledger.run_status("cut-json") is not None
 
 
 def test_show_prints_what_a_budget_spent(target: Any, cli: Cli) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from pydantic_ai import Agent
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 import call4agents as c4a
 from call4agents.tables import run_counters
@@ -94,6 +95,53 @@ def test_deadline_survives_a_new_process(ledger: c4a.Ledger, target: Target) -> 
     status = fresh.run_status("b-3")
     assert status is not None
     assert status.status == "deadline"
+
+
+def started_at(ledger: c4a.Ledger, run_id: str) -> float | None:
+    with ledger.engine.connect() as conn:
+        return conn.execute(
+            select(run_counters.c.value).where(
+                run_counters.c.run_id == run_id, run_counters.c.name == "started_at"
+            )
+        ).scalar_one_or_none()
+
+
+def test_deadline_counts_from_the_runs_start_across_a_crash(
+    ledger: c4a.Ledger, target: Target, tmp_path: Path
+) -> None:
+    out = tmp_path / "world.txt"
+    env = dict(target.env(), MAX_CALLS="5", DEADLINE="3600", AMOUNTS="1")
+    # Killed as the run starts, before any counted call: the clock already runs.
+    killed = run_child(CHILD, "budget", "b-clock", str(out), "kill_after_0", env=env)
+    assert killed.returncode == -signal.SIGKILL
+    assert not out.exists()
+    start = started_at(ledger, "b-clock")
+    assert start is not None
+    resumed = run_child(CHILD, "budget", "b-clock", str(out), env=env)
+    assert json.loads(resumed.stdout) == ["ok"], resumed.stderr
+    assert started_at(ledger, "b-clock") == start  # the resume kept the original start
+    # An hour after that start (moved in the ledger rather than waited for), a resume is cut.
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            update(run_counters)
+            .where(run_counters.c.run_id == "b-clock", run_counters.c.name == "started_at")
+            .values(value=run_counters.c.value - 3601)
+        )
+    late = run_child(CHILD, "budget", "b-clock", str(out), env=dict(env, AMOUNTS="2"))
+    assert json.loads(late.stdout) == ["refused:deadline"], late.stderr
+    assert out.read_text().splitlines() == ["charge 1"]
+
+
+def test_an_async_run_starts_its_clock_on_entry(ledger: c4a.Ledger) -> None:
+    async def main() -> None:
+        async with c4a.run("b-async", budget=c4a.Budget(deadline=60)):
+            assert c4a.budget_usage().elapsed is not None  # nothing counted yet
+        async with c4a.run("b-async-free"):
+            pass
+
+    asyncio.run(main())
+    assert started_at(ledger, "b-async") is not None
+    assert started_at(ledger, "b-async-free") is None  # no budget: no ledger work
 
 
 def test_nested_runs_count_against_the_parent(ledger: c4a.Ledger) -> None:

@@ -97,8 +97,14 @@ def test_show_prints_the_handoff_and_json_gives_it(
     assert [d["tool"] for d in doc["done"]] == ["refund", "email"]
     assert [d["tool"] for d in doc["in_doubt"]] == ["restock"]
 
-    # The action list keeps its own shape for scripts that read it.
+    # The whole run as one document: its actions, its ending and the same hand-off.
     assert cli(target, "show", "ticket-9", "--json") == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert whole["handoff"] == doc
+    assert whole["ending"]["status"] == "escalated"
+    assert [a["tool"] for a in whole["actions"]] == ["refund", "email", "restock"]
+    # The action list alone keeps its old shape for scripts that read it.
+    assert cli(target, "show", "ticket-9", "--json", "--actions") == 0
     assert isinstance(json.loads(capsys.readouterr().out), list)
     assert cli(target, "show", "other", "--handoff") == 1
     assert "was not escalated" in capsys.readouterr().err

@@ -23,6 +23,10 @@ def test_run_controls_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "found T-1 instead of opening another; tickets: 1" in out
     assert "escalated: refunds over 100 need a person" in out
     assert "done: [('run_controls.charge', {'charge_id': 'ch_1'})]" in out
+    assert "soft limit reached after 2 messages" in out
+    assert "stopped before message 4: step_limit (3 calls of run_controls.send_sms)" in out
+    assert "after the resume: still refused, the count is in the ledger" in out
+    assert re.search(r"run updates-\w+ ended: step_limit", out)
 
     found = re.search(r"call4agents show (refund-\w+)", out)
     assert found is not None

@@ -20,9 +20,11 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command
+from sqlalchemy import update
 
 import call4agents as c4a
 from call4agents.cli import main as cli_main
+from call4agents.tables import run_counters
 from call4agents_langgraph import OnceOnly
 from tests.conftest import Target
 from tests.langgraph.fake_model import StepModel
@@ -64,7 +66,7 @@ def shown_to_model(model: StepModel) -> str:
 
 
 def usage(ledger: c4a.Ledger, run_id: str) -> c4a.BudgetUsage:
-    with c4a.run(run_id, budget=c4a.Budget(max_tool_calls=1000)):
+    with c4a.run(run_id, ledger=ledger, budget=c4a.Budget(max_tool_calls=1000)):
         return c4a.budget_usage(ledger=ledger)
 
 
@@ -170,6 +172,51 @@ def test_async_agent_counts_and_notes(target: Target, outbox: Outbox) -> None:
     assert (spent.tool_calls, spent.model_requests, spent.input_tokens) == (2, 3, 30)
     # After the first email (1 of 2 tool calls: 50%) every request carries the note.
     assert [bool(t) for t in model.system_texts()] == [False, True, True]
+
+
+def test_per_tool_limit_cuts_only_that_tool(target: Target, outbox: Outbox) -> None:
+    ledger = target.open()
+    texts: list[str] = []
+
+    @tool
+    def send_sms(to: str) -> str:
+        """Text a customer."""
+        texts.append(to)
+        return f"texted {to}"
+
+    calls = [*emails("ann@x", "bob@x"), ("send_sms", {"to": "ann@x"}), *emails("cy@x")]
+    once = OnceOnly(ledger=ledger, budget=c4a.Budget(max_calls_per_tool=2))
+    graph = agent(StepModel(calls=calls), [emailer(outbox), send_sms], once)
+    with pytest.raises(c4a.BudgetExceeded) as caught:
+        graph.invoke({"messages": [HumanMessage("tell them")]}, config())
+    assert (caught.value.reason, caught.value.detail) == ("step_limit", "2 calls of send_email")
+    assert sent(outbox) == ["ann@x", "bob@x"]
+    assert texts == ["ann@x"]  # another tool keeps its own allowance
+    assert usage(ledger, "thread-1").per_tool == {"send_email": 2, "send_sms": 1}
+
+
+def test_the_deadline_ends_a_later_invoke_of_the_thread(target: Target, outbox: Outbox) -> None:
+    ledger = target.open()
+    model = StepModel(calls=emails("ann@x"))
+    once = OnceOnly(ledger=ledger, budget=c4a.Budget(deadline=3600))
+    graph = agent(model, [emailer(outbox)], once)
+    graph.invoke({"messages": [HumanMessage("mail ann")]}, config())
+    requests = len(model.seen)
+    # An hour passes (moved in the ledger rather than waited for), then the thread goes on.
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            update(run_counters)
+            .where(run_counters.c.run_id == "thread-1", run_counters.c.name == "started_at")
+            .values(value=run_counters.c.value - 3601)
+        )
+    with pytest.raises(c4a.BudgetExceeded) as caught:
+        graph.invoke({"messages": [HumanMessage("and again")]}, config())
+    assert caught.value.reason == "deadline"
+    assert len(model.seen) == requests  # no request was made past the deadline
+    assert sent(outbox) == ["ann@x"]
+    status = ledger.run_status("thread-1")
+    assert status is not None
+    assert status.status == "deadline"
 
 
 def test_an_enclosing_run_budget_still_applies(target: Target, outbox: Outbox) -> None:

@@ -24,9 +24,11 @@ from pydantic_ai import Agent
 from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from sqlalchemy import update
 
 import call4agents as c4a
 from call4agents.cli import main as cli_main
+from call4agents.tables import run_counters
 from call4agents.undo import undo_for
 from call4agents_mcp import KEY_META, OnceOnly, call_tool, ending_of, process_tool_call
 from tests.conftest import Target, run_child
@@ -166,6 +168,26 @@ def test_budget_is_counted_per_run(ledger: c4a.Ledger, world: World) -> None:
     assert info(a_cut)["detail"] == "1 calls of charge"
     assert info(a_cut)["run_id"] == "mcp:tenant-a"
     assert world.lines() == ["charge 1", "charge 3"]
+
+
+def test_the_deadline_ends_a_later_call_of_the_run(ledger: c4a.Ledger, world: World) -> None:
+    app = pay_server(world, OnceOnly(identity=job("job-d"), budget=c4a.Budget(deadline=3600)))
+    [first] = call_all(app, *charges(1))
+    assert outcome(first) == "ok"
+    # An hour passes (moved in the ledger rather than waited for); the caller comes back.
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            update(run_counters)
+            .where(run_counters.c.run_id == "mcp:job-d", run_counters.c.name == "started_at")
+            .values(value=run_counters.c.value - 3601)
+        )
+    [late] = call_all(app, *charges(2))
+    assert outcome(late) == "budget_exceeded"
+    assert (info(late)["reason"], info(late)["ends_run"]) == ("deadline", True)
+    assert world.lines() == ["charge 1"]
+    status = ledger.run_status("mcp:job-d")
+    assert status is not None
+    assert status.status == "deadline"
 
 
 def test_effects_inside_a_tool_count_against_its_run(ledger: c4a.Ledger, world: World) -> None:

@@ -27,9 +27,11 @@ from agents import (
 from agents.exceptions import AgentsException
 from agents.items import ModelResponse, TResponseInputItem, TResponseOutputItem
 from agents.testing import ModelStep, ScriptedModel
+from sqlalchemy import update
 
 import call4agents as c4a
 from call4agents.cli import main as cli_main
+from call4agents.tables import run_counters
 from call4agents_openai_agents import OnceOnly
 from tests.conftest import Target, run_child
 from tests.openai_agents.support import Outbox, assistant_message, call, outputs
@@ -84,7 +86,7 @@ def status_of(ledger: c4a.Ledger, run_id: str = "ticket-7") -> tuple[str, str | 
 
 
 def usage_of(ledger: c4a.Ledger, budget: c4a.Budget, run_id: str = "ticket-7") -> c4a.BudgetUsage:
-    with c4a.run(run_id, budget=budget):
+    with c4a.run(run_id, ledger=ledger, budget=budget):
         return c4a.budget_usage(ledger=ledger)
 
 
@@ -121,6 +123,53 @@ async def test_the_model_request_limit_ends_the_run_before_the_request(
     assert outbox.count() == 2
     assert usage_of(ledger, budget).model_requests == 2
     assert status_of(ledger) == ("step_limit", "2 model requests")
+
+
+async def test_a_per_tool_limit_cuts_only_that_tool(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    texts: list[str] = []
+
+    @function_tool
+    def send_sms(to: str) -> str:
+        """Text a customer."""
+        texts.append(to)
+        return f"texted {to}"
+
+    model = ScriptedModel(
+        [
+            step(call("send_email", "c1", to="ann")),
+            step(call("send_email", "c2", to="bob")),
+            step(call("send_sms", "c3", to="ann")),
+            step(call("send_email", "c4", to="cat")),
+            step(assistant_message("done")),
+        ]
+    )
+    budget = c4a.Budget(max_calls_per_tool=2)
+    agent = OnceOnly(budget=budget).wrap(agent_for(model, mailer(outbox), send_sms))
+    with pytest.raises(c4a.BudgetExceeded) as ended:
+        await Runner.run(agent, "go", context=dict(RUN))
+    assert (ended.value.reason, ended.value.detail) == ("step_limit", "2 calls of send_email")
+    assert [line["to"] for line in outbox.lines()] == ["ann", "bob"]
+    assert texts == ["ann"]  # another tool keeps its own allowance
+    assert usage_of(ledger, budget).per_tool == {"send_email": 2, "send_sms": 1}
+
+
+async def test_the_deadline_ends_a_later_run(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    once = OnceOnly(budget=c4a.Budget(deadline=3600))
+    await Runner.run(once.wrap(agent_for(emails("ann"), mailer(outbox))), "go", context=dict(RUN))
+    # An hour passes (moved in the ledger rather than waited for), then the run goes on.
+    with ledger.engine.begin() as conn:
+        conn.execute(
+            update(run_counters)
+            .where(run_counters.c.run_id == "ticket-7", run_counters.c.name == "started_at")
+            .values(value=run_counters.c.value - 3601)
+        )
+    later = emails("bob")
+    with pytest.raises(c4a.BudgetExceeded) as ended:
+        await Runner.run(once.wrap(agent_for(later, mailer(outbox))), "go", context=dict(RUN))
+    assert ended.value.reason == "deadline"
+    assert len(later.calls) == 0  # no request was sent past the deadline
+    assert [line["to"] for line in outbox.lines()] == ["ann"]
+    assert status_of(ledger)[0] == "deadline"
 
 
 def test_run_sync_ends_the_same_way(ledger: c4a.Ledger, outbox: Outbox) -> None:
@@ -208,6 +257,22 @@ async def test_an_enclosing_run_with_a_budget_keeps_working(
     assert heard == ["llm_start", "llm_end"] * 2
     usage = usage_of(ledger, budget)
     assert (usage.model_requests, usage.tool_calls, usage.input_tokens) == (2, 2, 20)
+
+
+async def test_an_enclosing_budget_and_the_agents_own_both_apply(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    once = OnceOnly(budget=c4a.Budget(max_tool_calls=1))
+    agent = once.wrap(agent_for(emails("ann", "bob"), mailer(outbox)))
+    with (
+        c4a.run("job-1", budget=c4a.Budget(max_tool_calls=5)),
+        pytest.raises(c4a.BudgetExceeded, match="1 tool calls") as caught,
+    ):
+        await Runner.run(agent, "go", context=dict(RUN))
+    assert caught.value.run_id == RUN["call4agents_run_id"]  # the agent's own limit was hit
+    assert [line["to"] for line in outbox.lines()] == ["ann"]
+    job = usage_of(ledger, c4a.Budget(max_tool_calls=5), "job-1")
+    assert job.tool_calls == 1  # counted against the enclosing run too
 
 
 async def test_an_agent_used_as_a_tool_counts_against_the_parent(

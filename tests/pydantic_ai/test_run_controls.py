@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    ToolDenied,
+)
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.usage import RequestUsage
@@ -253,6 +259,41 @@ def test_two_workers_share_one_budget(target: Target, tmp_path: Path) -> None:
     assert len(outbox.sent()) == 3
 
 
+def test_a_per_tool_limit_cuts_only_that_tool(target: Target, tmp_path: Path) -> None:
+    ledger = c4a.init(target.open())
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    texts: list[str] = []
+    agent = email_agent(
+        scripted(
+            [
+                ("send_email", {"to": "u0@example.com", "body": "hi"}, "c0"),
+                ("send_email", {"to": "u1@example.com", "body": "hi"}, "c1"),
+                ("send_sms", {"to": "u0@example.com"}, "c2"),
+                ("send_email", {"to": "u2@example.com", "body": "hi"}, "c3"),
+            ]
+        ),
+        outbox,
+        budget=c4a.Budget(max_calls_per_tool=2),
+    )
+
+    @agent.tool_plain
+    def send_sms(to: str) -> str:
+        """Text a customer."""
+        texts.append(to)
+        return f"texted {to}"
+
+    with (
+        pytest.raises(c4a.BudgetExceeded) as caught,
+        Agent.parallel_tool_call_execution_mode("sequential"),
+    ):
+        agent.run_sync("Tell everyone", conversation_id="per-tool")
+    assert (caught.value.reason, caught.value.detail) == ("step_limit", "2 calls of send_email")
+    assert outbox.sent() == ["u0@example.com", "u1@example.com"]
+    assert texts == ["u0@example.com"]  # another tool keeps its own allowance
+    assert usage_of("per-tool").per_tool == {"send_email": 2, "send_sms": 1}
+    assert ended(ledger, "per-tool") == "step_limit"
+
+
 def test_an_enclosing_run_budget_counts_the_conversation(target: Target, tmp_path: Path) -> None:
     ledger = c4a.init(target.open())
     outbox = Outbox(tmp_path / "outbox.jsonl")
@@ -338,6 +379,39 @@ def test_a_delegates_requests_use_up_the_parents_budget(target: Target, tmp_path
     assert outbox.sent() == ["team@example.com"]
     assert usage_of("parent-2").model_requests == 4
     assert ended(ledger, "parent-2") == "step_limit"
+
+
+def test_an_agent_used_as_a_tool_spends_its_own_budget_and_the_parents(
+    target: Target, tmp_path: Path
+) -> None:
+    ledger = c4a.init(target.open())
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    # The helper has a generous budget of its own; the parent's smaller one still applies.
+    helper = email_agent(
+        Emailer(stop_after=3).model(), outbox, budget=c4a.Budget(max_tool_calls=10)
+    )
+
+    async def ask_helper(ctx: RunContext[None], task: str) -> str:
+        """Hand a task to the mailing agent."""
+        done = await helper.run(task, conversation_id=f"{ctx.conversation_id}/helper")
+        return done.output
+
+    calls = [("ask_helper", {"task": "mail the customers"}, "p1")]
+    parent = Agent(
+        scripted(calls),
+        tools=[ask_helper],
+        capabilities=[OnceOnly(budget=c4a.Budget(max_tool_calls=2))],
+    )
+    with pytest.raises(c4a.BudgetExceeded) as caught:
+        parent.run_sync("Mail everyone", conversation_id="boss")
+    # ask_helper and the first email are the parent's two calls: the second email is refused.
+    assert (caught.value.run_id, caught.value.detail) == ("boss", "2 tool calls")
+    assert outbox.sent() == ["u0@example.com"]
+    assert usage_of("boss").per_tool == {"ask_helper": 1, "send_email": 1}
+    assert usage_of("boss/helper").per_tool == {"send_email": 1}
+    assert usage_of("boss/helper").model_requests == 2
+    assert usage_of("boss").model_requests == 3  # the parent's own request and the helper's
+    assert ended(ledger, "boss") == "step_limit"
 
 
 # -- escalation -------------------------------------------------------------------------------
@@ -451,6 +525,157 @@ def test_escalate_from_policy_code_inside_the_run(target: Target, tmp_path: Path
     assert [d["tool"] for d in caught.value.handoff.done] == ["send_email"]
     assert caught.value.handoff.what_remains == ["check Bob's refund"]
     assert ended(ledger, "esc-3") == "escalated"
+
+
+@pytest.mark.parametrize(
+    ("limit", "detail", "sent"),
+    [("max_model_requests", "2 model requests", 2), ("max_tool_calls", "2 tool calls", 2)],
+)
+def test_escalate_on_budget_hands_the_run_over(
+    target: Target, tmp_path: Path, limit: str, detail: str, sent: int
+) -> None:
+    ledger = c4a.init(target.open())
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    emailer = Emailer()  # never stops by itself
+    budget = c4a.Budget(**{limit: 2})
+    agent = email_agent(emailer.model(), outbox, budget=budget, escalate_on=["budget"])
+    with pytest.raises(c4a.Escalated) as caught:
+        agent.run_sync("Email everyone", conversation_id="esc-budget")
+    handoff = caught.value.handoff
+    assert (handoff.reason, handoff.blocking_fact) == ("the run hit its step limit", detail)
+    assert [d["args"]["to"] for d in handoff.done] == [f"u{i}@example.com" for i in range(sent)]
+    assert isinstance(caught.value.__cause__, c4a.BudgetExceeded)
+    assert len(outbox.sent()) == sent
+    status = ledger.run_status("esc-budget")
+    assert status is not None
+    assert status.status == "escalated"
+    assert status.details["budget"]["detail"] == detail  # the cut is kept beside it
+
+
+def test_escalate_on_in_doubt_hands_the_run_over(target: Target, tmp_path: Path) -> None:
+    ledger = c4a.init(target.open())
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+
+    def wire(to: str, amount: int) -> str:
+        """Wire money."""
+        outbox.send(to, f"{amount}")
+        raise c4a.OutcomeUnknown("the bank hung up")
+
+    calls = [("wire", {"to": "bob", "amount": 90}, "w1")]
+    agent = Agent(scripted(calls), tools=[wire], capabilities=[OnceOnly(escalate_on="in_doubt")])
+    with pytest.raises(c4a.Escalated) as caught:
+        agent.run_sync("Pay Bob", conversation_id="esc-doubt")
+    handoff = caught.value.handoff
+    assert handoff.reason == "wire may or may not have happened"
+    assert handoff.blocking_fact == "OutcomeUnknown: the bank hung up"
+    assert [(d["tool"], d["why"]) for d in handoff.in_doubt] == [
+        ("wire", "OutcomeUnknown: the bank hung up")
+    ]
+    assert [r.state for r in ledger.effects("esc-doubt")] == ["in_doubt"]
+    assert ended(ledger, "esc-doubt") == "escalated"
+
+
+def approval_agent(outbox: Outbox, **once: Any) -> Agent[None, Any]:
+    def send_email(to: str, body: str) -> str:
+        """Email a customer."""
+        return outbox.send(to, body)
+
+    calls = [("send_email", {"to": "bob@example.com", "body": "refund approved"}, "call-1")]
+    once_only = OnceOnly(tools={"send_email": {"approval": True}}, **once)
+    return Agent(
+        scripted(calls),
+        tools=[send_email],
+        output_type=[str, DeferredToolRequests],
+        capabilities=[once_only],
+    )
+
+
+@pytest.mark.parametrize("where", ["answers", "ledger"])
+def test_escalate_on_denied_hands_the_run_over(target: Target, tmp_path: Path, where: str) -> None:
+    ledger = c4a.init(target.open())
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    agent = approval_agent(outbox, escalate_on=["denied"])
+    asked = agent.run_sync("Tell Bob", conversation_id="esc-no")
+    assert isinstance(asked.output, DeferredToolRequests)
+    [call] = asked.output.approvals
+    answers = None
+    if where == "answers":  # the app's DeferredToolResults carry the "no"
+        answers = DeferredToolResults(
+            approvals={call.tool_call_id: ToolDenied("wrong customer")},
+            metadata=asked.output.metadata,
+            answered_by={call.tool_call_id: "ann"},
+        )
+    else:  # a "no" given in the ledger, met when the conversation resumes
+        [ticket] = ledger.approvals("esc-no", state="pending")
+        ledger.deny(ticket.ticket, by="ann", reason="wrong customer")
+    with pytest.raises(c4a.Escalated) as caught:
+        agent.run_sync(message_history=asked.all_messages(), deferred_tool_results=answers)
+    handoff = caught.value.handoff
+    assert (handoff.reason, handoff.blocking_fact) == (
+        "a person denied send_email",
+        "denied by ann: wrong customer",
+    )
+    assert handoff.what_remains == [
+        "decide with the requester what to do instead of: "
+        'send_email {"body":"refund approved","to":"bob@example.com"}'
+    ]
+    assert outbox.sent() == []
+    assert ended(ledger, "esc-no") == "escalated"
+
+
+def test_without_escalate_on_a_no_goes_back_to_the_model(target: Target, tmp_path: Path) -> None:
+    ledger = c4a.init(target.open())
+    agent = approval_agent(Outbox(tmp_path / "outbox.jsonl"))
+    asked = agent.run_sync("Tell Bob", conversation_id="no-esc")
+    assert isinstance(asked.output, DeferredToolRequests)
+    [call] = asked.output.approvals
+    answers = DeferredToolResults(approvals={call.tool_call_id: ToolDenied("wrong customer")})
+    done = agent.run_sync(message_history=asked.all_messages(), deferred_tool_results=answers)
+    assert isinstance(done.output, str)
+    assert ended(ledger, "no-esc") is None
+
+
+def test_escalate_on_is_checked_and_added_to_each_tools_own() -> None:
+    with pytest.raises(c4a.ConfigurationError, match=r"escalate_on=\['in-doubt'\] is not"):
+        OnceOnly(escalate_on=["in-doubt"])
+    once = OnceOnly(tools={"wire": {"escalate_on": ["budget"]}}, escalate_on=["in_doubt"])
+    assert once.options("wire").escalate_on == ("budget", "in_doubt")
+    assert once.options("send_email").escalate_on == ("in_doubt",)
+
+
+# -- read-before-write ----------------------------------------------------------------------------
+
+
+def test_a_found_resource_is_the_calls_result_and_the_tool_never_runs(
+    target: Target, tmp_path: Path
+) -> None:
+    ledger = c4a.init(target.open())
+    created: list[str] = []
+    searched: list[str] = []
+
+    def open_ticket(title: str) -> str:
+        """Open a ticket."""
+        created.append(title)
+        return f"created {title}"
+
+    def find_ticket(title: str) -> dict[str, str]:
+        searched.append(c4a.current().key)  # asked inside the claimed action, before the tool
+        return {"id": "T-9", "title": title}  # the tracker already has it
+
+    calls = [("open_ticket", {"title": "refund o-7"}, "t1")]
+    once = OnceOnly(tools={"open_ticket": {"find_existing": find_ticket}})
+    agent = Agent(scripted(calls), tools=[open_ticket], capabilities=[once])
+    done = agent.run_sync("Open a ticket", conversation_id="find-1")
+    assert created == []
+    [record] = ledger.effects("find-1")
+    assert (record.state, record.result) == ("succeeded", {"id": "T-9", "title": "refund o-7"})
+    assert searched == [record.key]
+    # What the model was given: the found ticket, as a successful tool result.
+    found = ["open_ticket", {"id": "T-9", "title": "refund o-7"}, "success"]
+    assert json.loads(done.output) == [found]
+    # The same call again (a resume replaying the history): the recorded result, no new search.
+    agent.run_sync(message_history=done.all_messages()[:2])
+    assert (created, searched) == ([], [record.key])
 
 
 UNDO_CHILD = Path(__file__).with_name("undo_child.py")

@@ -354,16 +354,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.handoff:
         return _show_handoff(args, handoff)
     if args.json:
-        _print_json([r.as_dict() for r in found])
+        return _show_json(args, found, status, handoff)
     if not found:
-        if not args.json and status is not None:  # escalated before any action
+        if status is not None:  # escalated before any action
             print(f"Run {args.run}: no actions\n\n" + _ending_text(status, handoff))
             return EXIT_OK
-        if not args.json:
-            print(f"No actions recorded for run {args.run!r}.", file=sys.stderr)
+        print(f"No actions recorded for run {args.run!r}.", file=sys.stderr)
         return EXIT_FAILED
-    if args.json:
-        return EXIT_OK
     rows, below = [], {}
     for i, r in enumerate(found):
         rows.append(
@@ -408,6 +405,42 @@ def _ending_text(status: RunStatus, handoff: Handoff | None) -> str:
     if handoff is not None:
         text += "\n\n" + handoff.text()
     return text
+
+
+def _show_json(
+    args: argparse.Namespace,
+    found: Sequence[EffectRecord],
+    status: RunStatus | None,
+    handoff: Handoff | None,
+) -> int:
+    """One document for the run: its actions, how a run control ended it, and its hand-off.
+
+    ``--actions`` prints the list of actions alone, the shape ``--json`` had before.
+    """
+    actions = [r.as_dict() for r in found]
+    if args.actions:
+        _print_json(actions)
+    else:
+        _print_json(
+            {
+                "run_id": args.run,
+                "actions": actions,
+                "ending": _ending_document(status),
+                "handoff": handoff.as_dict() if handoff is not None else None,
+            }
+        )
+    return EXIT_OK if found or status is not None else EXIT_FAILED
+
+
+def _ending_document(status: RunStatus | None) -> dict[str, Any] | None:
+    if status is None:
+        return None  # no run control ended it (still going, or ended by the agent itself)
+    return {
+        "status": status.status,
+        "reason": status.reason,
+        "details": status.details,
+        "at": status.updated_at,
+    }
 
 
 def _show_handoff(args: argparse.Namespace, handoff: Handoff | None) -> int:
@@ -787,6 +820,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--handoff",
         action="store_true",
         help="only the hand-off of an escalated run (with --json: one document for a ticket)",
+    )
+    p.add_argument(
+        "--actions",
+        action="store_true",
+        help="with --json: only the list of actions, without the ending and hand-off",
     )
 
     p = command("undo", cmd_undo, "reverse a run's succeeded actions, newest first")

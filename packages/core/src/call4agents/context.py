@@ -6,6 +6,7 @@ Both live in ``contextvars``: asyncio tasks inherit them, and so does code run t
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 from collections.abc import Callable
@@ -31,6 +32,9 @@ class RunContext:
     call_id: str | None = None  # the framework's stable identity of one tool call
     budget: Budget | None = None  # limits on the run's tool calls, counted in the ledger
     budget_run: str | None = None  # whose counters a nested run's calls count against
+    # Every budget in force, outermost first, with the run whose counters it is checked
+    # against: a nested run's calls count against its own budget and each enclosing one.
+    budgets: tuple[tuple[str, Budget], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,10 +81,32 @@ class run:
         return self._ctx.run_id
 
     def __enter__(self) -> run:
+        self._start_clock()
+        return self._push()
+
+    def _start_clock(self) -> None:
+        """Note in the ledger when this run first ran with its budget: its deadline's start."""
+        if self._ctx.budget is not None:
+            from .runs import start_clock
+
+            start_clock(self._ctx.run_id, self._ctx.ledger)
+
+    def _push(self) -> run:
         ctx, outer = self._ctx, _run.get()
+        enclosing = outer.budgets if outer is not None else ()
         if ctx.budget is None and outer is not None and outer.budget is not None:
             # A nested agent (or an agent used as a tool) spends its parent's budget.
-            ctx = replace(ctx, budget=outer.budget, budget_run=outer.budget_run or outer.run_id)
+            ctx = replace(
+                ctx,
+                budget=outer.budget,
+                budget_run=outer.budget_run or outer.run_id,
+                budgets=enclosing,
+            )
+        elif ctx.budget is not None:
+            # Its own budget as well as every enclosing one: a sub-agent cannot escape its
+            # parent's limits by having limits of its own.
+            mine = (ctx.run_id, ctx.budget)
+            ctx = replace(ctx, budgets=(*(b for b in enclosing if b != mine), mine))
         self._tokens.append(_run.set(ctx))
         return self
 
@@ -95,7 +121,10 @@ class run:
             _mark_ending(self._ctx.run_id, exc)
 
     async def __aenter__(self) -> run:
-        return self.__enter__()
+        if self._ctx.budget is not None:
+            # The ledger write that starts the clock stays off the event loop's thread.
+            await asyncio.to_thread(self._start_clock)
+        return self._push()
 
     async def __aexit__(
         self,

@@ -10,6 +10,7 @@ stopped and what is left, then raises :class:`Escalated` for the caller to catch
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -387,7 +388,8 @@ class Budget:
             priced by ``token_prices`` (or by a cost given to ``c4a.record_model_usage``).
         token_prices: ``(input, output)`` price per million tokens, in the currency of
             ``max_cost``.
-        deadline: seconds (or a timedelta) the run may keep acting after its first counted call.
+        deadline: seconds (or a timedelta) the run may keep acting after it was first entered
+            with this budget (by the database's clock; a resume keeps the original start).
         soft: the share of any limit at which ``c4a.budget_usage().soft_reached`` turns true,
             so the agent can be told to wrap up before the hard cut.
     """
@@ -459,7 +461,7 @@ class BudgetUsage:
     run_id: str
     tool_calls: int
     per_tool: dict[str, int]
-    elapsed: float | None  # seconds since the first counted call, by the database clock
+    elapsed: float | None  # seconds since the run first ran with its budget, by the database clock
     budget: Budget
     model_requests: int = 0
     cost: float = 0.0
@@ -557,41 +559,93 @@ def _usage(run_id: str, values: dict[str, float], now: float, budget: Budget) ->
 
 
 def budget_gate(action: Action, inner: Gate | None) -> Gate | None:
-    """The claim's gate with the run's budget in front: checked and counted in the claim's own
+    """The claim's gate with the run's budgets in front: checked and counted in the claim's own
     transaction, so two workers cannot both take the last call, and a crash cannot lose a count.
+
+    Every budget in force is checked (a nested run's own and each enclosing run's), and the
+    call is counted once in each of their runs' counters.
     """
     run = current_run()
-    if run is None or run.budget is None:
+    if run is None or not run.budgets:
         return inner
-    if run.run_id != action.run_id and run.budget_run != action.run_id:
-        return inner  # an action of another run, keyed explicitly: not this budget's
-    budget, counted = run.budget, run.budget_run or run.run_id
+    chain = run.budgets
+    if action.run_id != run.run_id and action.run_id not in {r for r, _ in chain}:
+        return inner  # an action of another run, keyed explicitly: not these budgets'
     dialect = action.ledger.store.dialect
 
     def gate(conn: Connection, attempt: int) -> Call4AgentsError | None:
-        values, elapsed = _locked_counters(conn, dialect, counted)
-        over = _over_budget(values, elapsed, budget) or _over_tool_limits(
-            values, budget, action.tool
-        )
-        if over is not None:
-            # Recorded in the claim's transaction, which commits: the refusal is returned.
-            cut = BudgetExceeded(run_id=counted, tool=action.tool, **over)
-            _record_refusal(conn, dialect, cut)
-            return cut
+        counters = _lock_all(conn, dialect, chain)
+        for counted, budget in chain:
+            values, elapsed = counters[counted]
+            over = _over_budget(values, elapsed, budget) or _over_tool_limits(
+                values, budget, action.tool
+            )
+            if over is not None:
+                # Recorded in the claim's transaction, which commits: the refusal is returned.
+                cut = BudgetExceeded(run_id=counted, tool=action.tool, **over)
+                _record_refusal(conn, dialect, cut)
+                return cut
         refusal = inner(conn, attempt) if inner is not None else None
         if refusal is None:
-            _add(conn, dialect, counted, {_CALLS: 1, f"tool:{action.tool}": 1})
+            for counted in counters:
+                _add(conn, dialect, counted, {_CALLS: 1, f"tool:{action.tool}": 1})
         return refusal
 
     return gate
 
 
+def _lock_all(
+    conn: Connection, dialect: str, chain: Sequence[tuple[str, Budget]]
+) -> dict[str, tuple[dict[str, float], float]]:
+    """Each budgeted run's counters under its lock, taken in run-id order: two workers whose
+    runs nest the same runs differently still take the locks in one order, so never deadlock."""
+    return {r: _locked_counters(conn, dialect, r) for r in sorted({r for r, _ in chain})}
+
+
+def start_clock(run_id: str, ledger: Ledger | None) -> None:
+    """Record when run ``run_id`` was first entered with a budget, by the database's clock.
+
+    The deadline counts from here; a resume (a new process) finds the row and keeps the
+    original start. Each process writes it once per run, so re-entering a run for every step
+    (as some integrations do) adds no write per step. Without any ledger open yet, the run's
+    first counted step starts the clock instead.
+    """
+    from .effect import _default_ledger
+
+    ledger = ledger or _default_ledger
+    if ledger is None:
+        return
+    seen = _clock_started.setdefault(ledger, set())
+    if run_id in seen:
+        return
+    with ledger.store.tx() as conn:
+        _insert_start(conn, ledger.store.dialect, run_id)
+    if len(seen) >= _CLOCKS_KEPT:
+        seen.clear()  # forgetting only costs one more write that changes nothing
+    seen.add(run_id)
+
+
+# The runs whose clock this process has started, by ledger: entering them again writes nothing.
+_clock_started: weakref.WeakKeyDictionary[Ledger, set[str]] = weakref.WeakKeyDictionary()
+_CLOCKS_KEPT = 10_000
+
+
+def _insert_start(conn: Connection, dialect: str, run_id: str) -> None:
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    conn.execute(
+        insert(run_counters)
+        .values(run_id=run_id, name=_STARTED, value=now_sql(dialect))
+        .on_conflict_do_nothing(index_elements=["run_id", "name"])
+    )
+
+
 def count_model_request(*, ledger: Ledger | None = None) -> BudgetUsage | None:
-    """Check the current run's budget before a model request and count it; integrations call it.
+    """Check the current run's budgets before a model request and count it; integrations call it.
 
     Raises :class:`BudgetExceeded` (``step_limit`` for ``max_model_requests``, ``budget`` for
     ``max_cost``, ``deadline``) before the request is made, recording it as the run's ending.
-    Returns the usage after counting (for a wrap-up note), or None when the run has no budget.
+    Every budget in force is checked and counted (a nested run's and its parents'). Returns the
+    innermost budget's usage after counting (for a wrap-up note), or None without a budget.
     """
     run = current_run()
     if run is None or run.budget is None:
@@ -599,18 +653,31 @@ def count_model_request(*, ledger: Ledger | None = None) -> BudgetUsage | None:
     budget, counted, ledger = _current_budget("count_model_request()", ledger)
     store, dialect = ledger.store, ledger.store.dialect
     with store.tx() as conn:
-        values, elapsed = _locked_counters(conn, dialect, counted)
+        counters = _lock_all(conn, dialect, run.budgets)
+        refusal = _model_request_refusal(counters, run.budgets)
+        if refusal is None:
+            for name in counters:
+                _add(conn, dialect, name, {_REQUESTS: 1})
+            values, elapsed = counters[counted]
+            values[_REQUESTS] = values.get(_REQUESTS, 0) + 1
+            return _usage(counted, values, values[_STARTED] + elapsed, budget)
+        _record_refusal(conn, dialect, refusal)  # committed as the block ends, then raised
+    raise refusal
+
+
+def _model_request_refusal(
+    counters: Mapping[str, tuple[dict[str, float], float]],
+    chain: Sequence[tuple[str, Budget]],
+) -> BudgetExceeded | None:
+    for counted, budget in chain:
+        values, elapsed = counters[counted]
         over = _over_budget(values, elapsed, budget)
         limit = budget.max_model_requests
         if over is None and limit is not None and values.get(_REQUESTS, 0) >= limit:
             over = {"reason": STEP_LIMIT, "detail": f"{limit} model requests"}
-        if over is None:
-            _add(conn, dialect, counted, {_REQUESTS: 1})
-            values[_REQUESTS] = values.get(_REQUESTS, 0) + 1
-            return _usage(counted, values, values[_STARTED] + elapsed, budget)
-        refusal = BudgetExceeded(run_id=counted, tool="model request", **over)
-        _record_refusal(conn, dialect, refusal)  # committed as the block ends, then raised
-    raise refusal
+        if over is not None:
+            return BudgetExceeded(run_id=counted, tool="model request", **over)
+    return None
 
 
 def record_model_usage(
@@ -629,29 +696,32 @@ def record_model_usage(
     run = current_run()
     if run is None or run.budget is None:
         return
-    budget, counted, ledger = _current_budget("record_model_usage()", ledger)
+    _, _, ledger = _current_budget("record_model_usage()", ledger)
     if input_tokens < 0 or output_tokens < 0 or (cost is not None and cost < 0):
         raise ConfigurationError("record_model_usage() takes token counts and a cost of 0 or more")
-    spent = budget.price(input_tokens, output_tokens) if cost is None else cost
     with ledger.store.tx() as conn:
-        _add(
-            conn,
-            ledger.store.dialect,
-            counted,
-            {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, _COST: spent},
-        )
+        # Each enclosing run pays too, priced by its own budget's token prices.
+        for name, each in _distinct(run.budgets):
+            spent = each.price(input_tokens, output_tokens) if cost is None else cost
+            _add(
+                conn,
+                ledger.store.dialect,
+                name,
+                {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, _COST: spent},
+            )
+
+
+def _distinct(chain: Sequence[tuple[str, Budget]]) -> list[tuple[str, Budget]]:
+    """One budget per counted run (the innermost given for it), so nothing is counted twice."""
+    return list({name: budget for name, budget in chain}.items())
 
 
 def _locked_counters(conn: Connection, dialect: str, run_id: str) -> tuple[dict[str, float], float]:
-    """The run's counters under its lock, and the seconds since its first counted step."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    """The run's counters under its lock, and the seconds since its clock started."""
     now = now_sql(dialect)
-    # The first counted step starts the deadline clock; later ones only read it.
-    conn.execute(
-        insert(run_counters)
-        .values(run_id=run_id, name=_STARTED, value=now)
-        .on_conflict_do_nothing(index_elements=["run_id", "name"])
-    )
+    # Entering the run started the clock (start_clock); this only covers a run entered before
+    # any ledger was open, and makes sure the lock row below exists.
+    _insert_start(conn, dialect, run_id)
     if dialect == "postgresql":
         # The started_at row is the run's lock: every counting step takes it first. Locking the
         # whole row set instead is not enough: a statement that waited on a lock still sees the
@@ -674,7 +744,7 @@ def _over_budget(
     """The limits every step shares: the deadline and the cost ceiling."""
     deadline = budget.deadline_seconds
     if deadline is not None and elapsed >= deadline:
-        return {"reason": DEADLINE, "detail": f"{deadline:g}s after its first step"}
+        return {"reason": DEADLINE, "detail": f"{deadline:g}s after the run started"}
     if budget.max_cost is not None and values.get(_COST, 0.0) >= budget.max_cost:
         spent = values.get(_COST, 0.0)
         return {"reason": BUDGET, "detail": f"spent {spent:.4g} of {budget.max_cost:g}"}

@@ -116,7 +116,7 @@ runs = Table(
 )
 
 # A run's budget counters (schema version 3): "tool_calls", "tool:<name>", and "started_at" (the
-# database time its budget first counted a call, for the deadline). In the ledger, so that a
+# database time the run was first entered with its budget, for the deadline). In the ledger, so a
 # crash and resume, or a second worker, continues the count instead of starting it again.
 run_counters = Table(
     "c4a_run_counters",

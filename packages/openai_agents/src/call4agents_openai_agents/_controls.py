@@ -2,8 +2,8 @@
 
 - Tool calls: each call of a wrapped tool runs inside ``c4a.run(<run id>, budget=...)``, so the
   ledger checks and counts it in the claim's own transaction, and ``c4a.escalate()`` inside the
-  tool knows its run and ledger. A run the caller opened with a budget stays the budget: the
-  agent's calls count against it, as a nested agent's do.
+  tool knows its run and ledger. A run the caller opened with a budget applies too: the
+  agent's calls count against it and against the agent's own budget, as a nested agent's do.
 - Model requests: the wrapped agent's ``hooks`` (the SDK's ``AgentHooks``) count each request
   in ``on_llm_start``, before it is sent, and add the response's own ``Usage`` tokens in
   ``on_llm_end``; the cost is priced by ``Budget(token_prices=...)``.
@@ -120,9 +120,9 @@ class RunControls:
     def scope(self, run_id: str, ledger: Ledger | None = None) -> Scope:
         """The scope of one step of run ``run_id``, judged in the caller's context."""
         outer = current_run()
-        inherited = outer is not None and outer.budget is not None
         ledger = self.ledger or ledger or (outer.ledger if outer is not None else None)
-        return Scope(run_id, ledger, None if inherited else self.budget)
+        # Inside an enclosing run's budget this one applies as well: both are checked.
+        return Scope(run_id, ledger, self.budget)
 
     def budget_scope(self, wrapper: RunContextWrapper[Any]) -> Scope | None:
         """The scope model requests count in, or None when no budget applies to this run."""

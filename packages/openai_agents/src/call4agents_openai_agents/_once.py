@@ -51,8 +51,9 @@ class OnceOnly:
             the run id: tool calls, model requests (counted at the agent's ``on_llm_start``
             hook), tokens and cost (from each response's ``Usage``), a deadline. Past the soft
             threshold the agent's instructions carry a wrap-up note; a hard limit ends the run
-            with ``c4a.BudgetExceeded`` out of ``Runner.run``. A run opened with
-            ``c4a.run(..., budget=...)`` around ``Runner.run`` keeps that budget instead.
+            with ``c4a.BudgetExceeded`` out of ``Runner.run``. Inside a run opened with
+            ``c4a.run(..., budget=...)`` around ``Runner.run`` (or a parent agent's run), each
+            call counts against that budget as well as this one.
         escalate_on: outcomes that end the run as escalated (``c4a.Escalated``, with a hand-off)
             instead of going back to the model: ``"in_doubt"`` (a call may or may not have run),
             ``"denied"`` (a recorded no), ``"budget"`` (any hard limit of the budget). Added to

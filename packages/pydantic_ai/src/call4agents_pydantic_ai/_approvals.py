@@ -110,8 +110,13 @@ async def record_denials(
     ctx: RunContext[Any],
     results: DeferredToolResults,
     action_of: Callable[[ToolCallPart], Action | None],
-) -> None:
-    """Write each "no" in the answers to the ledger, so the same call is refused if asked again."""
+) -> list[tuple[Action, c4a.ApprovalDenied]]:
+    """Write each "no" in the answers to the ledger, so the same call is refused if asked again.
+
+    Returns each call that got a "no", with the refusal the ledger gives it from now on (for
+    ``escalate_on="denied"``).
+    """
+    found: list[tuple[Action, c4a.ApprovalDenied]] = []
     for call_id, answer in results.approvals.items():
         if answer is not False and not isinstance(answer, ToolDenied):
             continue
@@ -122,15 +127,32 @@ async def record_denials(
         reason = answer.message if isinstance(answer, ToolDenied) else None
         by = results.answered_by.get(call_id) or DEFAULT_BY
         ticket = shown_ticket(results.metadata.get(call_id))
-        await asyncio.to_thread(_deny_shown, action, ticket, by, reason)
+        if await asyncio.to_thread(_deny_shown, action, ticket, by, reason):
+            found.append((action, _refusal(action, by, reason)))
+    return found
 
 
-def _deny_shown(action: Action, ticket: str | None, by: str, reason: str | None) -> None:
+def _deny_shown(action: Action, ticket: str | None, by: str, reason: str | None) -> bool:
+    """Deny the shown ticket; whether a "no" now stands for the call."""
     ledger: Ledger = action.ledger
     if ticket is None:
         pending = ledger.approvals(run_id=action.run_id, state="pending")
         ticket = next((r.ticket for r in pending if r.key == action.key), None)
     if ticket is None:
-        return
-    with contextlib.suppress(LedgerError):  # spent or decided: a late "no" changes nothing
+        return False
+    try:
         ledger.deny(ticket, by=by, reason=reason)
+    except LedgerError:  # spent or decided: a late "no" changes nothing
+        return False
+    return True
+
+
+def _refusal(action: Action, by: str, reason: str | None) -> c4a.ApprovalDenied:
+    why = f"denied by {by}" + (f": {reason}" if reason else "")
+    return c4a.ApprovalDenied(
+        f"{action.tool} in run {action.run_id!r} was {why}; it did not run.",
+        key=action.key,
+        run_id=action.run_id,
+        tool=action.tool,
+        reason=why,
+    )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import fields
 from types import MappingProxyType
@@ -29,6 +30,7 @@ from pydantic_ai.tools import ToolDefinition
 import call4agents as c4a
 from call4agents import (
     Budget,
+    BudgetExceeded,
     Call4AgentsError,
     ConfigurationError,
     EffectOptions,
@@ -37,7 +39,15 @@ from call4agents import (
 )
 from call4agents.context import RunContext as C4ARun
 from call4agents.effect import Action, is_in_doubt_error
-from call4agents.integration import action_for, arun_tool, current_run, ends_run, options_for
+from call4agents.integration import (
+    action_for,
+    arun_tool,
+    check_escalate_on,
+    current_run,
+    ends_run,
+    escalate_by_policy,
+    options_for,
+)
 
 from . import _approvals, _outcomes, _run_controls
 from ._run_id import run_id_of
@@ -61,7 +71,13 @@ class OnceOnly(AbstractCapability[Any]):
         budget: limits on the run (``c4a.Budget``): tool calls, model requests, cost from the
             run's token usage, a deadline. Counted in the ledger under the conversation id, so a
             resumed conversation or a second worker continues the count. Without one, the run
-            counts against the budget of an enclosing ``c4a.run(...)`` (or a parent agent's).
+            counts against the budget of an enclosing ``c4a.run(...)`` (or a parent agent's);
+            with one, it counts against both.
+        escalate_on: outcomes that end the run as escalated to a person (``c4a.Escalated``,
+            with a hand-off) instead of going back to the model: ``"in_doubt"``, ``"denied"``
+            (a "no" in the ledger or in ``DeferredToolResults``), ``"budget"`` (a tool call or
+            a model request refused by the budget). Added to every tool's
+            ``EffectOptions.escalate_on``, which may also be given per tool in ``tools=``.
 
     The run id is the run's ``conversation_id``; ``scope="call"`` tools add the model's
     ``tool_call_id``. The whole run happens inside ``c4a.run(conversation_id)``, so tools and
@@ -82,6 +98,7 @@ class OnceOnly(AbstractCapability[Any]):
         tools: Mapping[str, EffectOptions | Mapping[str, Any]] = _NO_TOOLS,
         default: EffectOptions = _WRITE,
         budget: Budget | None = None,
+        escalate_on: Collection[str] = (),
     ) -> None:
         if not isinstance(default, EffectOptions):
             raise ConfigurationError("OnceOnly(default=...) takes a c4a.EffectOptions(...)")
@@ -91,10 +108,15 @@ class OnceOnly(AbstractCapability[Any]):
                 "c4a.Budget(max_tool_calls=20, max_model_requests=10)"
             )
         self.ledger = ledger
-        self.default = default
+        self.escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
+        # The core escalates by policy where each call runs, so the policy goes in the options.
+        self.default = _with_policy(default, self.escalate_on)
         self.budget = budget
         self.tools: Mapping[str, EffectOptions] = MappingProxyType(
-            {name: _tool_options(name, given, default) for name, given in tools.items()}
+            {
+                name: _with_policy(_tool_options(name, given, default), self.escalate_on)
+                for name, given in tools.items()
+            }
         )
         self._reset()
 
@@ -108,7 +130,8 @@ class OnceOnly(AbstractCapability[Any]):
 
     def __repr__(self) -> str:
         budget = f", budget={self.budget!r}" if self.budget is not None else ""
-        return f"OnceOnly(ledger={self.ledger!r}, tools={sorted(self.tools)!r}{budget})"
+        policy = f", escalate_on={sorted(self.escalate_on)!r}" if self.escalate_on else ""
+        return f"OnceOnly(ledger={self.ledger!r}, tools={sorted(self.tools)!r}{budget}{policy})"
 
     @classmethod
     def combine(cls, capabilities: Sequence[AbstractCapability[Any]]) -> AbstractCapability[Any]:
@@ -173,7 +196,11 @@ class OnceOnly(AbstractCapability[Any]):
             if not _run_controls.budgeted():
                 return await handler(request_context)
             await self._settle()
-            request_context = await _run_controls.before_request(request_context)
+            try:
+                request_context = await _run_controls.before_request(request_context)
+            except BudgetExceeded as exc:
+                await self._escalate(exc)
+                raise
             try:
                 response = await handler(request_context)
             except BaseException:
@@ -195,7 +222,18 @@ class OnceOnly(AbstractCapability[Any]):
 
     async def _settle(self) -> None:
         if self._owns_account and self._account is not None and _run_controls.budgeted():
-            await _run_controls.settle(self._account)
+            try:
+                await _run_controls.settle(self._account)
+            except BudgetExceeded as exc:
+                await self._escalate(exc)
+                raise
+
+    async def _escalate(self, exc: BaseException) -> None:
+        """A budget cut met outside a tool call (a model request, delegates' usage counted at
+        a step boundary) hands the run over when ``escalate_on`` says so; a tool call's own
+        outcomes are escalated by the core where the call runs."""
+        if self.escalate_on:
+            await asyncio.to_thread(escalate_by_policy, exc, self.escalate_on, ledger=self.ledger)
 
     async def _end_if_ended(self) -> None:
         """Raise the budget cut or escalation a call of this run met, once its step is over."""
@@ -210,9 +248,15 @@ class OnceOnly(AbstractCapability[Any]):
         if isinstance(node, UserPromptNode) and node.deferred_tool_results is not None:
             results = node.deferred_tool_results
             self._answered_by.update(results.answered_by)
-            await _approvals.record_denials(
+            denials = await _approvals.record_denials(
                 ctx, results, lambda call: self._history_action(ctx, call)
             )
+            if "denied" in self.escalate_on and denials:
+                # A "no" in the answers: Pydantic AI would tell the model; a person decides.
+                action, refusal = denials[0]
+                await asyncio.to_thread(
+                    escalate_by_policy, refusal, self.escalate_on, action=action
+                )
         return node
 
     async def wrap_tool_execute(
@@ -340,3 +384,11 @@ def _tool_options(
                 f"known: {', '.join(sorted(_OPTION_NAMES))}"
             )
     return options_for(tool, {tool: given}, default)
+
+
+def _with_policy(options: EffectOptions, escalate_on: frozenset[str]) -> EffectOptions:
+    """``options`` with ``escalate_on`` added to the tool's own."""
+    wanted = escalate_on - set(options.escalate_on)
+    if not wanted:
+        return options
+    return dataclasses.replace(options, escalate_on=(*options.escalate_on, *sorted(wanted)))
