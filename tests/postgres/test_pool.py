@@ -89,12 +89,18 @@ def test_async_tools_never_touch_the_database_on_the_event_loop(pg_target: Targe
             assert await send_checked("timeout@x.org") == "found timeout@x.org"
             # A redacted value is keyed by the ledger's salt, which must not be read here either.
             assert await charge(5, "4242-4242-4242-4242") == "charged 5"
+        budget = c4a.Budget(max_tool_calls=5, deadline=600)
+        async with c4a.run("loop-budget", ledger=ledger, budget=budget):
+            assert await send_email("carol@x.org") == "sent to carol@x.org"
+        # A plain `with` in a coroutine, as framework hooks enter runs: its clock starts too.
+        with c4a.run("loop-budget-sync", ledger=ledger, budget=budget):
+            assert await send_email("dave@x.org") == "sent to dave@x.org"
         return threading.get_ident()
 
     loop_thread = asyncio.run(scenario())
     assert seen, "no database work was observed"
     assert loop_thread not in seen
-    assert calls == ["bob@x.org", "fail@x.org", "timeout@x.org"]
+    assert calls == ["bob@x.org", "fail@x.org", "timeout@x.org", "carol@x.org", "dave@x.org"]
 
 
 def test_a_crowd_of_identical_async_calls_gets_one_result(pg_target: Target) -> None:

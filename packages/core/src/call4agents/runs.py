@@ -9,7 +9,9 @@ stopped and what is left, then raises :class:`Escalated` for the caller to catch
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +26,8 @@ from .context import _effect, current_run
 from .errors import Call4AgentsError, ConfigurationError
 from .store import Gate, now_sql
 from .tables import run_counters, runs
+
+log = logging.getLogger("call4agents")
 
 if TYPE_CHECKING:
     from .effect import Action
@@ -609,20 +613,37 @@ def start_clock(run_id: str, ledger: Ledger | None) -> None:
     original start. Each process writes it once per run, so re-entering a run for every step
     (as some integrations do) adds no write per step. Without any ledger open yet, the run's
     first counted step starts the clock instead.
+
+    Entered with a plain ``with`` inside a coroutine (as framework hooks do), the write goes to
+    a worker thread and is not waited for: the event loop never waits on the database, and a
+    counted step that gets there first starts the clock in its own transaction just the same.
     """
     from .effect import _default_ledger
 
     ledger = ledger or _default_ledger
-    if ledger is None:
+    if ledger is None or run_id in _clock_started.get(ledger, ()):
         return
-    seen = _clock_started.setdefault(ledger, set())
-    if run_id in seen:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        _write_start(ledger, run_id)
         return
+    loop.run_in_executor(None, _write_start, ledger, run_id).add_done_callback(_log_failure)
+
+
+def _write_start(ledger: Ledger, run_id: str) -> None:
     with ledger.store.tx() as conn:
         _insert_start(conn, ledger.store.dialect, run_id)
+    seen = _clock_started.setdefault(ledger, set())
     if len(seen) >= _CLOCKS_KEPT:
         seen.clear()  # forgetting only costs one more write that changes nothing
     seen.add(run_id)
+
+
+def _log_failure(done: asyncio.Future[None]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        # Not lost: the run's first counted step records the start in its claim instead.
+        log.warning("could not record a run's start yet: %s", done.exception())
 
 
 # The runs whose clock this process has started, by ledger: entering them again writes nothing.
