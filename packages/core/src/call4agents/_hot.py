@@ -9,7 +9,11 @@ hand-written SQL on driver connections of their own, in autocommit:
   ``INSERT ... ON CONFLICT DO NOTHING RETURNING``, ``COMMIT``.
 - PostgreSQL: one statement and one round trip. The intent insert and a read of the row it met
   share a snapshot, so a conflict returns the existing row; a conflict with no row in sight (it
-  was committed after the snapshot) goes the long way.
+  was committed after the snapshot) goes the long way. When a repeat is likely (the caller
+  says so), a plain keyed read goes first: an insert attempt costs the server far more than a
+  read (it locks the table and opens every index), and a succeeded row is final, so finding one
+  settles the call with no write at all. Anything else the read finds (no row, or one still
+  open or failed) goes on to the insert, which alone decides who runs the tool.
 
 Anything other than the plain case (a failed row to restart, a fenced-off outcome, a gate to ask)
 returns ``None`` and the caller takes the SQLAlchemy path, where every rule is stated once. An
@@ -67,6 +71,7 @@ class HotPath:
             "RETURNING attempt"
         )
         self.select_sql = f"SELECT {cols}, {now} FROM {table} WHERE key = {m}"
+        self._state_at = columns.index("state")
         self.insert_sql = insert
         # The row the insert met, read in the insert's own snapshot: our own new row is never
         # in it, a committed one always is (unless it committed after the snapshot was taken).
@@ -103,14 +108,27 @@ class HotPath:
 
     # -- the statements ---------------------------------------------------------------------
 
-    def claim(self, params: tuple[Any, ...], key: str) -> _Claimed | None:
+    def claim(
+        self, params: tuple[Any, ...], key: str, *, read_first: bool = False
+    ) -> _Claimed | None:
         """Write the intent: ``(1, ())`` when it is ours to run, ``(0, row)`` for the row that
-        exists, None when the long path must decide (a race, or no row in sight)."""
+        exists, None when the long path must decide (a race, or no row in sight).
+
+        ``read_first`` (PostgreSQL; SQLite always reads first): look for a succeeded row before
+        trying the insert, for a call that is likely a repeat."""
         if self.postgres:
-            return self._run(lambda cur: self._claim_pg(cur, params, key), busy=None)
+            return self._run(lambda cur: self._claim_pg(cur, params, key, read_first), busy=None)
         return self._run(lambda cur: self._claim_sqlite(cur, params, key), busy=None)
 
-    def _claim_pg(self, cur: Any, params: tuple[Any, ...], key: str) -> _Claimed | None:
+    def _claim_pg(
+        self, cur: Any, params: tuple[Any, ...], key: str, read_first: bool
+    ) -> _Claimed | None:
+        if read_first:
+            row = cur.execute(self.select_sql, (key,)).fetchone()
+            # Only a succeeded row is final (no rule moves an action out of it), so only it may
+            # be answered from a read; the insert below judges every other case, races included.
+            if row is not None and row[self._state_at] == "succeeded":
+                return (0, tuple(row))
         got = cur.execute(self.claim_sql, (*params, key)).fetchone()
         if got[0] is not None:
             return (int(got[0]), ())

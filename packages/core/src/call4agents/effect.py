@@ -275,11 +275,11 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found:
     ``wait=False`` returns a live owner's row at once, for callers that wait elsewhere (the
     async path waits on the event loop, so waiters never fill the default thread pool).
     """
-    store = action.ledger.store
+    ledger = action.ledger
     owner = str(_owner.me())
     gate = budget_gate(action, _gate(action))
     while True:
-        claim = store.claim(
+        claim = ledger.store.claim(
             key=action.key,
             run_id=action.run_id,
             tool=action.tool,
@@ -288,14 +288,16 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found:
             owner=owner,
             ttl=action.ttl,
             gate=gate,
+            read_first=ledger._likely_repeat(action.run_id),
         )
         if claim.outcome == "run":
+            ledger._wrote_intent(action.run_id)
             return _Go(claim.attempt)
         if claim.refusal is not None:
             raise claim.refusal
         if claim.row is not None:
             if claim.row.state == "succeeded":
-                action.ledger._recall_run(action.run_id)  # a resume: its next repeats are near
+                ledger._recall_run(action.run_id)  # a resume: its next repeats are near
             return _Found(_wait_while_live(action, claim.row) if wait else claim.row)
 
 

@@ -282,6 +282,7 @@ class Ledger:
         self._salt: bytes | None = None
         self._cache: dict[str, str] = {}
         self._repeats_read: dict[str, int] = {}  # repeats met in the database, per run
+        self._writing: set[str] = set()  # runs whose last claim here wrote a new intent
         self.dedup = DedupCounter(self.store)
         self._heartbeat = _Heartbeat(self)
         self._open(auto_migrate)
@@ -388,6 +389,7 @@ class Ledger:
         resumed (a replayed agent loop): read its other recorded results in one query, so the
         repeats that follow are served from memory instead of one round trip each. A lone
         retry pays nothing extra."""
+        self._writing.discard(run_id)
         seen = self._repeats_read.get(run_id, 0) + 1
         if seen > 2:
             return
@@ -411,6 +413,18 @@ class Ledger:
         with contextlib.suppress(LedgerError), self.store.read() as conn:
             for key, result in conn.execute(stmt):
                 self._remember(key, result)
+
+    def _likely_repeat(self, run_id: str) -> bool:
+        """Whether a claim in ``run_id`` should look for a recorded result before trying an
+        insert. Yes, unless this process's last claim in the run wrote a new intent: a run met
+        here for the first time may be a resume, while a run past its replay point meets new
+        actions. Either way the answer is the same; only the cost differs."""
+        return run_id not in self._writing
+
+    def _wrote_intent(self, run_id: str) -> None:
+        if len(self._writing) >= _CACHE_LIMIT:
+            self._writing.clear()
+        self._writing.add(run_id)
 
     # -- reading --------------------------------------------------------------------------------
 

@@ -183,6 +183,7 @@ class Store:
         owner: str,
         ttl: float,
         gate: Gate | None = None,
+        read_first: bool = False,
     ) -> Claim:
         """Write the intent (``started``, attempt 1) unless the action exists.
 
@@ -190,10 +191,13 @@ class Store:
         INSERT win; the loser reads the winner's row in the same transaction. A ``failed`` row is
         taken as a new attempt here, inside the same lock, so two retries cannot both run it.
         ``gate`` (approvals, limits) is asked inside the same transaction before a new attempt.
+        ``read_first``: the call is likely a repeat, so a plain read that finds the action
+        succeeded answers it without an insert attempt (see _hot); it never decides a run.
         """
         if gate is None and self._hot.usable:
+            params = (key, run_id, tool, kind, args, owner, ttl)
             with db_faults():
-                got = self._hot.claim((key, run_id, tool, kind, args, owner, ttl), key)
+                got = self._hot.claim(params, key, read_first=read_first)
             if got is not None:
                 attempt, found = got
                 if attempt:
@@ -201,7 +205,7 @@ class Store:
                 row = Row(*found)
                 if row.state != "failed":  # a failed row restarts under a lock, below
                     return Claim("existing", row.attempt, row)
-        params = {
+        values = {
             "key": key,
             "run_id": run_id,
             "tool": tool,
@@ -213,8 +217,8 @@ class Store:
         try:
             with self.tx() as conn:
                 if gate is not None:
-                    return self._claim_gated(conn, params, gate)
-                if conn.execute(self._insert_intent, params).first() is not None:
+                    return self._claim_gated(conn, values, gate)
+                if conn.execute(self._insert_intent, values).first() is not None:
                     return Claim("run", 1)
                 return self._claim_existing(conn, key, owner, ttl)
         except _Retry:
