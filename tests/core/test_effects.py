@@ -48,6 +48,28 @@ def test_repeat_returns_recorded_result_without_running(ledger: c4a.Ledger) -> N
     assert calls.n == 3
 
 
+def test_keys_are_those_earlier_versions_recorded(sqlite_target: Any) -> None:
+    # A key that changed between versions would make every recorded action look new: pinned.
+    ledger = sqlite_target.open()
+
+    @c4a.effect(name="shop.charge", ledger=ledger)
+    def charge(cents: int) -> int:
+        return cents
+
+    @c4a.effect(name="shop.charge", ledger=ledger, scope="call")
+    def charge_per_call(cents: int) -> int:
+        return cents
+
+    with c4a.run("order-7"):
+        charge(1250)
+        with c4a.tool_call("call_1"):
+            charge_per_call(1250)
+    assert [r.key for r in ledger.effects("order-7")] == [
+        "a353c5daa15ab5ee6e9769c48b93611225c40414e73664967eb9ed0ef9be2761",
+        "dc665282185ff695d1c9cbf4b398c7debf33f532ef1eac15955ff154cbca44c0",
+    ]
+
+
 def test_repeat_after_reopen_reads_the_ledger(target: Any, ledger: c4a.Ledger) -> None:
     calls = Calls()
 

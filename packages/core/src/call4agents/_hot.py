@@ -37,17 +37,9 @@ from . import _db, _pg
 
 T = TypeVar("T")
 
-# Engine events that must see every statement; with any listener, the hot path stands aside.
-_WATCHED_EVENTS = (
-    "before_execute",
-    "after_execute",
-    "before_cursor_execute",
-    "after_cursor_execute",
-    "commit",
-    "rollback",
-)
 BUSY = object()  # every connection of the hot path is in use: take the long path
 _INHERITED: list[Any] = []  # a forked child's copies of its parent's connections
+_Conn = tuple[Any, Any]  # a driver connection and its cursor
 _Claimed = tuple[int, tuple[Any, ...]]  # (attempt to run, ()) or (0, the row that exists)
 _PG_NOW = "extract(epoch from clock_timestamp())::float8"
 _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -94,7 +86,7 @@ class HotPath:
         )
         self.channel = _pg.channel_for(schema)
         self.schema = schema
-        self._idle: deque[Any] = deque()
+        self._idle: deque[_Conn] = deque()
         self._count = 0  # connections open, idle or in use
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -102,9 +94,17 @@ class HotPath:
 
     @property
     def usable(self) -> bool:
-        """False while anyone listens to the engine's statements (they must see each one)."""
-        dispatch = self.engine.dispatch
-        return not any(getattr(dispatch, name) for name in _WATCHED_EVENTS)
+        """False while anyone listens to the engine's statements or transactions (they must see
+        each one)."""
+        d = self.engine.dispatch  # asked before every statement: spelled out, no generator
+        return not (
+            d.before_execute
+            or d.after_execute
+            or d.before_cursor_execute
+            or d.after_cursor_execute
+            or d.commit
+            or d.rollback
+        )
 
     # -- the statements ---------------------------------------------------------------------
 
@@ -177,38 +177,35 @@ class HotPath:
         (the caller then takes the long path, whose pool bounds and queues). A driver fault is
         raised as the ``DBAPIError`` SQLAlchemy would raise, so the store's ``db_faults`` and
         ``transient`` judge both paths alike; the connection it happened on is closed."""
-        dialect = self.engine.dialect
-        dbapi = dialect.loaded_dbapi
-        driver = None
+        dbapi = self.engine.dialect.loaded_dbapi
+        conn = None
         try:
-            driver = self._take()
-            if driver is None:
+            conn = self._take()
+            if conn is None:
                 return cast(T, busy)
-            cur = driver.cursor()
-            try:
-                found = work(cur)
-            finally:
-                cur.close()
+            found = work(conn[1])
         except dbapi.Error as exc:
-            gone = driver is not None and dialect.is_disconnect(exc, driver, None)
-            if driver is not None:
-                self._discard(driver)  # it may hold a half-done transaction
+            dialect = self.engine.dialect
+            gone = conn is not None and dialect.is_disconnect(exc, conn[0], None)
+            if conn is not None:
+                self._discard(conn)  # it may hold a half-done transaction
             raise DBAPIError.instance(
                 None, None, exc, dbapi.Error, connection_invalidated=gone, dialect=dialect
             ) from exc
         except BaseException:
-            if driver is not None:
-                self._discard(driver)
+            if conn is not None:
+                self._discard(conn)
             raise
-        self._give_back(driver)
+        self._give_back(conn)
         return found
 
     # Connections are opened the engine's way (its connect arguments and events), then taken
     # out of its pool and kept here in autocommit: no checkout, reset or isolation switch per
     # statement. At most SIZE exist; a thread finding them all in use takes the long path.
+    # Each keeps one cursor for its lifetime (a driver cursor is cheap to reuse, not to make).
     SIZE = 8
 
-    def _take(self) -> Any:
+    def _take(self) -> _Conn | None:
         """An idle connection, a new one while fewer than SIZE exist, else None."""
         if self._pid != os.getpid():
             # Forked: those belong to the parent. Kept referenced, never closed or collected
@@ -217,14 +214,14 @@ class HotPath:
             self._idle, self._pid, self._count = deque(), os.getpid(), 0
         while True:
             try:
-                driver = self._idle.pop()
+                conn = self._idle.pop()
             except IndexError:
                 return self._open()
-            if not self._stale(driver):
-                return driver
-            self._discard(driver)
+            if not self._stale(conn[0]):
+                return conn
+            self._discard(conn)
 
-    def _open(self) -> Any:
+    def _open(self) -> _Conn | None:
         with self._lock:
             if self._count >= self.SIZE:
                 return None
@@ -237,12 +234,16 @@ class HotPath:
             raise
         driver: Any = raw.driver_connection
         raw.detach()
-        if self.postgres:
-            driver.autocommit = True
-        return driver
+        try:
+            if self.postgres:
+                driver.autocommit = True
+            return (driver, driver.cursor())
+        except BaseException:
+            self._discard((driver, None))
+            raise
 
-    def _discard(self, driver: Any) -> None:
-        _close(driver)
+    def _discard(self, conn: _Conn) -> None:
+        _close(conn[0])
         with self._lock:
             self._count -= 1
 
@@ -258,11 +259,11 @@ class HotPath:
         except Exception:  # noqa: BLE001 - libpq knows the socket is gone
             return True
 
-    def _give_back(self, driver: Any) -> None:
+    def _give_back(self, conn: _Conn) -> None:
         if self._open_for_use and self._pid == os.getpid():
-            self._idle.append(driver)
+            self._idle.append(conn)
         else:
-            self._discard(driver)
+            self._discard(conn)
 
     def close(self) -> None:
         """Close the idle connections; those in use are closed as they come back."""

@@ -184,8 +184,12 @@ class Action:
 
 def action_key(run_id: str, tool: str, call_id: str | None, material: str) -> str:
     # Length-prefixed parts, so no run id or tool name can be crafted to collide with another.
-    parts = (run_id, tool, call_id or "", material)
-    text = "c4a/1|" + "|".join(f"{len(p)}:{p}" for p in parts)
+    # One f-string (every call builds it): "c4a/1|" then "len:part" for each part, "|" between.
+    call = call_id or ""
+    text = (
+        f"c4a/1|{len(run_id)}:{run_id}|{len(tool)}:{tool}|{len(call)}:{call}"
+        f"|{len(material)}:{material}"
+    )
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -679,6 +683,8 @@ def _main_module_name() -> str:
 
 
 _NO_DEFAULT: Any = inspect.Parameter.empty
+# Subscripting Callable builds a new alias object: done once here, not on every call.
+_AnyCallable = Callable[..., Any]
 
 
 def _plain_parameters(signature: inspect.Signature) -> tuple[tuple[str, Any], ...] | None:
@@ -757,7 +763,7 @@ class Effect(Generic[P, T]):
         return found
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
-        fn = cast(Callable[..., Any], self.fn)
+        fn = cast(_AnyCallable, self.fn)
         injected = inject_credentials(self.tool, self.options.credentials, kwargs)
         arguments = self.arguments(args, kwargs)
         if not self.options.recorded:
