@@ -159,3 +159,33 @@ def test_children_racing_for_the_parents_last_calls(ledger: c4a.Ledger) -> None:
         t.join()
     assert len(done) == 2
     assert counters(ledger, "parent-r")["tool_calls"] == 2
+
+
+def test_a_sub_agent_is_told_to_wrap_up_when_its_parents_budget_is_nearly_spent(
+    ledger: c4a.Ledger,
+) -> None:
+    step, _ = make_step()
+    with c4a.run("parent", budget=c4a.Budget(max_tool_calls=5, max_model_requests=10, soft=0.8)):
+        step(1)
+        step(2)
+        step(3)
+        with c4a.run("child", budget=c4a.Budget(max_tool_calls=100, max_model_requests=100)):
+            usage = c4a.budget_usage()
+            assert (usage.tool_calls, usage.soft_reached) == (0, False)
+            step(4)  # the parent's fourth of five: 80%
+            usage = c4a.budget_usage()
+            assert usage.run_id == "child"
+            assert usage.tool_calls == 1  # its own count is far from its own limit
+            assert [outer.run_id for outer in usage.enclosing] == ["parent"]
+            assert usage.soft_reached
+            assert "80% of a limit is spent" in (usage.wrap_up_note() or "")
+            # A model request counted in the child reports the parent's share too.
+            counted = c4a.count_model_request()
+            assert counted is not None
+            assert counted.model_requests == 1
+            assert counted.enclosing[0].model_requests == 1
+            assert "80% of a limit" in (counted.wrap_up_note() or "")
+    with c4a.run("other", budget=c4a.Budget(max_tool_calls=100, soft=0.8)):
+        step(5)
+        assert not c4a.budget_usage().soft_reached  # no enclosing run: its own figures alone
+        assert c4a.budget_usage().enclosing == ()

@@ -14,7 +14,7 @@ import json
 import logging
 import weakref
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -471,6 +471,9 @@ class BudgetUsage:
     cost: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
+    # What each enclosing run's budget has spent (a sub-agent's parents): the agent is told to
+    # wrap up when any budget it spends is near its limit, not only its own.
+    enclosing: tuple[BudgetUsage, ...] = ()
 
     def shares(self) -> list[float]:
         b, found = self.budget, []
@@ -488,14 +491,16 @@ class BudgetUsage:
 
     @property
     def soft_reached(self) -> bool:
-        """At or past the soft threshold of some limit: time to tell the agent to wrap up."""
-        return any(share >= self.budget.soft for share in self.shares())
+        """At or past the soft threshold of some limit (this run's or an enclosing run's):
+        time to tell the agent to wrap up."""
+        mine = any(share >= self.budget.soft for share in self.shares())
+        return mine or any(outer.soft_reached for outer in self.enclosing)
 
     def wrap_up_note(self) -> str | None:
         """A line for the model once the soft threshold is passed; None before it."""
         if not self.soft_reached:
             return None
-        spent = max(self.shares())
+        spent = max([*self.shares(), *(share for o in self.enclosing for share in o.shares())])
         return (
             f"Note from the run's budget: {spent:.0%} of a limit is spent. Finish the task with "
             "what you have, or stop and say what remains; do not start new work."
@@ -512,10 +517,18 @@ def _counters(conn: Connection, run_id: str) -> dict[str, float]:
 def budget_usage(run_id: str | None = None, *, ledger: Ledger | None = None) -> BudgetUsage:
     """The current run's budget and what it spent; for the agent's "wrap up soon" prompt."""
     budget, counted, ledger = _current_budget("budget_usage()", ledger)
+    wanted = run_id or counted
+    outer = [] if wanted != counted else [b for b in _distinct(_chain()) if b[0] != counted]
     with ledger.store.read() as conn:
-        values = _counters(conn, run_id or counted)
+        values = {name: _counters(conn, name) for name in [wanted, *(r for r, _ in outer)]}
         now = float(conn.execute(select(now_sql(ledger.store.dialect))).scalar_one())
-    return _usage(run_id or counted, values, now, budget)
+    enclosing = tuple(_usage(r, values[r], now, b) for r, b in outer)
+    return replace(_usage(wanted, values[wanted], now, budget), enclosing=enclosing)
+
+
+def _chain() -> tuple[tuple[str, Budget], ...]:
+    run = current_run()
+    return run.budgets if run is not None else ()
 
 
 def spending_text(ledger: Ledger, run_id: str) -> str | None:
@@ -671,7 +684,7 @@ def count_model_request(*, ledger: Ledger | None = None) -> BudgetUsage | None:
     run = current_run()
     if run is None or run.budget is None:
         return None
-    budget, counted, ledger = _current_budget("count_model_request()", ledger)
+    _, counted, ledger = _current_budget("count_model_request()", ledger)
     store, dialect = ledger.store, ledger.store.dialect
     with store.tx() as conn:
         counters = _lock_all(conn, dialect, run.budgets)
@@ -679,9 +692,13 @@ def count_model_request(*, ledger: Ledger | None = None) -> BudgetUsage | None:
         if refusal is None:
             for name in counters:
                 _add(conn, dialect, name, {_REQUESTS: 1})
-            values, elapsed = counters[counted]
-            values[_REQUESTS] = values.get(_REQUESTS, 0) + 1
-            return _usage(counted, values, values[_STARTED] + elapsed, budget)
+            usages = {}
+            for name, each in _distinct(run.budgets):
+                values, elapsed = counters[name]
+                values[_REQUESTS] = values.get(_REQUESTS, 0) + 1
+                usages[name] = _usage(name, values, values[_STARTED] + elapsed, each)
+            mine = usages.pop(counted)  # the chain always holds the run being counted
+            return replace(mine, enclosing=tuple(usages.values()))
         _record_refusal(conn, dialect, refusal)  # committed as the block ends, then raised
     raise refusal
 
