@@ -3,6 +3,8 @@ and known ages written into a ledger."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -91,3 +93,29 @@ def backdate(ledger: c4a.Ledger, *, in_doubt_for: float, waiting_for: float) -> 
             .where(approvals.c.state == "pending")
             .values(requested_at=now - waiting_for)
         )
+
+
+@contextlib.contextmanager
+def held_in_progress() -> Iterator[c4a.Effect[..., int]]:
+    """``slow(1)`` running in another thread's run ``"r"`` until the block ends: the block's own
+    call of it in run ``"r"`` meets a live owner (``wait=0``: at once ``EffectInProgress``)."""
+    inside, release = threading.Event(), threading.Event()
+
+    @c4a.effect(name="slow", wait=0)
+    def slow(n: int) -> int:
+        inside.set()
+        assert release.wait(30)
+        return n
+
+    def first() -> None:
+        with c4a.run("r"):
+            slow(1)
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    try:
+        assert inside.wait(30)
+        yield slow
+    finally:
+        release.set()
+        worker.join(30)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -11,7 +10,7 @@ import pytest
 import call4agents as c4a
 from call4agents.stats import compute, open_figures
 from tests.conftest import Target
-from tests.otel.conftest import Telemetry, backdate
+from tests.otel.conftest import Telemetry, backdate, held_in_progress
 
 
 def by_attrs(points: list[Any], **wanted: str) -> list[Any]:
@@ -116,8 +115,6 @@ def test_runs_carry_their_terminal_reason(ledger: c4a.Ledger, telemetry: Telemet
 def test_action_counter_for_every_failing_outcome_and_the_tools_latency(
     ledger: c4a.Ledger, telemetry: Telemetry
 ) -> None:
-    inside, release = threading.Event(), threading.Event()
-
     @c4a.effect(name="charge")
     def charge(amount: int) -> str:
         time.sleep(0.05)
@@ -131,35 +128,18 @@ def test_action_counter_for_every_failing_outcome_and_the_tools_latency(
     def refund(order: str) -> str:
         return "re"
 
-    @c4a.effect(name="slow", wait=0)
-    def slow(n: int) -> int:
-        inside.set()
-        assert release.wait(30)
-        return n
-
-    def first() -> None:
-        with c4a.run("r"):
+    with held_in_progress() as slow, c4a.run("r"):
+        with pytest.raises(c4a.EffectInProgress):
             slow(1)
-
-    worker = threading.Thread(target=first)
-    worker.start()
-    try:
-        assert inside.wait(30)
-        with c4a.run("r"):
-            with pytest.raises(c4a.EffectInProgress):
-                slow(1)
-            with pytest.raises(ValueError):
-                charge(5)
-            with pytest.raises(c4a.OutcomeUnknown):
-                post("hi")
-            with pytest.raises(c4a.ApprovalRequired) as asked:
-                refund("o-1")
-            ledger.deny(asked.value.request.ticket, by="ann", reason="duplicate")
-            with pytest.raises(c4a.ApprovalDenied):
-                refund("o-1")
-    finally:
-        release.set()
-        worker.join(30)
+        with pytest.raises(ValueError):
+            charge(5)
+        with pytest.raises(c4a.OutcomeUnknown):
+            post("hi")
+        with pytest.raises(c4a.ApprovalRequired) as asked:
+            refund("o-1")
+        ledger.deny(asked.value.request.ticket, by="ann", reason="duplicate")
+        with pytest.raises(c4a.ApprovalDenied):
+            refund("o-1")
 
     actions = telemetry.points("call4agents.actions")
     counted = {

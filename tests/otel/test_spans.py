@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ from opentelemetry.trace import StatusCode
 
 import call4agents as c4a
 from tests.conftest import Target, run_child
-from tests.otel.conftest import Telemetry
+from tests.otel.conftest import Telemetry, held_in_progress
 
 KEYS = ("gen_ai.operation.name", "gen_ai.tool.name", "call4agents.run.id")
 
@@ -147,27 +146,8 @@ def test_outcome_unknown_is_in_doubt(ledger: c4a.Ledger, telemetry: Telemetry) -
 
 
 def test_in_progress(ledger: c4a.Ledger, telemetry: Telemetry) -> None:
-    inside, release = threading.Event(), threading.Event()
-
-    @c4a.effect(name="slow", wait=0)
-    def slow(n: int) -> int:
-        inside.set()
-        release.wait(30)
-        return n
-
-    def first() -> None:
-        with c4a.run("r"):
-            slow(1)
-
-    worker = threading.Thread(target=first)
-    worker.start()
-    try:
-        assert inside.wait(30)
-        with c4a.run("r"), pytest.raises(c4a.EffectInProgress):
-            slow(1)
-    finally:
-        release.set()
-        worker.join()
+    with held_in_progress() as slow, c4a.run("r"), pytest.raises(c4a.EffectInProgress):
+        slow(1)
     outcomes = sorted(attrs(s)["call4agents.outcome"] for s in telemetry.spans())
     assert outcomes == ["in_progress", "ok"]
 
