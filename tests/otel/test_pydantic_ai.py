@@ -59,10 +59,8 @@ def by_call(telemetry: Telemetry) -> dict[str, list[ReadableSpan]]:
     return found
 
 
-def test_span_nests_under_pydantic_ai_tool_span(
-    target: Target, telemetry: Telemetry, tmp_path: Path
-) -> None:
-    outbox = Outbox(tmp_path / "outbox.jsonl")
+def emailing_agent(target: Target, telemetry: Telemetry, outbox: Outbox) -> Agent[None, str]:
+    """An instrumented agent whose model asks once to email Bob, through OnceOnly."""
     agent: Agent[None, str] = Agent(
         scripted([("send_email", BOB, "call-1")]),
         capabilities=[OnceOnly(ledger=target.open())],
@@ -74,6 +72,14 @@ def test_span_nests_under_pydantic_ai_tool_span(
         """Email a customer."""
         return outbox.send(to, body)
 
+    return agent
+
+
+def test_span_nests_under_pydantic_ai_tool_span(
+    target: Target, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    agent = emailing_agent(target, telemetry, outbox)
     result = agent.run_sync("Tell Bob", conversation_id="conv-7")
     assert json.loads(result.output) == [["send_email", "sent to bob@example.com", "success"]]
     assert returns_in(result.all_messages())
@@ -324,17 +330,7 @@ def test_arguments_and_results_only_when_opted_in(
 ) -> None:
     telemetry: Telemetry = request.getfixturevalue("telemetry_with_args" if record else "telemetry")
     outbox = Outbox(tmp_path / "outbox.jsonl")
-    agent: Agent[None, str] = Agent(
-        scripted([("send_email", BOB, "call-1")]),
-        capabilities=[OnceOnly(ledger=target.open())],
-    )
-    instrumented(agent, telemetry)
-
-    @agent.tool_plain
-    def send_email(to: str, body: str) -> str:
-        """Email a customer."""
-        return outbox.send(to, body)
-
+    agent = emailing_agent(target, telemetry, outbox)
     agent.run_sync("Tell Bob", conversation_id="conv-13")
     [ours] = telemetry.ours()
     a = attrs(ours)
