@@ -218,10 +218,13 @@ class Bare:
             cursor.fetchone()
         self.conn.commit()
 
-    def action(self, i: int) -> None:
+    def action(self, i: int, between: float = 0.0) -> None:
+        """Intent, then result; ``between`` seconds of the tool's own work in the middle."""
         key = fake_key("floor", i)
         self.commit(self.insert, (key, RUN_ID, "bench.send", "write", f'{{"i":{i}}}', OWNER, 30.0),
                     fetch=True)  # fmt: skip
+        if between:
+            time.sleep(between)
         self.commit(self.update, (f'{{"ok":true,"id":{i}}}', key))
 
     def lookup(self, key: str) -> None:

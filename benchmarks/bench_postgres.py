@@ -63,13 +63,24 @@ from bench_core import (
 )
 
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+# A real tool waits on a provider (an email API, a payment network): this long, in the
+# throughput cases that model it. The ledger's work per action stays the same.
+PROVIDER_SECONDS = 0.01
+WITH_PROVIDER = " (tool waits 10 ms)"
+
+
+@c4a.effect(name="bench.send_via_provider")
+def send_via_provider(i: int, to: str = "bob@example.com") -> dict[str, Any]:
+    time.sleep(PROVIDER_SECONDS)
+    return {"ok": True, "id": i}
+
 
 # -- throughput: worker processes started together ---------------------------------------------
 
 
 @dataclass(frozen=True)
 class Job:
-    case: str  # floor | fresh | select | repeat
+    case: str  # floor | fresh | select | repeat | floor_provider | fresh_provider
     url: str
     schema: str
     first: int  # this process's ids are first .. first + count - 1
@@ -78,18 +89,21 @@ class Job:
 
 def _operation(job: Job) -> tuple[Callable[[int], object], Callable[[], None]]:
     """What one process does per id, and how it cleans up."""
-    if job.case in ("floor", "select"):
+    if job.case in ("floor", "select", "floor_provider"):
         bare = pg_bare(job.url, job.schema, "power")
         if job.case == "floor":
             return bare.action, bare.conn.close
+        if job.case == "floor_provider":
+            return lambda i: bare.action(i, between=PROVIDER_SECONDS), bare.conn.close
         return lambda i: bare.lookup(fake_key_of_send(i)), bare.conn.close
     ledger = c4a.Ledger(job.url, schema=job.schema)
     # A repeat is each action's first in a new process, so each goes to the database.
     run_of = lone_run if job.case == "repeat" else (lambda _: RUN_ID)
+    tool = send_via_provider if job.case == "fresh_provider" else send
 
     def op(i: int) -> object:
         with c4a.run(run_of(i), ledger=ledger):
-            return send(i)
+            return tool(i)
 
     return op, ledger.close
 
@@ -157,16 +171,19 @@ def bench_throughput(url: str, workers: int, per_worker: int) -> list[Rate]:
         keys = {r.args["i"]: r.key for r in ledger.effects()}
         ledger.close()
         rates = []
-        for case, base in (
-            ("floor", 0),
-            ("fresh", 0),
-            ("select", 1_000_000),
-            ("repeat", 1_000_000),
+        for case, base, count in (
+            ("floor", 0, per_worker),
+            ("fresh", 0, per_worker),
+            ("select", 1_000_000, per_worker),
+            ("repeat", 1_000_000, per_worker),
+            # Fewer: each waits on its provider. Their own ids, apart from the floor's and fresh's.
+            ("floor_provider", 5_000_000, per_worker // 4),
+            ("fresh_provider", 5_000_000, per_worker // 4),
         ):
-            one = run_together([Job(case, url, t.schema or "", base + 20, per_worker)], keys)
-            step = per_worker + 20
+            one = run_together([Job(case, url, t.schema or "", base + 20, count)], keys)
+            step = count + 20
             jobs = [
-                Job(case, url, t.schema or "", base + 20 + step * (k + 1), per_worker)
+                Job(case, url, t.schema or "", base + 20 + step * (k + 1), count)
                 for k in range(workers)
             ]
             rates.append(Rate(case, one, run_together(jobs, keys)))
@@ -269,16 +286,18 @@ def header(args: argparse.Namespace) -> None:
 
 
 def print_rates(rates: Sequence[Rate], workers: int) -> None:
-    head = f"{'case':<34} {'1 process /s':>14} {f'{workers} processes /s':>16} {'ratio':>7}"
+    head = f"{'case':<50} {'1 process /s':>14} {f'{workers} processes /s':>16} {'ratio':>7}"
     print(head + "\n" + "-" * len(head))
     names = {
         "floor": FLOOR,
         "fresh": FRESH,
         "select": SELECT_FLOOR,
         "repeat": FROM_DB,
+        "floor_provider": FLOOR + WITH_PROVIDER,
+        "fresh_provider": FRESH + WITH_PROVIDER,
     }
     for r in rates:
-        print(f"{names[r.case]:<34} {r.one:>14,.0f} {r.many:>16,.0f} {r.many / r.one:>7.2f}")
+        print(f"{names[r.case]:<50} {r.one:>14,.0f} {r.many:>16,.0f} {r.many / r.one:>7.2f}")
 
 
 def print_gc(run: GcRun) -> None:
@@ -319,6 +338,12 @@ def verdicts(latency: Sequence[Result], rates: Sequence[Rate], workers: int) -> 
         f"fresh effects, {workers} processes / 1 process: {scale:.2f}x (target >= 4x; "
         f"{os.cpu_count()} CPUs here)"
     )
+    if "fresh_provider" in by_case:
+        waiting = by_case["fresh_provider"]
+        lines.append(
+            f"fresh effects whose tool waits {PROVIDER_SECONDS * 1000:.0f} ms, {workers} processes"
+            f" / 1 process: {waiting.many / waiting.one:.2f}x (the ledger does not serialise them)"
+        )
     return lines
 
 
