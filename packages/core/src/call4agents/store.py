@@ -18,7 +18,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any, Literal
 
@@ -81,6 +81,19 @@ class Row:
         return self.lease_expires_at is not None and self.lease_expires_at > self.now
 
 
+_ROW_FIELDS = tuple(f.name for f in fields(Row))  # the order of _ROW_COLUMNS, then now
+_new = object.__new__
+
+
+def row_of(values: Sequence[Any]) -> Row:
+    """``Row(*values)`` for a row read in column order. A frozen dataclass's ``__init__`` sets
+    each field through ``object.__setattr__``; every claim that finds a row builds one, so its
+    fields go into the instance dict at once (the same object, still frozen afterwards)."""
+    row = _new(Row)
+    row.__dict__.update(zip(_ROW_FIELDS, values))  # noqa: B905 - the columns are the fields
+    return row
+
+
 @dataclass(frozen=True)
 class Claim:
     """What ``claim`` found: run it now, an existing row to act on, a refusal, or try again."""
@@ -113,6 +126,8 @@ _ROW_COLUMNS = (
     effects.c.note,
     effects.c.pruned_at,
 )
+# row_of pairs the columns read (then the clock) with Row's fields by position.
+assert (*(c.name for c in _ROW_COLUMNS), "now") == _ROW_FIELDS, "Row and _ROW_COLUMNS differ"
 
 
 class Store:
@@ -202,7 +217,7 @@ class Store:
                 attempt, found = got
                 if attempt:
                     return Claim("run", attempt)
-                row = Row(*found)
+                row = row_of(found)
                 if row.state != "failed":  # a failed row restarts under a lock, below
                     return Claim("existing", row.attempt, row)
         values = {
@@ -289,7 +304,7 @@ class Store:
             with db_faults():
                 found = self._hot.row(key)
             if found is None or isinstance(found, tuple):
-                return Row(*found) if found is not None else None
+                return row_of(found) if found is not None else None
         with self.read() as conn:
             return self._row(conn, key)
 
