@@ -72,16 +72,26 @@ class Owner:
         return cls(parts[0], parts[1], int(parts[2]), parts[3])
 
 
-_me: tuple[int, Owner] | None = None
+_me: tuple[int, Owner, str] | None = None  # pid, identity, identity as a lease names it
 
 
 def me() -> Owner:
     """This process's identity; recomputed after a fork, where the pid changes."""
+    return _mine()[1]
+
+
+def me_text() -> str:
+    """``str(me())``, made once per process: every claim names its owner."""
+    return _mine()[2]
+
+
+def _mine() -> tuple[int, Owner, str]:
     global _me
     pid = os.getpid()
     if _me is None or _me[0] != pid:
-        _me = (pid, Owner(socket.gethostname(), _boot_id(), pid, _start_ticks(pid) or "-"))
-    return _me[1]
+        owner = Owner(socket.gethostname(), _boot_id(), pid, _start_ticks(pid) or "-")
+        _me = (pid, owner, str(owner))
+    return _me
 
 
 def is_dead_local(owner_text: str | None) -> bool:

@@ -280,7 +280,7 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found:
     async path waits on the event loop, so waiters never fill the default thread pool).
     """
     ledger = action.ledger
-    owner = str(_owner.me())
+    owner = _owner.me_text()
     gate = budget_gate(action, _gate(action))
     while True:
         claim = ledger.store.claim(
