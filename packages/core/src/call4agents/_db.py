@@ -277,6 +277,16 @@ def has_input(fd: int) -> bool:
         return True  # cannot tell: let the ping decide
 
 
+def socket_poll(fd: int) -> Any:
+    """A poll object on ``fd`` for ``has_input``'s question, to ask again and again with
+    ``.poll(0)``; None where ``select.poll`` does not exist (ask ``has_input`` instead)."""
+    if not hasattr(select, "poll"):
+        return None
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+    return poller
+
+
 def make_engine(
     url: URL,
     *,

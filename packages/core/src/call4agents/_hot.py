@@ -39,7 +39,9 @@ T = TypeVar("T")
 
 BUSY = object()  # every connection of the hot path is in use: take the long path
 _INHERITED: list[Any] = []  # a forked child's copies of its parent's connections
-_Conn = tuple[Any, Any]  # a driver connection and its cursor
+# A driver connection, its cursor, and (PostgreSQL, where select.poll exists) a poll object
+# registered on its socket once, since making one per statement costs more than polling.
+_Conn = tuple[Any, Any, Any]
 _Claimed = tuple[int, tuple[Any, ...]]  # (attempt to run, ()) or (0, the row that exists)
 _PG_NOW = "extract(epoch from clock_timestamp())::float8"
 _SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
@@ -52,6 +54,7 @@ class HotPath:
         """``columns`` are those of a row read, in the order the store's readers expect."""
         self.engine = engine
         self.postgres = engine.dialect.name == "postgresql"
+        self._driver_error: Any = engine.dialect.loaded_dbapi.Error  # the driver's own faults
         table = f'"{schema}".c4a_effects' if schema else "c4a_effects"
         now = _PG_NOW if self.postgres else _SQLITE_NOW
         m = "%s" if self.postgres else "?"
@@ -177,20 +180,19 @@ class HotPath:
         (the caller then takes the long path, whose pool bounds and queues). A driver fault is
         raised as the ``DBAPIError`` SQLAlchemy would raise, so the store's ``db_faults`` and
         ``transient`` judge both paths alike; the connection it happened on is closed."""
-        dbapi = self.engine.dialect.loaded_dbapi
         conn = None
         try:
             conn = self._take()
             if conn is None:
                 return cast(T, busy)
             found = work(conn[1])
-        except dbapi.Error as exc:
+        except self._driver_error as exc:
             dialect = self.engine.dialect
             gone = conn is not None and dialect.is_disconnect(exc, conn[0], None)
             if conn is not None:
                 self._discard(conn)  # it may hold a half-done transaction
             raise DBAPIError.instance(
-                None, None, exc, dbapi.Error, connection_invalidated=gone, dialect=dialect
+                None, None, exc, self._driver_error, connection_invalidated=gone, dialect=dialect
             ) from exc
         except BaseException:
             if conn is not None:
@@ -217,7 +219,7 @@ class HotPath:
                 conn = self._idle.pop()
             except IndexError:
                 return self._open()
-            if not self._stale(conn[0]):
+            if not self._stale(conn):
                 return conn
             self._discard(conn)
 
@@ -237,9 +239,10 @@ class HotPath:
         try:
             if self.postgres:
                 driver.autocommit = True
-            return (driver, driver.cursor())
+                return (driver, driver.cursor(), _db.socket_poll(driver.pgconn.socket))
+            return (driver, driver.cursor(), None)
         except BaseException:
-            self._discard((driver, None))
+            self._discard((driver, None, None))
             raise
 
     def _discard(self, conn: _Conn) -> None:
@@ -247,14 +250,17 @@ class HotPath:
         with self._lock:
             self._count -= 1
 
-    def _stale(self, driver: Any) -> bool:
+    def _stale(self, conn: _Conn) -> bool:
         """Closed, or (PostgreSQL) a goodbye from the server waits unread (restart, failover,
         idle timeout): such a connection would fail the next statement."""
         if not self.postgres:
             return False
-        if driver.closed or driver.broken:
+        driver, _, poller = conn
+        if driver.closed:  # broken implies closed; libpq closes a socket only after saying so
             return True
         try:
+            if poller is not None:
+                return bool(poller.poll(0))
             return _db.has_input(driver.pgconn.socket)
         except Exception:  # noqa: BLE001 - libpq knows the socket is gone
             return True
