@@ -104,7 +104,9 @@ def tls_server() -> Iterator[TlsServer]:
                 shutil.chown(item, "postgres")
         (root / "server.key").chmod(0o600)
         password = f"--pwfile={root / 'password'}"
-        auth = ["--auth-local=trust", "--auth-host=scram-sha-256"]
+        # No fsync anywhere: a throwaway server must not flood the disk other tests' leases
+        # and commits share.
+        auth = ["--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync"]
         _run(_as_owner(initdb, "-D", str(data), "-U", ROLE, password, *auth), root)
         # Only encrypted connections with the right password get in.
         (data / "pg_hba.conf").write_text(
@@ -112,7 +114,7 @@ def tls_server() -> Iterator[TlsServer]:
         )
         port = _free_port()
         options = (
-            f"-p {port} -k {root} -c listen_addresses=localhost -c ssl=on"
+            f"-p {port} -k {root} -c listen_addresses=localhost -c ssl=on -c fsync=off"
             f" -c ssl_cert_file={root / 'server.crt'} -c ssl_key_file={root / 'server.key'}"
         )
         _run(

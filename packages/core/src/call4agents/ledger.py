@@ -135,19 +135,20 @@ class _Heartbeat:
         self._lost: set[str] = set()
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
-        self._period = float("inf")
+        self._wake_at = float("inf")  # when the thread next looks (monotonic clock)
 
     def hold(self, key: str, attempt: int, ttl: float) -> None:
         with self._lock:
-            self._held[key] = (attempt, ttl, time.monotonic())
+            now = time.monotonic()
+            self._held[key] = (attempt, ttl, now)
             self._lost.discard(key)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._loop, name="call4agents-heartbeat", daemon=True
                 )
                 self._thread.start()
-            elif ttl / 3 < self._period:
-                self._lock.notify()  # a shorter lease than the thread is pacing itself for
+            elif now + ttl / 3 < self._wake_at:
+                self._lock.notify()  # due before the thread would next look
 
     def release(self, key: str) -> bool:
         """Stop renewing; True if the lease was lost while the tool ran."""
@@ -162,7 +163,7 @@ class _Heartbeat:
         self._lost.clear()
         self._thread = None
         self._lock = threading.Condition()
-        self._period = float("inf")
+        self._wake_at = float("inf")
 
     def _loop(self) -> None:
         idle_since = time.monotonic()
@@ -172,11 +173,13 @@ class _Heartbeat:
                     if time.monotonic() - idle_since > self._IDLE_EXIT:
                         self._thread = None
                         return
-                    self._period = float("inf")
+                    self._wake_at = float("inf")
                     self._lock.wait(timeout=self._IDLE_EXIT / 4)
                     continue
-                self._period = min(ttl for _, ttl, _ in self._held.values()) / 3
-                self._lock.wait(timeout=self._period)
+                # Look again the moment the first lease is a third through: its renewal then
+                # has the other two thirds to land in, however slow a commit is meanwhile.
+                self._wake_at = min(at + ttl / 3 for _, ttl, at in self._held.values())
+                self._lock.wait(timeout=max(0.0, self._wake_at - time.monotonic()))
                 now = time.monotonic()
                 due = {k: (a, t) for k, (a, t, at) in self._held.items() if now - at >= t / 3}
                 idle_since = now
