@@ -268,9 +268,8 @@ def _check_alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
 def has_input(fd: int) -> bool:
     """True if the socket has something to read (or is at EOF); never blocks."""
     try:
-        if hasattr(select, "poll"):
-            poller = select.poll()
-            poller.register(fd, select.POLLIN | select.POLLERR | select.POLLHUP)
+        poller = socket_poll(fd)
+        if poller is not None:
             return bool(poller.poll(0))
         return bool(select.select([fd], [], [], 0)[0])
     except (OSError, ValueError):

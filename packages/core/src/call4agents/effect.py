@@ -479,7 +479,7 @@ def _on_doubt(action: Action, row: Row) -> Any:
 def _take_over_or_raise(action: Action, row: Row) -> Any:
     if not action.options.retry_in_doubt:
         raise in_doubt_error(action, row)
-    attempt = action.ledger.store.take_over(action.key, row.attempt, str(_owner.me()), action.ttl)
+    attempt = action.ledger.store.take_over(action.key, row.attempt, _owner.me_text(), action.ttl)
     return _Go(attempt) if attempt is not None else _AGAIN
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -59,6 +59,15 @@ def options_for(tool: str, per_tool: ToolOptions | None, default: EffectOptions)
     if isinstance(found, EffectOptions):
         return found if found.name else replace(found, name=tool)
     return replace(default, **{"name": tool, **dict(found)})
+
+
+def with_escalate_on(options: EffectOptions, escalate_on: Collection[str]) -> EffectOptions:
+    """``options`` with an integration's ``escalate_on`` added to the tool's own: the core
+    escalates a denied, in-doubt or budget-cut call by policy where the action runs."""
+    wanted = set(escalate_on) - set(options.escalate_on)
+    if not wanted:
+        return options
+    return replace(options, escalate_on=(*options.escalate_on, *sorted(wanted)))
 
 
 def action_for(

@@ -193,7 +193,7 @@ class _Heartbeat:
         for ttl in {t for _, t in due.values()}:
             batch = [(k, a) for k, (a, t) in due.items() if t == ttl]
             try:
-                lost = ledger.store.renew(batch, str(_owner.me()), ttl)
+                lost = ledger.store.renew(batch, _owner.me_text(), ttl)
             except LedgerError:
                 continue  # the database is away; the next beat tries again
             with self._lock:

@@ -47,6 +47,7 @@ from call4agents.integration import (
     message_for_model,
     options_for,
     run_tool,
+    with_escalate_on,
 )
 
 from . import _approval, _endings, _hooks, _model, _nodes, _order
@@ -156,11 +157,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         return found
 
     def _for_call(self, options: EffectOptions) -> EffectOptions:
-        wanted = self.escalate_on - set(options.escalate_on)
-        if wanted:  # the core escalates by policy where the action runs
-            escalate_on = (*options.escalate_on, *sorted(wanted))
-            options = dataclasses.replace(options, escalate_on=escalate_on)
-        return _hooks.for_tool_calls(options)
+        return _hooks.for_tool_calls(with_escalate_on(options, self.escalate_on))
 
     # -- create_agent middleware and ToolNode wrappers ---------------------------------------------
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from agents import AgentHooks, RunContextWrapper, Usage
@@ -38,6 +38,7 @@ from call4agents.integration import (
     ends_run,
     escalate_by_policy,
     record_model_usage,
+    with_escalate_on,
 )
 
 from ._run_id import RunIdSource, resolve_run_id
@@ -174,10 +175,7 @@ class RunControls:
     def tool_options(self, options: EffectOptions) -> EffectOptions:
         """``options`` with ``escalate_on`` added to the tool's own, so the core escalates a
         denied, in-doubt or budget-cut tool call where it runs."""
-        wanted = self.escalate_on - set(options.escalate_on)
-        if not wanted:
-            return options
-        return replace(options, escalate_on=(*options.escalate_on, *sorted(wanted)))
+        return with_escalate_on(options, self.escalate_on)
 
     async def end_run(self, exc: BaseException, ledger: Ledger | None = None) -> NoReturn:
         """Raise ``exc`` (a run ending) as the SDK's kind. A budget cut met outside a tool call

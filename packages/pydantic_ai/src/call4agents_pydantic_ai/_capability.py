@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import fields
@@ -47,6 +46,7 @@ from call4agents.integration import (
     ends_run,
     escalate_by_policy,
     options_for,
+    with_escalate_on,
 )
 
 from . import _approvals, _outcomes, _run_controls
@@ -110,11 +110,11 @@ class OnceOnly(AbstractCapability[Any]):
         self.ledger = ledger
         self.escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
         # The core escalates by policy where each call runs, so the policy goes in the options.
-        self.default = _with_policy(default, self.escalate_on)
+        self.default = with_escalate_on(default, self.escalate_on)
         self.budget = budget
         self.tools: Mapping[str, EffectOptions] = MappingProxyType(
             {
-                name: _with_policy(_tool_options(name, given, default), self.escalate_on)
+                name: with_escalate_on(_tool_options(name, given, default), self.escalate_on)
                 for name, given in tools.items()
             }
         )
@@ -384,11 +384,3 @@ def _tool_options(
                 f"known: {', '.join(sorted(_OPTION_NAMES))}"
             )
     return options_for(tool, {tool: given}, default)
-
-
-def _with_policy(options: EffectOptions, escalate_on: frozenset[str]) -> EffectOptions:
-    """``options`` with ``escalate_on`` added to the tool's own."""
-    wanted = escalate_on - set(options.escalate_on)
-    if not wanted:
-        return options
-    return dataclasses.replace(options, escalate_on=(*options.escalate_on, *sorted(wanted)))
