@@ -1,8 +1,9 @@
 """A repeat from a new process on PostgreSQL: a finished action is read, never written.
 
-The table is held in SHARE mode by another session, which lets reads through and stops every
-insert; the ledger under test gives up on a lock after half a second. So a call that tries to
-write fails with a LedgerError, and one that only reads goes through.
+The table is held in EXCLUSIVE mode by another session, which lets plain reads through and stops
+every insert, update and row lock (``SELECT ... FOR UPDATE``); the ledger under test gives up on
+a lock after half a second. So a call that tries to write or lock fails with a LedgerError, and
+one that only reads goes through.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def impatient(target: Target) -> c4a.Ledger:
 def writes_blocked(target: Target) -> Iterator[None]:
     plain = target.url.replace("postgresql+psycopg://", "postgresql://", 1)
     with psycopg.connect(plain) as conn:  # a transaction, held until the block ends
-        conn.execute(f'LOCK TABLE "{target.schema}".c4a_effects IN SHARE MODE')
+        conn.execute(f'LOCK TABLE "{target.schema}".c4a_effects IN EXCLUSIVE MODE')
         yield
 
 
@@ -92,3 +93,26 @@ def test_a_run_that_is_writing_goes_straight_to_the_insert(pg_target: Target) ->
         ledger._cache.clear()
         with writes_blocked(pg_target):
             assert send(1) == {"sent": 1}
+
+
+def test_a_gated_repeat_is_a_read_alone(pg_target: Target) -> None:
+    # A tool that needs a yes, in a run with a budget: its repeat asks no gate (a recorded
+    # action needs no new yes and spends no budget), so it too is answered by the read.
+    ran: list[int] = []
+
+    def wire(n: int) -> dict[str, int]:
+        ran.append(n)
+        return {"wired": n}
+
+    ledger = pg_target.open()
+    first = c4a.effect(name="repeat.wire", approval=True, ledger=ledger)(wire)
+    budget = c4a.Budget(max_tool_calls=1)
+    with c4a.run("gated", budget=budget):
+        with pytest.raises(c4a.ApprovalRequired) as asked:
+            first(1)
+        ledger.approve(asked.value.request.ticket, by="ann")
+        assert first(1) == {"wired": 1}
+    again = c4a.effect(name="repeat.wire", approval=True, ledger=impatient(pg_target))(wire)
+    with c4a.run("gated", budget=budget), writes_blocked(pg_target):
+        assert again(1) == {"wired": 1}  # no gate asked: no row locked, nothing written
+    assert ran == [1]

@@ -9,11 +9,13 @@ hand-written SQL on driver connections of their own, in autocommit:
   ``INSERT ... ON CONFLICT DO NOTHING RETURNING``, ``COMMIT``.
 - PostgreSQL: one statement and one round trip. The intent insert and a read of the row it met
   share a snapshot, so a conflict returns the existing row; a conflict with no row in sight (it
-  was committed after the snapshot) goes the long way. When a repeat is likely (the caller
-  says so), a plain keyed read goes first: an insert attempt costs the server far more than a
-  read (it locks the table and opens every index), and a succeeded row is final, so finding one
-  settles the call with no write at all. Anything else the read finds (no row, or one still
-  open or failed) goes on to the insert, which alone decides who runs the tool.
+  was committed after the snapshot) goes the long way.
+
+When a repeat is likely, the caller first asks ``recorded``: one plain keyed read. An insert
+attempt costs the server far more than a read (it locks the table and opens every index), and a
+succeeded row is final, so finding one settles the call with no write at all. Anything else the
+read finds (no row, or one still open or failed) goes on to the claim, whose insert alone
+decides who runs the tool.
 
 Anything other than the plain case (a failed row to restart, a fenced-off outcome, a gate to ask)
 returns ``None`` and the caller takes the SQLAlchemy path, where every rule is stated once. An
@@ -112,35 +114,31 @@ class HotPath:
     # -- the statements ---------------------------------------------------------------------
 
     def claim(
-        self, params: tuple[Any, ...], key: str, *, read_first: bool = False
+        self, params: tuple[Any, ...], key: str, *, read_first: bool = True
     ) -> _Claimed | None:
         """Write the intent: ``(1, ())`` when it is ours to run, ``(0, row)`` for the row that
         exists, None when the long path must decide (a race, or no row in sight).
 
-        ``read_first`` (PostgreSQL; SQLite always reads first): look for a succeeded row before
-        trying the insert, for a call that is likely a repeat."""
+        ``read_first`` (SQLite): look for the row before taking the write lock. False when the
+        caller has just looked. PostgreSQL's insert reads the row it meets in the same
+        statement."""
         if self.postgres:
-            return self._run(lambda cur: self._claim_pg(cur, params, key, read_first), busy=None)
-        return self._run(lambda cur: self._claim_sqlite(cur, params, key), busy=None)
+            return self._run(lambda cur: self._claim_pg(cur, params, key), busy=None)
+        return self._run(lambda cur: self._claim_sqlite(cur, params, key, read_first), busy=None)
 
-    def _claim_pg(
-        self, cur: Any, params: tuple[Any, ...], key: str, read_first: bool
-    ) -> _Claimed | None:
-        if read_first:
-            row = cur.execute(self.select_sql, (key,)).fetchone()
-            # Only a succeeded row is final (no rule moves an action out of it), so only it may
-            # be answered from a read; the insert below judges every other case, races included.
-            if row is not None and row[self._state_at] == "succeeded":
-                return (0, tuple(row))
+    def _claim_pg(self, cur: Any, params: tuple[Any, ...], key: str) -> _Claimed | None:
         got = cur.execute(self.claim_sql, (*params, key)).fetchone()
         if got[0] is not None:
             return (int(got[0]), ())
         return (0, tuple(got[1:])) if got[1] is not None else None
 
-    def _claim_sqlite(self, cur: Any, params: tuple[Any, ...], key: str) -> _Claimed | None:
-        row = cur.execute(self.select_sql, (key,)).fetchone()
-        if row is not None:  # a repeat: one read, no write lock
-            return (0, tuple(row))
+    def _claim_sqlite(
+        self, cur: Any, params: tuple[Any, ...], key: str, read_first: bool
+    ) -> _Claimed | None:
+        if read_first:
+            row = cur.execute(self.select_sql, (key,)).fetchone()
+            if row is not None:  # a repeat: one read, no write lock
+                return (0, tuple(row))
         cur.execute("BEGIN IMMEDIATE")
         got = cur.execute(self.insert_sql, params).fetchone()
         cur.execute("COMMIT" if got is not None else "ROLLBACK")
@@ -166,6 +164,13 @@ class HotPath:
         done: bool = cur.execute(self.finish_sql, values).rowcount == 1
         cur.execute("COMMIT" if done else "ROLLBACK")
         return done
+
+    def recorded(self, key: str) -> tuple[Any, ...] | None:
+        """The row of ``key`` if it has succeeded, in one plain read; None if it has not, or if
+        every connection is in use. Only a succeeded row is final (no rule moves an action out
+        of it), so only it may answer a call from a read; the claim judges every other case."""
+        found = self._run(lambda cur: cur.execute(self.select_sql, (key,)).fetchone(), busy=None)
+        return tuple(found) if found is not None and found[self._state_at] == "succeeded" else None
 
     def row(self, key: str) -> tuple[Any, ...] | object | None:
         """The row of ``key`` and the database clock, in one plain read (``BUSY``: ask the long

@@ -280,6 +280,12 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found:
     async path waits on the event loop, so waiters never fill the default thread pool).
     """
     ledger = action.ledger
+    looked = ledger._likely_repeat(action.run_id)
+    if looked:  # a run met here for the first time, or resumed: its result may be recorded
+        done = ledger.store.recorded(action.key)
+        if done is not None:  # a repeat needs no claim, gate or new yes: nothing will run
+            ledger._recall_run(action.run_id)  # a resume: its next repeats are near
+            return _Found(done)
     owner = _owner.me_text()
     gate = budget_gate(action, _gate(action))
     while True:
@@ -292,7 +298,7 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found:
             owner=owner,
             ttl=action.ttl,
             gate=gate,
-            read_first=ledger._likely_repeat(action.run_id),
+            read_first=not looked,
         )
         if claim.outcome == "run":
             ledger._wrote_intent(action.run_id)

@@ -198,7 +198,7 @@ class Store:
         owner: str,
         ttl: float,
         gate: Gate | None = None,
-        read_first: bool = False,
+        read_first: bool = True,
     ) -> Claim:
         """Write the intent (``started``, attempt 1) unless the action exists.
 
@@ -206,8 +206,8 @@ class Store:
         INSERT win; the loser reads the winner's row in the same transaction. A ``failed`` row is
         taken as a new attempt here, inside the same lock, so two retries cannot both run it.
         ``gate`` (approvals, limits) is asked inside the same transaction before a new attempt.
-        ``read_first``: the call is likely a repeat, so a plain read that finds the action
-        succeeded answers it without an insert attempt (see _hot); it never decides a run.
+        ``read_first=False``: the caller has just looked (``recorded``), so SQLite's claim
+        need not read the row again before it takes the write lock.
         """
         if gate is None and self._hot.usable:
             params = (key, run_id, tool, kind, args, owner, ttl)
@@ -298,6 +298,15 @@ class Store:
             )
         )
         return done.rowcount == 1
+
+    def recorded(self, key: str) -> Row | None:
+        """The action's row if it has succeeded, from one plain read: what a likely repeat asks
+        before it claims. None when it has not (or the read cannot take the hot path now)."""
+        if not self._hot.usable:
+            return None
+        with db_faults():
+            found = self._hot.recorded(key)
+        return row_of(found) if found is not None else None
 
     def get(self, key: str) -> Row | None:
         if self._hot.usable:
