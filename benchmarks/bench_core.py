@@ -11,10 +11,11 @@ interleaved in rounds so that disk and CPU drift touch every case alike. Times a
 intent (the library's INSERT ... ON CONFLICT DO NOTHING RETURNING) and one for the result
 (UPDATE ... SET state='succeeded'), on a table built from the same DDL as ``c4a_effects``.
 ``floor: PK select`` is one bare lookup by key, the least a repeat from the database can cost:
-the columns a repeat reads, on a kept cursor in autocommit, of the very rows the lone repeats
-read, each timed inside its own ``c4a.run`` block exactly as a lone repeat is (back-to-back
-lookups in a tight loop run faster than the same lookups between other work, which would make
-the floor look cheaper than any repeat could be).
+the result (the one column a repeat reads), on a kept cursor in autocommit, of the very rows the
+lone repeats read, each timed inside its own ``c4a.run`` block exactly as a lone repeat is
+(back-to-back lookups in a tight loop run faster than the same lookups between other work, which
+would make the floor look cheaper than any repeat could be). On PostgreSQL it runs on the session
+the repeats use (see ``same_session``).
 ``floor, async`` sends each of the floor's two commits through ``asyncio.to_thread``, as any
 async caller must that may not block its event loop on the driver: the floor of the async path.
 
@@ -182,11 +183,8 @@ def fake_key(tag: str, i: int) -> str:
     return hashlib.sha256(f"{tag}|{i}".encode()).hexdigest()
 
 
-# What a repeat reads of its row: the state, the fencing and lease fields, the outcome.
-REPEAT_COLUMNS = (
-    "key, run_id, tool, kind, state, attempt, owner, lease_expires_at, result, error, note, "
-    "pruned_at"
-)
+# A repeat of a finished action reads its result by key, and nothing else.
+REPEAT_SELECT = "SELECT result FROM {table} WHERE key = {m}"
 
 
 class Bare:
@@ -208,7 +206,7 @@ class Bare:
             f" owner = NULL, lease_expires_at = NULL, updated_at = {now} WHERE key = {m} AND "
             "attempt = 1 AND state IN ('started', 'in_doubt')"
         )
-        self.select = f"SELECT {REPEAT_COLUMNS}, {now} FROM c4a_effects WHERE key = {m}"
+        self.select = REPEAT_SELECT.format(table="c4a_effects", m=m)
 
     def commit(self, stmt: str, params: Sequence[Any], *, fetch: bool = False) -> None:
         if self.sql.begin:
@@ -384,8 +382,9 @@ def bench_repeats(t: Target, ledger: c4a.Ledger, n: int, warm: int) -> list[Resu
     # The PK select reads the very rows the lone repeats read, in the same loop.
     keys = {r.args["i"]: r.key for r in ledger.effects() if r.run_id == lone_run(r.args["i"])}
     new_view = t.ledger()  # same database, empty cache: what a resumed process sees
+    lookup = t.bare.lookup if t.schema is None else same_session(new_view, t.schema)
     cases = {
-        SELECT_FLOOR: runs_chunk(new_view, lone_run, lambda i: t.bare.lookup(keys[i])),
+        SELECT_FLOOR: runs_chunk(new_view, lone_run, lambda i: lookup(keys[i])),
         FROM_DB: runs_chunk(new_view, lone_run),
         RESUMED: runs_chunk(new_view, resumed_run),
     }
@@ -397,6 +396,25 @@ def bench_repeats(t: Target, ledger: c4a.Ledger, n: int, warm: int) -> list[Resu
         t.result(FROM_DB, samples[FROM_DB], floor=SELECT_FLOOR),
         t.result(RESUMED, samples[RESUMED], floor=SELECT_FLOOR),
     ]
+
+
+def same_session(ledger: c4a.Ledger, schema: str) -> Callable[[str], None]:
+    """The bare PK select, on the very PostgreSQL session a one-thread caller's repeats use.
+
+    On a machine with few CPUs, a loopback round trip costs several times more when the server
+    process of a session runs on another CPU than the client's (a wake-up across CPUs; see
+    ``bench_postgres.py --parts placement``), and each session's server process tends to stay
+    where it is for seconds. A floor measured on a session of its own would compare two
+    placements, not two lookups."""
+    hot = ledger.store._hot  # the ledger's own driver connection, kept for its hot statements
+    hot.row("")  # opens it: a single thread uses exactly one
+    _, cursor, _ = hot._idle[-1]
+    sql = REPEAT_SELECT.format(table=f'"{schema}".c4a_effects', m="%s")
+
+    def lookup(key: str) -> None:
+        cursor.execute(sql, (key,)).fetchone()
+
+    return lookup
 
 
 def bench_target(t: Target, n: int, warm: int) -> list[Result]:

@@ -3,7 +3,7 @@
     uv run python benchmarks/bench_postgres.py [--quick] [--postgres URL] [--n N]
                                                [--workers 8] [--gc-rows 1000000]
 
-Three parts, one run, one server (each part in a fresh schema, dropped at the end):
+Four parts, one run, one server (each part in a fresh schema, dropped at the end):
 
 latency      per action, one worker, interleaved with the floor (bench_core's cases):
              ``floor (2 commits)`` is the intent INSERT and the result UPDATE through bare
@@ -14,6 +14,10 @@ throughput   actions per second of 1 and of ``--workers`` processes started toge
              a new view of the ledger, each action the first repeat of its run: a database read).
 retention    ``gc`` over ``--gc-rows`` old actions while a worker records fresh ones: how long,
              the longest batch transaction, and the worker's latency before and during it.
+placement    the PK select and a lone repeat on one session, with this process held on CPU 0
+             and the session's server process on CPU 0, then on CPU 1: what a loopback round
+             trip costs by where the server runs (Linux, a server on this machine, and the
+             right to set its process's CPU: root or the server's user).
 
 Targets (the issue's): a fresh effect within 1.3x the floor; a repeat within 1.3x a PK select;
 ``--workers`` processes at least 4x one process's throughput. The machine's CPU count bounds the
@@ -54,10 +58,13 @@ from bench_core import (
     Result,
     Target,
     bench_target,
+    interleave,
     lone_run,
     open_postgres,
     pg_bare,
     print_table,
+    runs_chunk,
+    same_session,
     send,
     timed,
 )
@@ -269,6 +276,85 @@ def _fresh(ledger: c4a.Ledger) -> Callable[[int], object]:
 # -- printing ----------------------------------------------------------------------------------
 
 
+# -- placement -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placed:
+    where: str
+    select: list[int]  # ns per PK select
+    repeat: list[int]  # ns per lone repeat
+
+
+def bench_placement(url: str, n: int, warm: int) -> list[Placed] | str:
+    """The lone repeat and its PK select on one session, by where its server process runs; a
+    reason instead when that cannot be set here."""
+    if not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2:
+        return "needs Linux and two CPUs"
+    t = open_postgres(url, "power", tag="_pin")
+    mine = os.sched_getaffinity(0)
+    try:
+        writer = t.ledger()
+        runs_chunk(writer, lone_run)(range(-warm, 2 * n))
+        keys = {r.args["i"]: r.key for r in writer.effects() if r.run_id == lone_run(r.args["i"])}
+        writer.close()
+        view = t.ledger()
+        lookup = same_session(view, t.schema or "")
+        server = _server_process(view)
+        if isinstance(server, str):
+            return server
+        os.sched_setaffinity(0, {0})
+        placed = []
+        for k, (where, cpu) in enumerate((("the client's CPU", 0), ("another CPU", 1))):
+            try:
+                os.sched_setaffinity(server, {cpu})
+            except PermissionError:
+                return "no right to set the server process's CPU (run as root or its user)"
+            cases = {
+                "select": runs_chunk(view, lone_run, lambda i: lookup(keys[i])),
+                "repeat": runs_chunk(view, lone_run),
+            }
+            ids = range(k * n + warm, (k + 1) * n)  # runs not met before: each repeat is lone
+            samples = interleave(cases, ids, warm, rounds=30)
+            placed.append(Placed(where, samples["select"], samples["repeat"]))
+        view.close()
+        return placed
+    finally:
+        os.sched_setaffinity(0, mine)
+        t.close()
+
+
+def _server_process(ledger: c4a.Ledger) -> int | str:
+    """The pid of the server process behind the ledger's hot connection, if it is on this
+    machine (a pid from another host would name some unrelated local process)."""
+    driver = ledger.store._hot._idle[-1][0]
+    if driver.info.host not in (
+        "127.0.0.1",
+        "::1",
+        "localhost",
+    ) and not driver.info.host.startswith("/"):
+        return f"the server is not on this machine ({driver.info.host})"
+    pid = driver.info.backend_pid
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "the server's processes are not visible here (another container?)"
+    return pid if comm.startswith("postgres") else f"process {pid} is {comm!r}, not the server's"
+
+
+def print_placement(placed: list[Placed] | str) -> None:
+    if isinstance(placed, str):
+        print(f"placement: skipped, {placed}")
+        return
+    print("one session, this process on CPU 0, medians:")
+    for p in placed:
+        select, repeat = statistics.median(p.select) / 1000, statistics.median(p.repeat) / 1000
+        print(
+            f"  server process on {p.where + ':':<18} PK select {select:7.1f} µs, lone repeat "
+            f"{repeat:7.1f} µs: {repeat / select:.2f}x, {repeat - select:+.0f} µs"
+        )
+
+
 def header(args: argparse.Namespace) -> None:
     import psycopg
 
@@ -360,8 +446,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gc-rows", type=int, help="ledger size for the retention part")
     parser.add_argument(
         "--parts",
-        default="latency,throughput,retention",
-        help="which parts to run, comma-separated (default: all three)",
+        default="latency,throughput,retention,placement",
+        help="which parts to run, comma-separated (default: all four)",
     )
     args = parser.parse_args(argv)
     args.n = args.n or (300 if args.quick else 2000)
@@ -392,6 +478,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print()
     if "retention" in parts:
         print_gc(bench_gc(args.postgres, args.gc_rows, samples=min(args.n, 500)))
+        print()
+    if "placement" in parts:
+        print_placement(bench_placement(args.postgres, args.n, args.warm))
         print()
     for line in verdicts(latency, rates, args.workers):
         if "nan" not in line:  # a part that was not run

@@ -455,7 +455,7 @@ def test_results_come_back_as_the_same_types(target: Any, ledger: c4a.Ledger) ->
         assert isinstance(make_order(), Order)
 
 
-def test_a_result_that_cannot_be_stored_never_reruns(ledger: c4a.Ledger) -> None:
+def test_a_result_that_cannot_be_stored_never_reruns(target: Any, ledger: c4a.Ledger) -> None:
     calls = Calls()
 
     @c4a.effect
@@ -468,6 +468,10 @@ def test_a_result_that_cannot_be_stored_never_reruns(ledger: c4a.Ledger) -> None
             open_socket()
         with pytest.raises(c4a.ResultNotStored):
             open_socket()
+    # A new process resuming the run reads first (a likely repeat) and finds no result to give:
+    # still not run again.
+    with c4a.run("r", ledger=target.open()), pytest.raises(c4a.ResultNotStored):
+        open_socket()
     assert calls.n == 1
     [record] = ledger.effects("r")
     assert record.state == "succeeded"

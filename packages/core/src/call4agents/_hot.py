@@ -11,7 +11,8 @@ hand-written SQL on driver connections of their own, in autocommit:
   share a snapshot, so a conflict returns the existing row; a conflict with no row in sight (it
   was committed after the snapshot) goes the long way.
 
-When a repeat is likely, the caller first asks ``recorded``: one plain keyed read. An insert
+When a repeat is likely, the caller first asks ``recorded`` for the result: one plain keyed read
+of one column. An insert
 attempt costs the server far more than a read (it locks the table and opens every index), and a
 succeeded row is final, so finding one settles the call with no write at all. Anything else the
 read finds (no row, or one still open or failed) goes on to the claim, whose insert alone
@@ -68,6 +69,11 @@ class HotPath:
             "RETURNING attempt"
         )
         self.select_sql = f"SELECT {cols}, {now} FROM {table} WHERE key = {m}"
+        # What a repeat needs of a finished action: its result, nothing else to load.
+        self.result_sql = (
+            f"SELECT result FROM {table} WHERE key = {m} AND state = 'succeeded' "
+            "AND pruned_at IS NULL AND result IS NOT NULL"
+        )
         self._state_at = columns.index("state")
         self.insert_sql = insert
         # The row the insert met, read in the insert's own snapshot: our own new row is never
@@ -165,12 +171,13 @@ class HotPath:
         cur.execute("COMMIT" if done else "ROLLBACK")
         return done
 
-    def recorded(self, key: str) -> tuple[Any, ...] | None:
-        """The row of ``key`` if it has succeeded, in one plain read; None if it has not, or if
-        every connection is in use. Only a succeeded row is final (no rule moves an action out
-        of it), so only it may answer a call from a read; the claim judges every other case."""
-        found = self._run(lambda cur: cur.execute(self.select_sql, (key,)).fetchone(), busy=None)
-        return tuple(found) if found is not None and found[self._state_at] == "succeeded" else None
+    def recorded(self, key: str) -> str | None:
+        """The recorded result of ``key`` if it has succeeded (and its result is kept), in one
+        plain read; None otherwise, or if every connection is in use. Only a succeeded row is
+        final (no rule moves an action out of it), so only it may answer a call from a read;
+        the claim judges every other case."""
+        found = self._run(lambda cur: cur.execute(self.result_sql, (key,)).fetchone(), busy=None)
+        return None if found is None else cast(str, found[0])
 
     def row(self, key: str) -> tuple[Any, ...] | object | None:
         """The row of ``key`` and the database clock, in one plain read (``BUSY``: ask the long

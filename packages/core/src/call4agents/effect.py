@@ -261,6 +261,15 @@ class _Found:
     row: Row
 
 
+class _Recalled:
+    """A likely repeat answered by one plain read: its recorded result, decoded."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 _AGAIN = object()
 _MISS = object()
 
@@ -273,7 +282,7 @@ def cached(action: Action) -> Any:
     return decode_result(found)
 
 
-def begin(action: Action, *, wait: bool = True) -> _Go | _Found:
+def begin(action: Action, *, wait: bool = True) -> _Go | _Found | _Recalled:
     """Claim the action, or wait on a live owner; returns what to do next.
 
     ``wait=False`` returns a live owner's row at once, for callers that wait elsewhere (the
@@ -282,10 +291,12 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found:
     ledger = action.ledger
     looked = ledger._likely_repeat(action.run_id)
     if looked:  # a run met here for the first time, or resumed: its result may be recorded
-        done = ledger.store.recorded(action.key)
-        if done is not None:  # a repeat needs no claim, gate or new yes: nothing will run
+        text = ledger.store.recorded(action.key)
+        if text is not None:  # a repeat needs no claim, gate or new yes: nothing will run
             ledger._recall_run(action.run_id)  # a resume: its next repeats are near
-            return _Found(done)
+            ledger.dedup.add(action.tool)
+            ledger._remember(action.key, text)
+            return _Recalled(decode_result(text))
     owner = _owner.me_text()
     gate = budget_gate(action, _gate(action))
     while True:
@@ -458,6 +469,8 @@ def _perform(action: Action, call: Callable[[], T]) -> T:
         return cast(T, hit)
     while True:
         step = begin(action)
+        if isinstance(step, _Recalled):
+            return cast(T, step.value)
         if isinstance(step, _Go):
             return _execute(action, step.attempt, call)
         outcome = settle_found(action, step.row)
@@ -548,6 +561,8 @@ async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
         return cast(T, hit)
     while True:
         step = await asyncio.to_thread(functools.partial(begin, action, wait=False))
+        if isinstance(step, _Recalled):
+            return cast(T, step.value)
         if isinstance(step, _Go):
             return await _aexecute(action, step.attempt, call)
         row = await _waiting.await_while_live(action, step.row)

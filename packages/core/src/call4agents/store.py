@@ -299,14 +299,14 @@ class Store:
         )
         return done.rowcount == 1
 
-    def recorded(self, key: str) -> Row | None:
-        """The action's row if it has succeeded, from one plain read: what a likely repeat asks
-        before it claims. None when it has not (or the read cannot take the hot path now)."""
+    def recorded(self, key: str) -> str | None:
+        """The action's recorded result if it has succeeded, from one plain read: what a likely
+        repeat asks before it claims. None when there is none to give (not succeeded, pruned,
+        not stored, or the read cannot take the hot path now): the claim then decides."""
         if not self._hot.usable:
             return None
         with db_faults():
-            found = self._hot.recorded(key)
-        return row_of(found) if found is not None else None
+            return self._hot.recorded(key)
 
     def get(self, key: str) -> Row | None:
         if self._hot.usable:
