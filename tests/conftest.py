@@ -7,6 +7,7 @@ a CI run can never pass by silently testing SQLite alone.
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -104,6 +105,9 @@ TEST_SECRET = "test-secret-" + "x" * 40
 def _ledger_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every worker of a PostgreSQL ledger shares one secret; tests play all the workers.
     monkeypatch.setenv("CALL4AGENTS_SECRET", TEST_SECRET)
+    # No default ledger is left over from an earlier test on this worker (its database may be
+    # gone): a test that wants one opens it.
+    monkeypatch.setattr(importlib.import_module("call4agents.effect"), "_default_ledger", None)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -144,6 +144,22 @@ def test_an_async_run_starts_its_clock_on_entry(ledger: c4a.Ledger) -> None:
     assert started_at(ledger, "b-async-free") is None  # no budget: no ledger work
 
 
+def test_a_run_whose_start_cannot_be_written_still_runs(
+    ledger: c4a.Ledger, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The default ledger has lost its tables (its schema dropped under it, say); the tool's
+    # own ledger is fine. Entering the run only logs; the first counted step starts the clock.
+    lost = c4a.init(f"sqlite:///{tmp_path / 'lost.db'}")
+    with lost.engine.begin() as conn:
+        run_counters.drop(conn)
+    pay = c4a.effect(name="pay", ledger=ledger)(lambda amount: amount)
+    with c4a.run("b-lost", budget=c4a.Budget(deadline=60)):
+        assert "could not record a run's start" in caplog.text
+        assert started_at(ledger, "b-lost") is None
+        assert pay(5) == 5
+    assert started_at(ledger, "b-lost") is not None
+
+
 def test_nested_runs_count_against_the_parent(ledger: c4a.Ledger) -> None:
     @c4a.effect(name="step")
     def step(n: int) -> int:

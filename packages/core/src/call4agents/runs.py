@@ -23,7 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from . import observe
 from .context import _effect, current_run
-from .errors import Call4AgentsError, ConfigurationError
+from .errors import Call4AgentsError, ConfigurationError, LedgerError
 from .store import Gate, now_sql
 from .tables import run_counters, runs
 
@@ -630,6 +630,7 @@ def start_clock(run_id: str, ledger: Ledger | None) -> None:
     Entered with a plain ``with`` inside a coroutine (as framework hooks do), the write goes to
     a worker thread and is not waited for: the event loop never waits on the database, and a
     counted step that gets there first starts the clock in its own transaction just the same.
+    A database fault here is logged, never raised: that first counted step writes the start.
     """
     from .effect import _default_ledger
 
@@ -639,7 +640,10 @@ def start_clock(run_id: str, ledger: Ledger | None) -> None:
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
-        _write_start(ledger, run_id)
+        try:
+            _write_start(ledger, run_id)
+        except LedgerError as exc:
+            _not_started(exc)
         return
     loop.run_in_executor(None, _write_start, ledger, run_id).add_done_callback(_log_failure)
 
@@ -655,8 +659,13 @@ def _write_start(ledger: Ledger, run_id: str) -> None:
 
 def _log_failure(done: asyncio.Future[None]) -> None:
     if not done.cancelled() and done.exception() is not None:
-        # Not lost: the run's first counted step records the start in its claim instead.
-        log.warning("could not record a run's start yet: %s", done.exception())
+        _not_started(done.exception())
+
+
+def _not_started(exc: BaseException | None) -> None:
+    # Not lost: the run's first counted step records the start in its claim instead, so a
+    # database fault surfaces there (or at the first effect), never on entering the run.
+    log.warning("could not record a run's start yet: %s", exc)
 
 
 # The runs whose clock this process has started, by ledger: entering them again writes nothing.
