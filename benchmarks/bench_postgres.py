@@ -11,7 +11,9 @@ latency      per action, one worker, interleaved with the floor (bench_core's ca
              repeat from the database can cost.
 throughput   actions per second of 1 and of ``--workers`` processes started together, each on
              its own keys: the floor, a fresh effect, a bare PK select and a repeat (each process
-             a new view of the ledger, each action the first repeat of its run: a database read).
+             a new view of the ledger, each action the first repeat of its run: a database read),
+             and the CPU time each action takes in the process of a lone worker: with more
+             workers than CPUs, that is what bounds how far they scale.
 retention    ``gc`` over ``--gc-rows`` old actions while a worker records fresh ones: how long,
              the longest batch transaction, and the worker's latency before and during it.
 placement    the PK select and a lone repeat on one session, with this process held on CPU 0
@@ -130,14 +132,16 @@ def _worker(job: Job, keys: dict[int, str], ready: Any, go: Event, out: Any) -> 
     ready.put(os.getpid())
     go.wait()
     start = time.monotonic()  # one system-wide clock on Linux, so processes compare
+    cpu = time.process_time()
     for i in range(job.first, job.first + job.count):
         op(i)
-    out.put((start, time.monotonic(), job.count))
+    out.put((start, time.monotonic(), job.count, time.process_time() - cpu))
     close()
 
 
-def run_together(jobs: Sequence[Job], keys: dict[int, str]) -> float:
-    """Actions per second of ``jobs`` run by one process each, started at the same moment."""
+def run_together(jobs: Sequence[Job], keys: dict[int, str]) -> tuple[float, float]:
+    """Actions per second of ``jobs`` run by one process each, started at the same moment, and
+    the CPU time (user and system) each action took in its own process, in µs."""
     ctx = mp.get_context("spawn")
     ready, out, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [ctx.Process(target=_worker, args=(j, keys, ready, go, out)) for j in jobs]
@@ -157,7 +161,9 @@ def run_together(jobs: Sequence[Job], keys: dict[int, str]) -> float:
     spans = [out.get(timeout=600) for _ in procs]
     for p in procs:
         p.join(timeout=60)
-    return sum(n for _, _, n in spans) / (max(e for _, e, _ in spans) - min(s for s, _, _ in spans))
+    actions = sum(n for _, _, n, _ in spans)
+    seconds = max(e for _, e, _, _ in spans) - min(s for s, _, _, _ in spans)
+    return actions / seconds, sum(c for *_, c in spans) / actions * 1e6
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,7 @@ class Rate:
     case: str
     one: float  # actions per second, one process
     many: float  # with ``workers`` processes
+    cpu_us: float  # CPU time per action in the one process (the server's is not counted)
 
 
 def bench_throughput(url: str, workers: int, per_worker: int) -> list[Rate]:
@@ -187,13 +194,13 @@ def bench_throughput(url: str, workers: int, per_worker: int) -> list[Rate]:
             ("floor_provider", 5_000_000, per_worker // 4),
             ("fresh_provider", 5_000_000, per_worker // 4),
         ):
-            one = run_together([Job(case, url, t.schema or "", base + 20, count)], keys)
+            one, cpu = run_together([Job(case, url, t.schema or "", base + 20, count)], keys)
             step = count + 20
             jobs = [
                 Job(case, url, t.schema or "", base + 20 + step * (k + 1), count)
                 for k in range(workers)
             ]
-            rates.append(Rate(case, one, run_together(jobs, keys)))
+            rates.append(Rate(case, one, run_together(jobs, keys)[0], cpu))
         return rates
     finally:
         t.close()
@@ -372,7 +379,10 @@ def header(args: argparse.Namespace) -> None:
 
 
 def print_rates(rates: Sequence[Rate], workers: int) -> None:
-    head = f"{'case':<50} {'1 process /s':>14} {f'{workers} processes /s':>16} {'ratio':>7}"
+    head = (
+        f"{'case':<50} {'1 process /s':>14} {f'{workers} processes /s':>16} {'ratio':>7} "
+        f"{'client CPU µs':>14}"
+    )
     print(head + "\n" + "-" * len(head))
     names = {
         "floor": FLOOR,
@@ -383,7 +393,10 @@ def print_rates(rates: Sequence[Rate], workers: int) -> None:
         "fresh_provider": FRESH + WITH_PROVIDER,
     }
     for r in rates:
-        print(f"{names[r.case]:<50} {r.one:>14,.0f} {r.many:>16,.0f} {r.many / r.one:>7.2f}")
+        print(
+            f"{names[r.case]:<50} {r.one:>14,.0f} {r.many:>16,.0f} {r.many / r.one:>7.2f} "
+            f"{r.cpu_us:>14,.0f}"
+        )
 
 
 def print_gc(run: GcRun) -> None:

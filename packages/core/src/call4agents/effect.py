@@ -785,12 +785,19 @@ class Effect(Generic[P, T]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
         fn = cast(_AnyCallable, self.fn)
-        injected = inject_credentials(self.tool, self.options.credentials, kwargs)
+        options = self.options
+        # Most tools inject nothing: they skip the credential work on every call.
+        injected = (
+            inject_credentials(self.tool, options.credentials, kwargs)
+            if options.credentials
+            else {}
+        )
         arguments = self.arguments(args, kwargs)
-        if not self.options.recorded:
+        if not options.recorded:
             return cast(T, fn(*args, **kwargs, **injected))
-        action = prepare(self.tool, arguments, self.options)
-        action.secrets += tuple(v for v in injected.values() if len(v) >= 4)
+        action = prepare(self.tool, arguments, options)
+        if injected:
+            action.secrets += tuple(v for v in injected.values() if len(v) >= 4)
         if self.is_async:
             return cast(T, aperform(action, lambda: fn(*args, **kwargs, **injected)))
         return perform(action, lambda: cast(T, fn(*args, **kwargs, **injected)))
