@@ -626,8 +626,11 @@ def test_gc_keeps_tombstones_and_open_actions(target: Any, ledger: c4a.Ledger) -
             send(2)
         with pytest.raises(TimeoutError):
             send(3)
+    pruned = next(r.key for r in ledger.effects("r") if r.state == "succeeded")
+    assert ledger.store.args_digest(pruned) is not None
     report = ledger.gc(0)
     assert (report.pruned, report.deleted, report.kept_open) == (1, 1, 1)
+    assert ledger.store.args_digest(pruned) is None  # gone with the arguments it stood for
     fresh = c4a.init(target.open())
     with c4a.run("r", ledger=fresh):
         with pytest.raises(c4a.ResultPruned, match="not run again"):

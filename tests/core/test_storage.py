@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import select, text
 
 import call4agents as c4a
 from call4agents import _db
@@ -34,6 +35,30 @@ def test_migrate_is_safe_to_repeat(target: Any) -> None:
     ledger = target.open()
     assert migrate(ledger.engine, schema=target.schema) == (CURRENT, CURRENT)
     assert migrate(ledger.engine, schema=target.schema) == (CURRENT, CURRENT)
+
+
+def test_a_ledger_from_before_argument_digests_is_brought_up_to_date(target: Any) -> None:
+    # As version 4 made it: no args_digest column. Opening it adds the column; the action
+    # already there keeps no digest (and is still served), a new one gets one.
+    ledger = target.open()
+    send = c4a.effect(name="mail.send", ledger=ledger)(lambda to: {"to": to})
+    with c4a.run("old"):
+        send("a@x")
+    table = f'"{target.schema}".c4a_effects' if target.schema else "c4a_effects"
+    with ledger.engine.begin() as conn:
+        conn.execute(text(f"ALTER TABLE {table} DROP COLUMN args_digest"))
+        conn.execute(schema_version.update().values(version=4))
+    ledger.close()
+    reopened = target.open()
+    resend = c4a.effect(name="mail.send", ledger=reopened)(lambda to: {"to": "again"})
+    with c4a.run("old"):
+        assert resend("a@x") == {"to": "a@x"}  # the recorded result
+        resend("b@x")
+    digests = {r.args["to"]: reopened.store.args_digest(r.key) for r in reopened.effects("old")}
+    assert digests["a@x"] is None
+    assert len(digests["b@x"] or "") == 64
+    with reopened.engine.connect() as conn:
+        assert conn.execute(select(schema_version.c.version)).scalar() == CURRENT
 
 
 def test_sqlite_files_are_owner_only(tmp_path: Path) -> None:

@@ -29,9 +29,10 @@ from mcp.types import (
     ToolAnnotations,
 )
 from pydantic import BaseModel
-from sqlalchemy import event
+from sqlalchemy import event, update
 
 import call4agents as c4a
+from call4agents.tables import effects
 from call4agents_mcp import KEY_META, OnceOnly, call_tool
 from tests.conftest import Target
 
@@ -176,25 +177,58 @@ def test_key_reused_with_other_arguments_is_refused(
     assert "other arguments" in text(refused)
 
 
-def test_key_reuse_is_not_seen_through_a_redacted_field(ledger: c4a.Ledger, outbox: Outbox) -> None:
-    """The documented limit: arguments are compared as stored, and a redacted field is "***"."""
-    server = mail_server(
+def redacted_mail_server(outbox: Outbox) -> MCPServer:
+    return mail_server(
         outbox, once=OnceOnly(tools={"send_email": c4a.EffectOptions(redact=("body",))})
     )
 
+
+def send_bodies(server: MCPServer, *bodies: str) -> list[CallToolResult]:
     async def main() -> list[CallToolResult]:
         async with Client(server) as client:
             return [
                 await client.call_tool(
                     "send_email", {"to": "a@x", "body": body}, meta={KEY_META: "k"}
                 )
-                for body in ("first secret", "second secret")
+                for body in bodies
             ]
 
-    first, second = anyio.run(main)
+    return anyio.run(main)
+
+
+def test_key_reuse_is_seen_through_a_redacted_field(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    # The ledger keeps "***" for the body, and a digest of the arguments in which the body
+    # counts by its HMAC: another body under the same key is another action, refused.
+    first, other, same = send_bodies(
+        redacted_mail_server(outbox), "first secret", "second secret", "first secret"
+    )
     assert outbox.count() == 1
-    assert text(second) == text(first)  # the first call's result, not a refusal
-    assert not second.is_error
+    assert structured(other)["outcome"] == "key_reused"
+    assert "second secret" not in text(other)
+    assert outcome(same) == "replayed"
+    assert text(same) == text(first)
+
+
+def test_an_action_from_before_digests_is_judged_on_its_shown_arguments(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    # Written before schema version 5: no digest, so the stored display form decides, where
+    # the redacted body is "***" and only the other arguments can be told apart.
+    server = redacted_mail_server(outbox)
+    send_bodies(server, "first secret")
+    with ledger.engine.begin() as conn:
+        conn.execute(update(effects).values(args_digest=None))
+    [blind] = send_bodies(server, "second secret")
+    assert outcome(blind) == "replayed"
+
+    async def other_recipient() -> CallToolResult:
+        async with Client(server) as client:
+            return await client.call_tool(
+                "send_email", {"to": "b@x", "body": "first secret"}, meta={KEY_META: "k"}
+            )
+
+    assert structured(anyio.run(other_recipient))["outcome"] == "key_reused"
+    assert outbox.count() == 1
 
 
 def test_invalid_key_is_refused_before_running(ledger: c4a.Ledger, outbox: Outbox) -> None:

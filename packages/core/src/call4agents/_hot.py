@@ -63,9 +63,9 @@ class HotPath:
         m = "%s" if self.postgres else "?"
         cols = ", ".join(columns)
         insert = (
-            f"INSERT INTO {table} (key, run_id, tool, kind, args, owner, state, attempt, "
-            f"lease_expires_at, created_at, updated_at) VALUES ({m}, {m}, {m}, {m}, {m}, {m}, "
-            f"'started', 1, {now} + {m}, {now}, {now}) ON CONFLICT (key) DO NOTHING "
+            f"INSERT INTO {table} (key, run_id, tool, kind, args, args_digest, owner, state, "
+            f"attempt, lease_expires_at, created_at, updated_at) VALUES ({m}, {m}, {m}, {m}, "
+            f"{m}, {m}, {m}, 'started', 1, {now} + {m}, {now}, {now}) ON CONFLICT (key) DO NOTHING "
             "RETURNING attempt"
         )
         self.select_sql = f"SELECT {cols}, {now} FROM {table} WHERE key = {m}"

@@ -168,11 +168,18 @@ class Action:
     args_display: str
     secrets: tuple[str, ...] = field(default=())
     needs_approval: bool = False
+    args_material: str = ""  # the arguments' canonical key material (redacted values as HMACs)
 
     def context(self, attempt: int) -> EffectContext:
         return EffectContext(
             self.run_id, self.tool, self.key, idempotency_key(self.key), attempt, self.call_id
         )
+
+    @property
+    def args_digest(self) -> str:
+        """What the ledger keeps of exactly these arguments: a caller's own key reused with other
+        arguments is told apart by it, even where they differ only in a redacted value."""
+        return hashlib.sha256(self.args_material.encode()).hexdigest()
 
     @property
     def ttl(self) -> float:
@@ -236,6 +243,7 @@ def prepare(
         canon.display,
         canon.secrets,
         approval,
+        canon.key_material,
     )
 
 
@@ -299,6 +307,7 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found | _Recalled:
             return _Recalled(decode_result(text))
     owner = _owner.me_text()
     gate = budget_gate(action, _gate(action))
+    digest = action.args_digest
     while True:
         claim = ledger.store.claim(
             key=action.key,
@@ -308,6 +317,7 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found | _Recalled:
             args=action.args_display,
             owner=owner,
             ttl=action.ttl,
+            args_digest=digest,
             gate=gate,
             read_first=not looked,
         )

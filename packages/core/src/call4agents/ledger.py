@@ -699,7 +699,11 @@ class Ledger:
                         update(effects)
                         .where(target)
                         .values(
-                            args="{}", result=None, evidence=None, pruned_at=now_sql(self.dialect)
+                            args="{}",
+                            args_digest=None,  # a digest would let guesses be tested
+                            result=None,
+                            evidence=None,
+                            pruned_at=now_sql(self.dialect),
                         )
                     )
                 else:

@@ -40,7 +40,17 @@ def _v4(conn: Connection) -> None:
     dedup_hits.create(conn)  # how often a repeat was served from the record
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4]
+def _v5(conn: Connection) -> None:
+    # A ledger made by this version got the column from _v1 (which creates the table as it is
+    # defined now); one made by an older version gets it here.
+    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    have = {c["name"] for c in inspect(conn).get_columns(effects.name, schema=schema)}
+    if "args_digest" not in have:
+        table = f'"{schema}".{effects.name}' if schema else effects.name
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN args_digest VARCHAR(64)"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
 CURRENT = len(MIGRATIONS)
 
 

@@ -139,7 +139,7 @@ class Store:
         self.dialect = engine.dialect.name
         self._now = now_sql(self.dialect)
         insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
-        given = ("key", "run_id", "tool", "kind", "args", "owner")
+        given = ("key", "run_id", "tool", "kind", "args", "args_digest", "owner")
         self._insert_intent = (
             insert(effects)
             .values(
@@ -197,6 +197,7 @@ class Store:
         args: str,
         owner: str,
         ttl: float,
+        args_digest: str | None = None,
         gate: Gate | None = None,
         read_first: bool = True,
     ) -> Claim:
@@ -210,7 +211,7 @@ class Store:
         need not read the row again before it takes the write lock.
         """
         if gate is None and self._hot.usable:
-            params = (key, run_id, tool, kind, args, owner, ttl)
+            params = (key, run_id, tool, kind, args, args_digest, owner, ttl)
             with db_faults():
                 got = self._hot.claim(params, key, read_first=read_first)
             if got is not None:
@@ -226,6 +227,7 @@ class Store:
             "tool": tool,
             "kind": kind,
             "args": args,
+            "args_digest": args_digest,
             "owner": owner,
             "ttl": ttl,
         }
@@ -307,6 +309,13 @@ class Store:
             return None
         with db_faults():
             return self._hot.recorded(key)
+
+    def args_digest(self, key: str) -> str | None:
+        """The digest of the arguments the action was first written with (None for an action
+        written before schema version 5, or none at all)."""
+        with self.read() as conn:
+            found = conn.execute(select(effects.c.args_digest).where(effects.c.key == key))
+            return found.scalar_one_or_none()
 
     def get(self, key: str) -> Row | None:
         if self._hot.usable:

@@ -54,6 +54,10 @@ effects = Table(
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
     Column("pruned_at", Float),
+    # SHA-256 of the arguments' key material (redacted values as their HMACs), so a caller's own
+    # key reused with other arguments is seen even where they differ only in a redacted value.
+    # NULL on actions written before schema version 5.
+    Column("args_digest", String(64)),
 )
 
 Index("c4a_effects_run", effects.c.run_id, effects.c.seq)

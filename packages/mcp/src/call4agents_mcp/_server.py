@@ -594,14 +594,18 @@ def _other_args(action: Action) -> bool:
 def _args_differ(action: Action, row: Row | None) -> bool:
     """``_other_args`` given the action's row as just read.
 
-    Compared on the stored display form of the arguments. Redacted fields show as "***" there,
-    so two calls differing only in a redacted field are not told apart.
+    Compared by the digest of the arguments' key material, in which a redacted value counts by
+    its HMAC; an action written before the ledger kept digests is compared on the stored display
+    form instead, where a redacted value is "***".
     """
     if row is None:
         return False
-    record = action.ledger.effect(action.key)
-    if record.pruned_at is not None:
+    if row.pruned_at is not None:
         return False  # gc removed the arguments; the tombstone still answers the key
+    stored = action.ledger.store.args_digest(action.key)
+    if stored is not None:
+        return stored != action.args_digest
+    record = action.ledger.effect(action.key)
     return _canon(record.args) != _canon(json.loads(action.args_display))
 
 
