@@ -302,7 +302,8 @@ def bench_placement(url: str, n: int, warm: int) -> list[Placed] | str:
     mine = os.sched_getaffinity(0)
     try:
         writer = t.ledger()
-        runs_chunk(writer, lone_run)(range(-warm, 2 * n))
+        span = warm + n  # each placement warms up on its own ids, then times n more
+        runs_chunk(writer, lone_run)(range(2 * span))
         keys = {r.args["i"]: r.key for r in writer.effects() if r.run_id == lone_run(r.args["i"])}
         writer.close()
         view = t.ledger()
@@ -321,7 +322,7 @@ def bench_placement(url: str, n: int, warm: int) -> list[Placed] | str:
                 "select": runs_chunk(view, lone_run, lambda i: lookup(keys[i])),
                 "repeat": runs_chunk(view, lone_run),
             }
-            ids = range(k * n + warm, (k + 1) * n)  # runs not met before: each repeat is lone
+            ids = range(k * span + warm, (k + 1) * span)  # runs not met before: each is lone
             samples = interleave(cases, ids, warm, rounds=30)
             placed.append(Placed(where, samples["select"], samples["repeat"]))
         view.close()
@@ -408,11 +409,16 @@ def print_gc(run: GcRun) -> None:
         f"gc of {run.rows:,} actions: {run.seconds:.1f} s ({run.rows / run.seconds:,.0f}/s), "
         f"{run.batches} transactions, the longest {run.longest_batch_ms:.0f} ms"
     )
+    before = (
+        f"before gc: median {statistics.median(run.before) / 1000:.0f} µs, "
+        f"p99 {p(run.before, 0.99):.0f} µs"
+    )
+    if not run.during:  # a small ledger can be collected before the worker's first action ends
+        print(f"a worker's fresh effect: none ended while gc ran ({before})")
+        return
     print(
         f"a worker's fresh effect meanwhile: median {statistics.median(run.during) / 1000:.0f} µs"
-        f", p99 {p(run.during, 0.99):.0f} µs, {len(run.during)} recorded during gc "
-        f"(before gc: median {statistics.median(run.before) / 1000:.0f} µs, "
-        f"p99 {p(run.before, 0.99):.0f} µs)"
+        f", p99 {p(run.during, 0.99):.0f} µs, {len(run.during)} recorded during gc ({before})"
     )
 
 
@@ -456,6 +462,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--n", type=int, help="timed actions per latency case")
     parser.add_argument("--workers", type=int, default=8, help="processes in the crowd")
+    parser.add_argument("--per-worker", type=int, help="actions per process in the throughput part")
     parser.add_argument("--gc-rows", type=int, help="ledger size for the retention part")
     parser.add_argument(
         "--parts",
@@ -465,7 +472,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.n = args.n or (300 if args.quick else 2000)
     args.warm = min(100, args.n)
-    args.per_worker = 200 if args.quick else 1000
+    args.per_worker = args.per_worker or (200 if args.quick else 1000)
     args.gc_rows = args.gc_rows or (100_000 if args.quick else 1_000_000)
     return args
 

@@ -1,0 +1,64 @@
+"""The benchmark scripts still run, every part of them, on tiny samples.
+
+Nothing here judges a figure (this machine is shared and noisy; the README's figures come from
+full runs): it keeps the scripts that make those figures from rotting as the library changes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PG_ENV, postgres_url
+
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+
+
+def bench(script: str, *args: str, postgres: str | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != PG_ENV}  # SQLite unless told
+    if postgres:
+        env[PG_ENV] = postgres
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_bench_core_on_sqlite() -> None:
+    out = bench("bench_core.py", "--n", "20")
+    for case in ("floor (2 commits)", "fresh effect (async)", "repeat, new process: lone"):
+        assert case in out
+    assert "postgresql" not in out
+
+
+def test_bench_otel() -> None:
+    out = bench("bench_otel.py", "--n", "40", "--rounds", "2")
+    assert "repeat (same process) added (median)" in out
+
+
+@pytest.mark.slow
+def test_bench_postgres_every_part() -> None:
+    url = postgres_url()
+    out = bench(
+        "bench_postgres.py",
+        *("--n", "20", "--workers", "2", "--per-worker", "20", "--gc-rows", "2000"),
+        postgres=url,
+    )
+    for line in (
+        "repeat, new process: lone",  # latency
+        "client CPU µs",  # throughput
+        "gc of 2,000",  # retention
+        "fresh effect / floor (power)",  # the verdicts
+    ):
+        assert line in out, out
+    assert "server process on another CPU" in out or "placement: skipped" in out  # placement
