@@ -287,6 +287,45 @@ def test_retry_in_doubt_resends_with_the_same_idempotency_key(ledger: c4a.Ledger
     assert seen[0][0].startswith("c4a-")
 
 
+def test_a_shared_key_retried_with_other_arguments(ledger: c4a.Ledger) -> None:
+    # key= says two calls are one action. After a failed attempt (nothing happened) a call with
+    # other arguments runs, and the record shows what ran. In doubt, the attempt that may have
+    # happened is never replaced by a call with other arguments, even under retry_in_doubt.
+    sent: list[int] = []
+
+    @c4a.effect(key=lambda order, amount: order, retry_in_doubt=True)
+    def charge(order: str, amount: int) -> str:
+        sent.append(amount)
+        if len(sent) == 1:
+            raise ValueError("card declined")  # did not act
+        if len(sent) == 3:
+            raise TimeoutError("no answer")  # in doubt
+        return f"ch_{amount}"
+
+    def stored(order: str) -> tuple[dict[str, Any], str | None]:
+        [record] = [r for r in ledger.effects("r") if r.args["order"] == order]
+        found = ledger.store.stored_args(record.key)
+        assert found is not None
+        return record.args, found.digest
+
+    with c4a.run("r"):
+        with pytest.raises(ValueError):
+            charge("o-1", 10)
+        first_digest = stored("o-1")[1]
+        assert charge("o-1", 12) == "ch_12"
+        args, digest = stored("o-1")
+        assert args == {"order": "o-1", "amount": 12}
+        assert digest not in (None, first_digest)
+
+        with pytest.raises(TimeoutError):
+            charge("o-2", 5)
+        with pytest.raises(c4a.EffectInDoubt, match="other arguments under this key"):
+            charge("o-2", 6)
+        assert sent == [10, 12, 5]
+        assert charge("o-2", 5) == "ch_5"  # the same request: re-sent under its key
+    assert sent == [10, 12, 5, 5]
+
+
 @pytest.mark.parametrize("verdict", ["happened", "did-not-happen", "unknown"])
 def test_check_reconciler_settles_doubt(ledger: c4a.Ledger, verdict: str) -> None:
     calls = Calls()
@@ -627,10 +666,13 @@ def test_gc_keeps_tombstones_and_open_actions(target: Any, ledger: c4a.Ledger) -
         with pytest.raises(TimeoutError):
             send(3)
     pruned = next(r.key for r in ledger.effects("r") if r.state == "succeeded")
-    assert ledger.store.args_digest(pruned) is not None
+    kept = ledger.store.stored_args(pruned)
+    assert kept is not None
+    assert len(kept.digest or "") == 64
     report = ledger.gc(0)
     assert (report.pruned, report.deleted, report.kept_open) == (1, 1, 1)
-    assert ledger.store.args_digest(pruned) is None  # gone with the arguments it stood for
+    # The digest goes with the arguments it stood for.
+    assert ledger.store.stored_args(pruned) == ("{}", None, True)
     fresh = c4a.init(target.open())
     with c4a.run("r", ledger=fresh):
         with pytest.raises(c4a.ResultPruned, match="not run again"):

@@ -11,7 +11,7 @@ import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import anyio
 import pytest
@@ -32,8 +32,10 @@ from pydantic import BaseModel
 from sqlalchemy import event, update
 
 import call4agents as c4a
+from call4agents.integration import action_for, run_tool
 from call4agents.tables import effects
 from call4agents_mcp import KEY_META, OnceOnly, call_tool
+from call4agents_mcp._server import _args_differ
 from tests.conftest import Target
 
 MODES = ["auto", "legacy"]
@@ -229,6 +231,30 @@ def test_an_action_from_before_digests_is_judged_on_its_shown_arguments(
 
     assert structured(anyio.run(other_recipient))["outcome"] == "key_reused"
     assert outbox.count() == 1
+
+
+def test_a_key_taken_up_after_a_failure_is_judged_by_the_call_that_ran(
+    ledger: c4a.Ledger,
+) -> None:
+    # Two calls with one client key and other arguments can both pass the server's check while
+    # no row exists. The first fails (nothing happened); the second takes the key up and runs.
+    # From then on the key is the second call's: its retry is a replay, the first one's a reuse.
+    options = c4a.EffectOptions(key=lambda **_: "client-key")
+    first, second = (
+        action_for("send_email", {"to": to}, options, run_id="mcp:anonymous", ledger=ledger)
+        for to in ("a@x", "b@x")
+    )
+    assert first.key == second.key
+
+    def refused() -> NoReturn:
+        raise ConnectionError("the provider refused it: not sent")
+
+    with pytest.raises(ConnectionError):
+        run_tool(first, refused)
+    assert run_tool(second, lambda: {"sent": "b@x"}) == {"sent": "b@x"}
+    row = ledger.store.get(first.key)
+    assert not _args_differ(second, row)
+    assert _args_differ(first, row)
 
 
 def test_invalid_key_is_refused_before_running(ledger: c4a.Ledger, outbox: Outbox) -> None:

@@ -508,7 +508,23 @@ def _on_doubt(action: Action, row: Row) -> Any:
 def _take_over_or_raise(action: Action, row: Row) -> Any:
     if not action.options.retry_in_doubt:
         raise in_doubt_error(action, row)
-    attempt = action.ledger.store.take_over(action.key, row.attempt, _owner.me_text(), action.ttl)
+    attempt = action.ledger.store.take_over(
+        action.key,
+        row.attempt,
+        _owner.me_text(),
+        action.ttl,
+        args=action.args_display,
+        args_digest=action.args_digest,
+    )
+    if attempt is False:
+        raise EffectInDoubt(
+            key=action.key,
+            run_id=action.run_id,
+            tool=action.tool,
+            reason="the attempt in doubt had other arguments under this key; these are not sent"
+            " in its place",
+            attempt=row.attempt,
+        )
     return _Go(attempt) if attempt is not None else _AGAIN
 
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import (
     Connection,
@@ -56,6 +56,12 @@ def now_sql(dialect: str) -> ColumnElement[float]:
         return func.extract("epoch", func.clock_timestamp()).cast(postgresql.DOUBLE_PRECISION)
     # julianday('now') is the same clock for every process of this machine, at millisecond grain.
     return (func.julianday("now") - literal(2440587.5)) * literal(86400.0)
+
+
+class StoredArgs(NamedTuple):
+    args: str  # the display JSON, redacted values masked ("{}" once pruned)
+    digest: str | None  # Action.args_digest of the attempt that ran; None before schema version 5
+    pruned: bool
 
 
 @dataclass(frozen=True)
@@ -237,17 +243,17 @@ class Store:
                     return self._claim_gated(conn, values, gate)
                 if conn.execute(self._insert_intent, values).first() is not None:
                     return Claim("run", 1)
-                return self._claim_existing(conn, key, owner, ttl)
+                return self._claim_existing(conn, values)
         except _Retry:
             return Claim("again", 0)
 
-    def _claim_existing(self, conn: Connection, key: str, owner: str, ttl: float) -> Claim:
-        row = self._row(conn, key, lock=True)
+    def _claim_existing(self, conn: Connection, params: dict[str, Any]) -> Claim:
+        row = self._row(conn, params["key"], lock=True)
         if row is None:  # pragma: no cover - a concurrent gc between the two statements
             raise LedgerError("the action vanished while it was being claimed; call again")
         if row.state == "failed":
             attempt = row.attempt + 1
-            self._restart(conn, key, row.attempt, attempt, owner, ttl, from_state="failed")
+            self._restart(conn, params, row.attempt, attempt, from_state="failed")
             return Claim("run", attempt)
         return Claim("existing", row.attempt, row)
 
@@ -265,9 +271,7 @@ class Store:
                 raise _Retry
             return Claim("refused", attempt, refusal=refusal)
         if row is not None:
-            self._restart(
-                conn, key, row.attempt, attempt, params["owner"], params["ttl"], from_state="failed"
-            )
+            self._restart(conn, params, row.attempt, attempt, from_state="failed")
             return Claim("run", attempt)
         if conn.execute(self._insert_intent, params).first() is None:
             # Another worker inserted it meanwhile (PostgreSQL): undo what the gate spent.
@@ -275,27 +279,26 @@ class Store:
         return Claim("run", 1)
 
     def _restart(
-        self,
-        conn: Connection,
-        key: str,
-        seen: int,
-        attempt: int,
-        owner: str,
-        ttl: float,
-        *,
-        from_state: str,
+        self, conn: Connection, params: dict[str, Any], seen: int, attempt: int, *, from_state: str
     ) -> bool:
+        """Start ``attempt`` of an action that ended ``from_state`` at attempt ``seen``.
+
+        The row takes the new attempt's arguments: under a ``key=`` of the caller's, a retry may
+        carry other ones, and the record (and a later key-reuse check) must show what ran."""
+        key = params["key"]
         done = conn.execute(
             update(effects)
             .where(effects.c.key == key, effects.c.attempt == seen, effects.c.state == from_state)
             .values(
                 state="started",
                 attempt=attempt,
+                args=params["args"],
+                args_digest=params["args_digest"],
                 error=None,  # the old attempt's error must not be read as this one's
                 note=None,
                 resolved_by=None,
-                owner=owner,
-                lease_expires_at=self._now + ttl,
+                owner=params["owner"],
+                lease_expires_at=self._now + params["ttl"],
                 updated_at=self._now,
             )
         )
@@ -310,12 +313,15 @@ class Store:
         with db_faults():
             return self._hot.recorded(key)
 
-    def args_digest(self, key: str) -> str | None:
-        """The digest of the arguments the action was first written with (None for an action
-        written before schema version 5, or none at all)."""
+    def stored_args(self, key: str) -> StoredArgs | None:
+        """What the ledger keeps of the action's arguments, in one read (None: no such action)."""
         with self.read() as conn:
-            found = conn.execute(select(effects.c.args_digest).where(effects.c.key == key))
-            return found.scalar_one_or_none()
+            found = conn.execute(
+                select(effects.c.args, effects.c.args_digest, effects.c.pruned_at).where(
+                    effects.c.key == key
+                )
+            ).first()
+        return None if found is None else StoredArgs(found[0], found[1], found[2] is not None)
 
     def get(self, key: str) -> Row | None:
         if self._hot.usable:
@@ -561,11 +567,24 @@ class Store:
             self._announce(conn, key)
             return True
 
-    def take_over(self, key: str, seen_attempt: int, owner: str, ttl: float) -> int | None:
-        """Start a new attempt of an in-doubt action; None if someone else moved it first."""
+    def take_over(
+        self, key: str, seen_attempt: int, owner: str, ttl: float, *, args: str, args_digest: str
+    ) -> int | Literal[False] | None:
+        """Start a new attempt of an in-doubt action; None if someone else moved it first, False
+        if it was written with other arguments (a ``key=`` shared by different calls): re-sending
+        other arguments under the attempt that may have happened is never a retry of it."""
         with self.tx() as conn:
+            stored = conn.execute(
+                select(effects.c.args_digest).where(effects.c.key == key).with_for_update()
+            ).scalar_one_or_none()
+            if stored is not None and stored != args_digest:
+                return False
+            params = {"key": key, "owner": owner, "ttl": ttl, "args": args}
             attempt = seen_attempt + 1
-            if self._restart(conn, key, seen_attempt, attempt, owner, ttl, from_state="in_doubt"):
+            if self._restart(
+                conn, {**params, "args_digest": args_digest}, seen_attempt, attempt,
+                from_state="in_doubt",
+            ):  # fmt: skip
                 return attempt
             return None
 

@@ -600,13 +600,12 @@ def _args_differ(action: Action, row: Row | None) -> bool:
     """
     if row is None:
         return False
-    if row.pruned_at is not None:
+    stored = action.ledger.store.stored_args(action.key)  # one read: gc may run between two
+    if stored is None or stored.pruned:
         return False  # gc removed the arguments; the tombstone still answers the key
-    stored = action.ledger.store.args_digest(action.key)
-    if stored is not None:
-        return stored != action.args_digest
-    record = action.ledger.effect(action.key)
-    return _canon(record.args) != _canon(json.loads(action.args_display))
+    if stored.digest is not None:
+        return stored.digest != action.args_digest
+    return _canon(json.loads(stored.args)) != _canon(json.loads(action.args_display))
 
 
 def _canon(value: Any) -> str:
