@@ -579,12 +579,9 @@ class Store:
             ).scalar_one_or_none()
             if stored is not None and stored != args_digest:
                 return False
-            params = {"key": key, "owner": owner, "ttl": ttl, "args": args}
+            params = dict(key=key, owner=owner, ttl=ttl, args=args, args_digest=args_digest)
             attempt = seen_attempt + 1
-            if self._restart(
-                conn, {**params, "args_digest": args_digest}, seen_attempt, attempt,
-                from_state="in_doubt",
-            ):  # fmt: skip
+            if self._restart(conn, params, seen_attempt, attempt, from_state="in_doubt"):
                 return attempt
             return None
 
