@@ -8,12 +8,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import call4agents as c4a
+from call4agents import migrations
 from call4agents.migrations import CURRENT
 from tests.conftest import Target, run_child
-from tests.postgres.helpers import admin
+from tests.postgres.helpers import admin, plain
 
 
 def schema_version(target: Target) -> int | None:
@@ -101,6 +103,28 @@ def test_failed_migration_leaves_the_version_and_tables_alone(
     assert "half_done" not in {c for (c,) in columns}  # its first step was rolled back too
     with pg_target.open() as ledger:  # still usable by this version
         assert ledger.effects() == []
+
+
+def test_adding_a_column_gives_up_on_a_table_held_elsewhere(
+    pg_target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A ledger from before version 5, and a session that read its table in a transaction it
+    # left open. Adding the column waits for that session's lock only so long, then says why;
+    # nothing is changed, and the next open, once the session ends, migrates.
+    pg_target.open().close()
+    table = f'"{pg_target.schema}".c4a_effects'
+    with admin(pg_target) as conn:
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN args_digest")
+        conn.execute(f'UPDATE "{pg_target.schema}".c4a_schema SET version = 4')
+    monkeypatch.setattr(migrations, "PG_ALTER_LOCK_TIMEOUT", "300ms")
+    with psycopg.connect(plain(pg_target.url)) as idle:
+        idle.execute(f"SELECT count(*) FROM {table}")  # its transaction stays open
+        with pytest.raises(c4a.LedgerError, match=r"within 300ms.*transaction left open"):
+            pg_target.open()
+        assert schema_version(pg_target) == 4
+    with pg_target.open() as ledger:
+        assert ledger.effects() == []
+    assert schema_version(pg_target) == CURRENT
 
 
 def test_newer_schema_is_refused_by_every_entry_point(pg_target: Target) -> None:

@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, inspect, select, text
+from sqlalchemy.exc import OperationalError
 
 from .errors import LedgerError
 from .tables import approvals, dedup_hits, effects, meta, run_counters, runs, schema_version
@@ -40,14 +41,32 @@ def _v4(conn: Connection) -> None:
     dedup_hits.create(conn)  # how often a repeat was served from the record
 
 
+# How long adding a column may wait for the table's lock on PostgreSQL. While it waits, every
+# statement on the table queues behind it; a transaction left open elsewhere would stall all
+# workers, so the migration gives up instead (nothing changed) and the next start tries again.
+PG_ALTER_LOCK_TIMEOUT = "10s"
+
+
 def _v5(conn: Connection) -> None:
     # A ledger made by this version got the column from _v1 (which creates the table as it is
     # defined now); one made by an older version gets it here.
     schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
     have = {c["name"] for c in inspect(conn).get_columns(effects.name, schema=schema)}
-    if "args_digest" not in have:
-        table = f'"{schema}".{effects.name}' if schema else effects.name
+    if "args_digest" in have:
+        return
+    table = f'"{schema}".{effects.name}' if schema else effects.name
+    if conn.dialect.name == "postgresql":
+        conn.execute(text(f"SET LOCAL lock_timeout = '{PG_ALTER_LOCK_TIMEOUT}'"))
+    try:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN args_digest VARCHAR(64)"))
+    except OperationalError as exc:
+        if "lock timeout" not in str(exc):
+            raise
+        raise LedgerError(
+            f"could not add a column to {table} within {PG_ALTER_LOCK_TIMEOUT}: another session "
+            "holds the table (a transaction left open?). Nothing was changed; end that session, "
+            "then open the ledger again or run `call4agents migrate`."
+        ) from None
 
 
 MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
