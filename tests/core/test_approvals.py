@@ -53,6 +53,22 @@ def test_a_yes_covers_exactly_the_call_shown(ledger: c4a.Ledger) -> None:
     assert (used.ticket, used.decided_by) == (request.ticket, "ann")
 
 
+def test_a_yes_under_a_shared_key_covers_only_the_arguments_shown(ledger: c4a.Ledger) -> None:
+    # key= names one action for calls with other arguments; a yes still covers what it showed.
+    bank = Payments()
+    pay = bank.tool(key=lambda amount, to, card: f"invoice-{to}")
+    with c4a.run("r"):
+        shown = ask(pay, 5, "alice")
+        ledger.approve(shown.ticket, by="ann")
+        other = ask(pay, 5000, "alice")  # the same key, another amount: a ticket of its own
+        assert other.ticket != shown.ticket
+        assert other.args["amount"] == 5000
+        assert bank.sent == []
+        assert pay(5, "alice") == "paid 5 to alice"
+    [used] = ledger.approvals("r", state="spent")
+    assert used.ticket == shown.ticket
+
+
 def test_no_wins_and_double_clicks_are_one_decision(ledger: c4a.Ledger) -> None:
     bank = Payments()
     pay = bank.tool()

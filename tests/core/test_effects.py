@@ -326,6 +326,44 @@ def test_a_shared_key_retried_with_other_arguments(ledger: c4a.Ledger) -> None:
     assert sent == [10, 12, 5, 5]
 
 
+def test_a_reconciler_never_judges_a_doubt_by_other_arguments(ledger: c4a.Ledger) -> None:
+    # The attempt in doubt charged 5; a call for 6 under the same key= must not ask the
+    # provider about 6, hear "did not happen" and charge again.
+    provider: list[int] = []
+    asked: list[int] = []
+
+    def lookup(order: str, amount: int) -> c4a.DidNotHappen | c4a.Happened:
+        asked.append(amount)
+        return c4a.Happened(f"ch_{amount}") if amount in provider else c4a.DidNotHappen()
+
+    @c4a.effect(key=lambda order, amount: order, check=lookup)
+    def charge(order: str, amount: int) -> str:
+        provider.append(amount)
+        raise TimeoutError("charged, but the answer was lost")
+
+    with c4a.run("r"):
+        with pytest.raises(TimeoutError):
+            charge("o-1", 5)
+        with pytest.raises(c4a.EffectInDoubt, match="other arguments under this key"):
+            charge("o-1", 6)
+        assert asked == []
+        assert charge("o-1", 5) == "ch_5"  # its own arguments: the reconciler settles it
+    assert provider == [5]
+
+
+def test_a_stale_take_over_looks_again(ledger: c4a.Ledger) -> None:
+    # A worker that saw attempt 1 in doubt comes back after it was settled and taken up by a
+    # call with other arguments: it is told to look again, not that the action is in doubt.
+    @c4a.effect(key=lambda order, amount: order, retry_in_doubt=True)
+    def charge(order: str, amount: int) -> str:
+        return f"ch_{amount}"
+
+    with c4a.run("r"):
+        charge("o-1", 5)
+    [record] = ledger.effects("r")
+    assert ledger.store.take_over(record.key, 1, "me", 30, args="{}", args_digest="x") is None
+
+
 @pytest.mark.parametrize("verdict", ["happened", "did-not-happen", "unknown"])
 def test_check_reconciler_settles_doubt(ledger: c4a.Ledger, verdict: str) -> None:
     calls = Calls()

@@ -196,6 +196,9 @@ def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsErro
     denied = next((r for r in valid if r["state"] == "denied"), None)
     if denied is not None:  # a no wins over any yes, whatever order they were written in
         return _denied(action, denied)
+    # A yes covers the arguments it showed. Under a key= of the caller's, one action may be
+    # called with others: those need a yes of their own (a no to the action stands for all).
+    live = [r for r in live if r["args"] == action.args_display]
     yes = next((r for r in live if r["state"] == "approved"), None)
     if yes is not None:
         spent = {**yes, "state": "spent"}
@@ -376,7 +379,8 @@ def request(ledger: Ledger, action: Action, *, ttl: float) -> ApprovalRequest | 
         attempt = 1 if found is None else found.attempt + 1
         for row in _tickets(conn, action.key, attempt):
             live = row["expires_at"] > row["now"] and row["state"] in ("pending", "approved")
-            if live and signer.verify(_fields(row), row["signature"], now=row["now"]):
+            shown = row["args"] == action.args_display
+            if live and shown and signer.verify(_fields(row), row["signature"], now=row["now"]):
                 return _request(row)
         gate = Gate(ledger, action, approval=True, max_per_run=None, ttl=ttl)
         return _open_ticket(gate, conn, attempt)

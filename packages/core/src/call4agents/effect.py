@@ -494,6 +494,7 @@ def _perform(action: Action, call: Callable[[], T]) -> T:
 
 def _on_doubt(action: Action, row: Row) -> Any:
     if action.options.check is not None:
+        _same_args_or_raise(action, row)
         token = _effect.set(action.context(row.attempt))
         try:
             verdict = action.options.check(**action.arguments)
@@ -517,15 +518,27 @@ def _take_over_or_raise(action: Action, row: Row) -> Any:
         args_digest=action.args_digest,
     )
     if attempt is False:
-        raise EffectInDoubt(
-            key=action.key,
-            run_id=action.run_id,
-            tool=action.tool,
-            reason="the attempt in doubt had other arguments under this key; these are not sent"
-            " in its place",
-            attempt=row.attempt,
-        )
+        raise _other_args_in_doubt(action, row)
     return _Go(attempt) if attempt is not None else _AGAIN
+
+
+def _same_args_or_raise(action: Action, row: Row) -> None:
+    """Before a reconciler judges the attempt in doubt by this call's arguments: they must be
+    the arguments it was sent with (a ``key=`` may name one action for calls with others)."""
+    stored = action.ledger.store.stored_args(action.key)
+    if stored is not None and stored.digest not in (None, action.args_digest):
+        raise _other_args_in_doubt(action, row)
+
+
+def _other_args_in_doubt(action: Action, row: Row) -> EffectInDoubt:
+    return EffectInDoubt(
+        key=action.key,
+        run_id=action.run_id,
+        tool=action.tool,
+        reason="the attempt in doubt had other arguments under this key; these are not sent"
+        " in its place",
+        attempt=row.attempt,
+    )
 
 
 def _execute(action: Action, attempt: int, call: Callable[[], T]) -> T:
@@ -603,6 +616,7 @@ async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
 
 async def _aon_doubt(action: Action, row: Row) -> Any:
     if action.options.check is not None:
+        await asyncio.to_thread(_same_args_or_raise, action, row)
         token = _effect.set(action.context(row.attempt))
         try:
             verdict = action.options.check(**action.arguments)

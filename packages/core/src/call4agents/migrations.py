@@ -60,7 +60,7 @@ def _v5(conn: Connection) -> None:
     try:
         conn.execute(text(f"ALTER TABLE {table} ADD COLUMN args_digest VARCHAR(64)"))
     except OperationalError as exc:
-        if "lock timeout" not in str(exc):
+        if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available
             raise
         raise LedgerError(
             f"could not add a column to {table} within {PG_ALTER_LOCK_TIMEOUT}: another session "

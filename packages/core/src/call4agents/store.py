@@ -574,10 +574,14 @@ class Store:
         if it was written with other arguments (a ``key=`` shared by different calls): re-sending
         other arguments under the attempt that may have happened is never a retry of it."""
         with self.tx() as conn:
-            stored = conn.execute(
-                select(effects.c.args_digest).where(effects.c.key == key).with_for_update()
-            ).scalar_one_or_none()
-            if stored is not None and stored != args_digest:
+            found = conn.execute(
+                select(effects.c.state, effects.c.attempt, effects.c.args_digest)
+                .where(effects.c.key == key)
+                .with_for_update()
+            ).first()
+            if found is None or (found.state, found.attempt) != ("in_doubt", seen_attempt):
+                return None  # moved on meanwhile: the caller looks again
+            if found.args_digest is not None and found.args_digest != args_digest:
                 return False
             params = dict(key=key, owner=owner, ttl=ttl, args=args, args_digest=args_digest)
             attempt = seen_attempt + 1
