@@ -69,6 +69,36 @@ def test_a_yes_under_a_shared_key_covers_only_the_arguments_shown(ledger: c4a.Le
     assert used.ticket == shown.ticket
 
 
+def test_a_yes_under_a_shared_key_does_not_cover_another_redacted_value(
+    ledger: c4a.Ledger,
+) -> None:
+    # The card is redacted, so both tickets show "***"; the yes covers the card it was asked
+    # about all the same (the ticket keeps the arguments' digest, signed).
+    bank = Payments()
+    pay = bank.tool(key=lambda amount, to, card: f"invoice-{to}")
+    with c4a.run("r"):
+        shown = ask(pay, 5, "alice", "4111-1111-1111-1111")
+        ledger.approve(shown.ticket, by="ann")
+        other = ask(pay, 5, "alice", "4999-9999-9999-9999")
+        assert other.args == shown.args  # the same as shown
+        assert other.ticket != shown.ticket
+        assert pay(5, "alice", "4111-1111-1111-1111") == "paid 5 to alice"
+    assert bank.sent == [(5, "alice")]
+
+
+def test_a_tickets_digest_is_signed(ledger: c4a.Ledger) -> None:
+    bank = Payments()
+    pay = bank.tool(key=lambda amount, to, card: f"invoice-{to}")
+    with c4a.run("r"):
+        shown = ask(pay, 5, "alice", "4111-1111-1111-1111")
+        ledger.approve(shown.ticket, by="ann")
+        with ledger.engine.begin() as conn:  # re-aimed at another card, without the secret
+            conn.execute(update(approvals).values(args_digest=None))
+        with pytest.raises(c4a.ApprovalRequired, match="failed its signature check"):
+            pay(5, "alice", "4999-9999-9999-9999")
+    assert bank.sent == []
+
+
 def test_no_wins_and_double_clicks_are_one_decision(ledger: c4a.Ledger) -> None:
     bank = Payments()
     pay = bank.tool()

@@ -51,6 +51,33 @@ async def test_a_call_needing_a_yes_pauses_with_a_ledger_ticket(
     assert outbox.count() == 0
 
 
+async def test_two_calls_of_one_action_get_their_own_answers(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    # Under a key= naming one payment per payee, the model asks to wire 5 and 5000 in one turn.
+    # The person approves the 5 and rejects the 5000 with the SDK's own API: the yes lands on
+    # the ticket that showed 5, and the 5000 is never wired, not even when the model retries.
+    once = OnceOnly(tools={"wire": {"approval": True, "key": lambda to, amount: f"pay-{to}"}})
+    agent = once.wrap(
+        bank_agent(
+            outbox.path,
+            [call("wire", "c5", to="bob", amount=5), call("wire", "c5000", to="bob", amount=5000)],
+            [call("wire", "again", to="bob", amount=5000)],
+            [assistant_message("done")],
+        )
+    )
+    result = await Runner.run(agent, "pay bob", context=dict(RUN))
+    items = {json.loads(i.arguments)["amount"]: i for i in result.interruptions}
+    state = result.to_state()
+    state.approve(items[5])
+    state.reject(items[5000])
+    await Runner.run(agent, state)
+    assert [line["amount"] for line in outbox.lines()] == [5]
+    tickets = {t.args["amount"]: t for t in ledger.approvals("ticket-7")}
+    assert tickets[5].state == "spent"
+    assert tickets[5000].state == "pending"  # never approved, so it stays unanswered
+
+
 async def test_once_approve_records_who_and_the_call_runs_once(
     ledger: c4a.Ledger, outbox: Outbox
 ) -> None:

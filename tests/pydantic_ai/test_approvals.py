@@ -105,6 +105,39 @@ def test_the_same_approved_continuation_sent_twice_runs_the_tool_once(
     assert (ticket.state, ticket.decided_by) == ("spent", "ann")
 
 
+@pytest.mark.parametrize("echo", [True, False], ids=["metadata-echoed", "no-metadata"])
+def test_two_calls_of_one_action_get_their_own_answers(
+    ledger: c4a.Ledger, outbox: Outbox, echo: bool
+) -> None:
+    # Under a key= naming one email per recipient, the model asks for two bodies in one turn;
+    # the person says yes to one and no to the other. Each answer stays with the call it showed.
+    first, second = dict(BOB, body="refund approved"), dict(BOB, body="refund denied")
+    once = OnceOnly(tools={"send_email": {"approval": True, "key": lambda to, body: to}})
+    agent: Agent[None, Any] = Agent(
+        scripted([("send_email", first, "call-1"), ("send_email", second, "call-2")]),
+        output_type=[str, DeferredToolRequests],
+        capabilities=[once],
+    )
+
+    @agent.tool_plain
+    def send_email(to: str, body: str) -> str:
+        """Email a customer."""
+        return outbox.send(to, body)
+
+    requests, history = ask(agent)
+    results = DeferredToolResults(
+        approvals={"call-1": True, "call-2": False},
+        metadata=requests.metadata if echo else {},
+        answered_by={"call-1": "ann", "call-2": "ann"},
+    )
+    agent.run_sync(message_history=history, deferred_tool_results=results)
+    assert [json.loads(line)["body"] for line in outbox.path.read_text().splitlines()] == [
+        "refund approved"
+    ]
+    states = {t.args["body"]: t.state for t in ledger.approvals(run_id="ticket-7")}
+    assert states == {"refund approved": "spent", "refund denied": "denied"}
+
+
 def test_override_args_is_a_yes_to_the_edited_call(ledger: c4a.Ledger, outbox: Outbox) -> None:
     agent = build(outbox)
     requests, history = ask(agent)

@@ -45,6 +45,15 @@ class ApprovalRequest:
     decided_by: str | None = None
     reason: str | None = None
     for_attempt: int = 1  # the one attempt of the action this ticket may start
+    args_digest: str | None = None  # of the arguments asked about; None before schema version 5
+
+    def covers(self, action: Action) -> bool:
+        """Whether this ticket asked about exactly this call's arguments. One action key can
+        stand for calls with other arguments (``key=``, an MCP client key); a yes covers only
+        what it showed, a redacted value included (by its digest)."""
+        if self.args_digest is not None:
+            return self.args_digest == action.args_digest
+        return bool(self.args == json.loads(action.args_display))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -107,7 +116,17 @@ _SIGNED = (
 
 
 def _fields(row: Mapping[str, Any]) -> list[Any]:
-    return [row[name] for name in _SIGNED]
+    digest = row.get("args_digest")
+    # Signed when present; a ticket from before digests keeps the fields it was signed with.
+    return [row[name] for name in _SIGNED] + ([digest] if digest is not None else [])
+
+
+def _covers(row: Mapping[str, Any], action: Action) -> bool:
+    """ApprovalRequest.covers, for a ticket row."""
+    digest = row.get("args_digest")
+    if digest is not None:
+        return bool(digest == action.args_digest)
+    return bool(row["args"] == action.args_display)
 
 
 def _request(row: Mapping[str, Any]) -> ApprovalRequest:
@@ -123,6 +142,7 @@ def _request(row: Mapping[str, Any]) -> ApprovalRequest:
         decided_by=row["decided_by"],
         reason=row["reason"],
         for_attempt=row["for_attempt"],
+        args_digest=row.get("args_digest"),
     )
 
 
@@ -192,13 +212,13 @@ def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsErro
     rows = _tickets(conn, action.key, attempt)
     valid = [r for r in rows if signer.verify(_fields(r), r["signature"], now=r["now"])]
     tampered = len(valid) < len(rows)
+    # An answer covers the arguments it showed. Under a key= of the caller's, one action may be
+    # called with others: those are asked about on a ticket of their own.
+    valid = [r for r in valid if _covers(r, action)]
     live = [r for r in valid if r["expires_at"] > r["now"]]
     denied = next((r for r in valid if r["state"] == "denied"), None)
     if denied is not None:  # a no wins over any yes, whatever order they were written in
         return _denied(action, denied)
-    # A yes covers the arguments it showed. Under a key= of the caller's, one action may be
-    # called with others: those need a yes of their own (a no to the action stands for all).
-    live = [r for r in live if r["args"] == action.args_display]
     yes = next((r for r in live if r["state"] == "approved"), None)
     if yes is not None:
         spent = {**yes, "state": "spent"}
@@ -241,6 +261,7 @@ def _new_ticket(
         "run_id": action.run_id,
         "tool": action.tool,
         "args": action.args_display,
+        "args_digest": action.args_digest,
         "state": state,
         "expires_at": float(stamp) + ttl,
         "decided_by": by,
@@ -365,7 +386,8 @@ def decide_action(
 
 
 def request(ledger: Ledger, action: Action, *, ttl: float) -> ApprovalRequest | None:
-    """Open (or return the open) ticket for this exact call, without claiming or spending.
+    """Open (or return the open) ticket for this exact call, without claiming or spending; a
+    ticket that denied it, if one did.
 
     For frameworks that decide to ask before the call reaches the ledger. None if it already ran.
     """
@@ -378,9 +400,11 @@ def request(ledger: Ledger, action: Action, *, ttl: float) -> ApprovalRequest | 
             return None
         attempt = 1 if found is None else found.attempt + 1
         for row in _tickets(conn, action.key, attempt):
-            live = row["expires_at"] > row["now"] and row["state"] in ("pending", "approved")
-            shown = row["args"] == action.args_display
-            if live and shown and signer.verify(_fields(row), row["signature"], now=row["now"]):
+            if not _covers(row, action) or row["state"] == "spent":
+                continue
+            # A no stands (the gate will refuse): answered already, so nothing new is opened.
+            live = row["state"] == "denied" or row["expires_at"] > row["now"]
+            if live and signer.verify(_fields(row), row["signature"], now=row["now"]):
                 return _request(row)
         gate = Gate(ledger, action, approval=True, max_per_run=None, ttl=ttl)
         return _open_ticket(gate, conn, attempt)

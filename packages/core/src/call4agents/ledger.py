@@ -592,7 +592,8 @@ class Ledger:
         return approvals.decide_action(self, action, approve=False, by=by, reason=reason, ttl=ttl)
 
     def request_approval(self, action: Action) -> ApprovalRequest | None:
-        """The open ticket for exactly this call (made if needed); None if the action ran."""
+        """The open ticket for exactly this call (made if needed), or the "no" it got (state
+        ``denied``); None if the action ran."""
         ttl = action.options.approval_ttl or self.approval_ttl
         return approvals.request(self, action, ttl=ttl)
 

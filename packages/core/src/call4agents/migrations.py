@@ -48,13 +48,18 @@ PG_ALTER_LOCK_TIMEOUT = "10s"
 
 
 def _v5(conn: Connection) -> None:
-    # A ledger made by this version got the column from _v1 (which creates the table as it is
-    # defined now); one made by an older version gets it here.
+    # Argument digests on actions and approval tickets. A ledger made by this version got the
+    # columns from _v1 and _v2 (which create the tables as they are defined now); one made by an
+    # older version gets them here.
+    for name in (effects.name, approvals.name):
+        _add_digest_column(conn, name)
+
+
+def _add_digest_column(conn: Connection, name: str) -> None:
     schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
-    have = {c["name"] for c in inspect(conn).get_columns(effects.name, schema=schema)}
-    if "args_digest" in have:
+    if "args_digest" in {c["name"] for c in inspect(conn).get_columns(name, schema=schema)}:
         return
-    table = f'"{schema}".{effects.name}' if schema else effects.name
+    table = f'"{schema}".{name}' if schema else name
     if conn.dialect.name == "postgresql":
         conn.execute(text(f"SET LOCAL lock_timeout = '{PG_ALTER_LOCK_TIMEOUT}'"))
     try:

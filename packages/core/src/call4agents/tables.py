@@ -101,6 +101,9 @@ approvals = Table(
     Column("reason", Text),
     Column("spent_at", Float),
     Column("signature", Text, nullable=False),
+    # The digest of the arguments the ticket was opened for (see c4a_effects.args_digest), part
+    # of what is signed; NULL on tickets from before schema version 5.
+    Column("args_digest", String(64)),
 )
 
 Index("c4a_approvals_key", approvals.c.key, approvals.c.for_attempt)

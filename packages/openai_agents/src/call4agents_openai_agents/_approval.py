@@ -93,7 +93,7 @@ def ask(action: Action) -> bool:
         return False  # it ran, runs, or is in doubt: the invoke path says which
     tickets = tickets_for(action)
     if any(t.state == "denied" for t in tickets):
-        return False
+        return False  # a no stands: the gate refuses the call
     now = time.time()
     if any(t.state == "approved" and t.expires_at > now for t in tickets):
         return False
@@ -110,9 +110,11 @@ def _effect_state(action: Action) -> str | None:
 
 
 def tickets_for(action: Action) -> list[ApprovalRequest]:
-    """The tickets about exactly this call, newest first."""
+    """The tickets about exactly this call, newest first: of its action, and of its arguments
+    (one action key can stand for calls with other arguments under a ``key=``)."""
     found = action.ledger.approvals(action.run_id, key=action.key)
-    return sorted(found, key=lambda t: t.requested_at, reverse=True)
+    mine = [t for t in found if t.covers(action)]
+    return sorted(mine, key=lambda t: t.requested_at, reverse=True)
 
 
 def carry_state_yes(action: Action, ctx: ToolContext[Any]) -> None:

@@ -95,10 +95,17 @@ def _approve_shown(action: Action, ticket: str | None, by: str) -> None:
     requests = action.ledger.approvals(run_id=action.run_id)
     if ticket is not None:
         shown = next((r for r in requests if r.ticket == ticket), None)
-        if shown is None or shown.key != action.key:
+        if shown is None or shown.key != action.key or not shown.covers(action):
             return  # the history no longer holds the call that was shown
     else:
-        shown = next((r for r in requests if r.key == action.key and r.state == "pending"), None)
+        shown = next(
+            (
+                r
+                for r in requests
+                if r.key == action.key and r.state == "pending" and r.covers(action)
+            ),
+            None,
+        )
     if shown is None or shown.state != "pending":
         return  # approved, spent or denied already: the ledger's gate knows what to do
     # Decided or spent meanwhile by another worker, or expired: the ledger's gate settles it.
@@ -137,7 +144,7 @@ def _deny_shown(action: Action, ticket: str | None, by: str, reason: str | None)
     ledger: Ledger = action.ledger
     if ticket is None:
         pending = ledger.approvals(run_id=action.run_id, state="pending")
-        ticket = next((r.ticket for r in pending if r.key == action.key), None)
+        ticket = next((r.ticket for r in pending if r.key == action.key and r.covers(action)), None)
     if ticket is None:
         return False
     try:
