@@ -6,6 +6,8 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,22 @@ def test_a_ledger_from_before_argument_digests_is_brought_up_to_date(target: Any
     assert len(digests["b@x"] or "") == 64
     with reopened.engine.connect() as conn:
         assert conn.execute(select(schema_version.c.version)).scalar() == CURRENT
+
+
+def test_threads_making_the_secret_at_once_all_get_the_same_one(tmp_path: Path) -> None:
+    from call4agents.ledger import _read_or_create_secret
+
+    path = tmp_path / "ledger" / "secret"
+    start = threading.Barrier(8)
+
+    def make() -> bytes:
+        start.wait()
+        return _read_or_create_secret(path)
+
+    with ThreadPoolExecutor(8) as pool:
+        found = list(pool.map(lambda _: make(), range(8)))
+    assert len(set(found)) == 1
+    assert [p.name for p in path.parent.iterdir()] == ["secret"]  # no temporary file left
 
 
 def test_sqlite_files_are_owner_only(tmp_path: Path) -> None:

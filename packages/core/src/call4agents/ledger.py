@@ -753,7 +753,8 @@ def _load_secret(url: Any) -> bytes:
 def _read_or_create_secret(path: Path) -> bytes:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        # A name of its own per caller: threads of one process may be making it at once.
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{_secrets.token_hex(4)}.tmp")
         fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(_secrets.token_hex(32))
