@@ -51,9 +51,7 @@ class ApprovalRequest:
         """Whether this ticket asked about exactly this call's arguments. One action key can
         stand for calls with other arguments (``key=``, an MCP client key); a yes covers only
         what it showed, a redacted value included (by its digest)."""
-        if self.args_digest is not None:
-            return self.args_digest == action.args_digest
-        return bool(self.args == json.loads(action.args_display))
+        return action.same_args(self.args_digest, self.args)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -123,10 +121,7 @@ def _fields(row: Mapping[str, Any]) -> list[Any]:
 
 def _covers(row: Mapping[str, Any], action: Action) -> bool:
     """ApprovalRequest.covers, for a ticket row."""
-    digest = row.get("args_digest")
-    if digest is not None:
-        return bool(digest == action.args_digest)
-    return bool(row["args"] == action.args_display)
+    return action.same_args(row.get("args_digest"), json.loads(row["args"]))
 
 
 def _request(row: Mapping[str, Any]) -> ApprovalRequest:

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import hashlib
 import inspect
+import json
 import os
 import sys
 import types
@@ -180,6 +181,14 @@ class Action:
         """What the ledger keeps of exactly these arguments: a caller's own key reused with other
         arguments is told apart by it, even where they differ only in a redacted value."""
         return hashlib.sha256(self.args_material.encode()).hexdigest()
+
+    def same_args(self, digest: str | None, shown: Mapping[str, Any]) -> bool:
+        """Whether a record (an action row, an approval ticket) is of exactly these arguments:
+        by its digest, or, on one written before schema version 5, by the arguments as shown
+        (where a redacted value is masked)."""
+        if digest is not None:
+            return digest == self.args_digest
+        return bool(dict(shown) == json.loads(self.args_display))
 
     @property
     def ttl(self) -> float:

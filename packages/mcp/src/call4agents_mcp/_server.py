@@ -603,13 +603,7 @@ def _args_differ(action: Action, row: Row | None) -> bool:
     stored = action.ledger.store.stored_args(action.key)  # one read: gc may run between two
     if stored is None or stored.pruned:
         return False  # gc removed the arguments; the tombstone still answers the key
-    if stored.digest is not None:
-        return stored.digest != action.args_digest
-    return _canon(json.loads(stored.args)) != _canon(json.loads(action.args_display))
-
-
-def _canon(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return not action.same_args(stored.digest, json.loads(stored.args))
 
 
 def _seeded(options: EffectOptions, hints: Mapping[str, Any]) -> EffectOptions:
