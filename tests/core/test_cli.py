@@ -332,7 +332,7 @@ def test_doctor_ok_on_sqlite(sqlite_target: Any, cli: Cli) -> None:
     status = {line.split()[1]: line.split()[0] for line in out.splitlines()}
     assert status["url"] == status["schema"] == status["journal"] == "OK"
     assert status["permissions"] == status["clock"] == status["secret"] == "OK"
-    assert status["database"] == "OK"
+    assert status["database"] == status["integrity"] == "OK"
     assert status["actions"] == "WARN"
     assert "FAIL" not in out
     assert "1 in doubt" in out

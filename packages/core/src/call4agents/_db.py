@@ -14,7 +14,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, InvalidatePoolError
 
-from . import _pg
+from . import _files, _pg
 from .errors import ConfigurationError, LedgerError
 
 Durability = Literal["power", "process"]
@@ -151,11 +151,11 @@ def check_local_fs(directory: Path, *, allow_network_fs: bool) -> None:
 def _prepare_sqlite_file(path: Path, *, allow_network_fs: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     check_local_fs(path.parent, allow_network_fs=allow_network_fs)
-    # Create it owner-only before SQLite does; SQLite gives -wal and -shm the same mode.
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-    except OSError as exc:
-        raise LedgerError(f"cannot create the ledger file {path}: {exc.strerror}") from exc
+    # Made owner-only before SQLite opens it (SQLite gives -wal and -shm the same mode), and never
+    # through a descriptor of the database itself: closing one would drop the locks this
+    # process's open connections hold on it (see _files).
+    _files.create_private(path)
+    _files.check_ledger_files(path)
 
 
 def sqlite_engine(

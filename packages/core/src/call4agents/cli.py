@@ -581,6 +581,29 @@ def _permission_check(path: Path) -> Check:
     return Check("permissions", "OK", f"{path} and its companions are owner-only")
 
 
+# Past this size a full integrity_check reads for minutes; quick_check skips the index contents.
+_QUICK_CHECK_BYTES = 256 << 20
+_RECOVER = (
+    "stop every worker, keep the damaged file aside, and restore the last backup (made with "
+    '`sqlite3 ledger.db ".backup copy.db"` while in use); `sqlite3 damaged.db .recover` salvages '
+    "rows, but an action whose row is lost may run again: check `doubt` before restarting"
+)
+
+
+def _damaged(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "not a database" in text or "malformed" in text
+
+
+def _integrity_check(engine: Engine, path: Path) -> Check:
+    pragma = "quick_check" if path.stat().st_size > _QUICK_CHECK_BYTES else "integrity_check"
+    with engine.connect() as conn:
+        found = [str(row[0]) for row in conn.exec_driver_sql(f"PRAGMA {pragma}").fetchmany(5)]
+    if found == ["ok"]:
+        return Check("integrity", "OK", f"PRAGMA {pragma}: ok")
+    return Check("integrity", "FAIL", f"PRAGMA {pragma}: {'; '.join(found)}; {_RECOVER}")
+
+
 def _durability_check(engine: Engine, dialect: str) -> Check:
     with engine.connect() as conn:
         if dialect == "sqlite":
@@ -712,6 +735,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             why = "" if wal else ": WAL is needed for concurrent workers"
             checks.append(Check("journal", "OK" if wal else "FAIL", f"journal_mode={journal}{why}"))
             checks.append(_permission_check(path))
+            checks.append(_integrity_check(engine, path))
         if tls is not None:
             checks.append(tls)
         checks.append(_clock_check(skew))
@@ -722,7 +746,10 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
                 Check(name, "SKIP", "needs the current schema") for name in ("actions", "secret")
             ]
     except (SQLAlchemyError, OSError) as exc:
-        checks.append(Check("database", "FAIL", f"cannot use the database: {short_error(exc)}"))
+        hint = f"; {_RECOVER}" if path is not None and _damaged(exc) else ""
+        checks.append(
+            Check("database", "FAIL", f"cannot use the database: {short_error(exc)}{hint}")
+        )
     except Call4AgentsError as exc:
         checks.append(Check("database", "FAIL", str(exc)))
     finally:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, func, select, tuple_, update
 
-from . import _db, _owner, approvals
+from . import _db, _files, _owner, approvals
 from ._hits import DedupCounter
 from .approvals import ApprovalRequest, Signer
 from .codec import decode_result, encode_result
@@ -741,7 +741,7 @@ def _load_secret(url: Any) -> bytes:
         return env.encode()
     path_text = os.environ.get("CALL4AGENTS_SECRET_FILE")
     if path_text:
-        return _read_or_create_secret(Path(path_text))
+        return _read_named_secret(Path(path_text))
     if url.get_backend_name() == "sqlite":
         return _read_or_create_secret(Path(url.database).expanduser().parent / "secret")
     raise ConfigurationError(
@@ -751,21 +751,30 @@ def _load_secret(url: Any) -> bytes:
 
 
 def _read_or_create_secret(path: Path) -> bytes:
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # A name of its own per caller: threads of one process may be making it at once.
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{_secrets.token_hex(4)}.tmp")
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(_secrets.token_hex(32))
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)  # atomic, and fails if another process made it first: theirs wins
-        except FileExistsError:
-            pass
-        finally:
-            tmp.unlink()
+    """The secret kept beside an SQLite ledger: made on first use, then only if still private."""
+    _files.create_private(path, _secrets.token_hex(32).encode())
+    _files.check_private(path, what="secret file", may_be_read=False)
+    return _read_secret(path)
+
+
+def _read_named_secret(path: Path) -> bytes:
+    """$CALL4AGENTS_SECRET_FILE: the operator's file (a mounted secret may be a link)."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read CALL4AGENTS_SECRET_FILE={path}: {exc.strerror}"
+        ) from exc
+    if info.st_uid not in (os.geteuid(), 0) or info.st_mode & 0o022:
+        raise LedgerError(
+            f"refusing CALL4AGENTS_SECRET_FILE={path}: it must belong to this process's user or to "
+            "root and be writable by its owner alone, or another user could choose the key that "
+            f"signs approvals (chmod 600 {path})"
+        )
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
     value = path.read_text(encoding="ascii").strip()
     if len(value) < 32:
         raise LedgerError(f"the secret file {path} is too short; remove it to make a new one")
