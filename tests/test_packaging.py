@@ -184,3 +184,20 @@ def test_the_core_readme_snippet_runs(tmp_path: Path) -> None:
         [sys.executable, "snippet.py"], cwd=tmp_path, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def _slug(heading: str) -> str:
+    """The anchor a Markdown renderer (GitHub's) gives a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_readme_contents_link_every_section() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    contents = readme.split("**Contents:**", 1)[1].split("\n\n", 1)[0]
+    anchors = re.findall(r"\]\(#([^)]+)\)", contents)
+    headings = re.findall(r"^#{2,3} (.+)$", readme, flags=re.MULTILINE)
+    slugs = {_slug(h) for h in headings}
+    assert set(anchors) <= slugs, set(anchors) - slugs
+    sections = {_slug(h) for h in re.findall(r"^## (.+)$", readme, flags=re.MULTILINE)}
+    assert sections <= set(anchors), sections - set(anchors)
+    assert readme.index("**Contents:**") < readme.index("\n## ")  # at the top
