@@ -151,6 +151,18 @@ def test_an_integration_refuses_at_install_time_a_python_its_framework_does_not_
     assert f"{name}==0.1.0.dev0 requires Python >=3.11" in " ".join(done.stderr.split())
 
 
+def test_without_our_core_wheel_an_integration_does_not_resolve_at_all(
+    dist: Path, tmp_path: Path
+) -> None:
+    """PyPI's `call4agents` can never stand in for the core: the integrations do not name it."""
+    for wheel in dist.glob("call4agents_mcp-*.whl"):
+        shutil.copy(wheel, tmp_path)
+    done = _resolve("call4agents-mcp", "3.11", tmp_path)
+    assert done.returncode != 0
+    assert CORE in done.stderr
+    assert "call4agents==" not in done.stdout
+
+
 def test_the_core_and_its_all_extra_install_on_python_3_10(dist: Path) -> None:
     done = _resolve(f"{CORE}[all]", "3.10", dist)
     assert done.returncode == 0, done.stderr
