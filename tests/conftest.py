@@ -28,7 +28,10 @@ PG_ENV = "CALL4AGENTS_TEST_POSTGRES_URL"
 def _postgres_problem() -> str | None:
     url = os.environ.get(PG_ENV)
     if not url:
-        return f"{PG_ENV} is not set (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)"
+        return (
+            f"{PG_ENV} is not set: name a PostgreSQL server these tests may restart (the serial "
+            "tests do), not a shared one, e.g. postgresql+psycopg://postgres@127.0.0.1:5433/c4a_test"
+        )
     try:
         import psycopg
 

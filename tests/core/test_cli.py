@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -185,29 +187,97 @@ def test_runs(target: Any, cli: Cli) -> None:
         "IN",
         "DOUBT",
         "RUNNING",
+        "WAITING",
         "LAST",
         "ACTIVE",
     ]
-    assert row.split()[:6] == ["ticket-1", "3", "1", "1", "1", "0"]
+    assert row.split()[:7] == ["ticket-1", "3", "1", "1", "1", "0", "0"]
     [summary] = json.loads(cli(target, "runs", "--json")[1])
     assert summary["run_id"] == "ticket-1"
     assert (summary["actions"], summary["succeeded"], summary["in_doubt"]) == (3, 1, 1)
 
 
-def test_show_unknown_run(target: Any, cli: Cli) -> None:
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_show_undo_and_export_agree_on_an_unknown_run(
+    target: Any, cli: Cli, json_flag: list[str]
+) -> None:
     Agent(target.open())
-    code, out, err = cli(target, "show", "no-such-run")
-    assert (code, out) == (1, "")
-    assert "No actions recorded for run 'no-such-run'." in err
-    code, out, _ = cli(target, "show", "no-such-run", "--json")
-    assert code == 1
-    assert json.loads(out) == {
-        "run_id": "no-such-run",
-        "actions": [],
-        "ending": None,
-        "handoff": None,
-    }
-    assert cli(target, "show", "no-such-run", "--json", "--actions")[:2] == (1, "[]\n")
+    errors = set()
+    for command in ("show", "undo", "export"):
+        code, out, err = cli(target, command, "no-such-run", *json_flag)
+        assert (code, out) == (2, ""), command
+        errors.add(one_error_line(err))
+    [error] = errors  # the same line from all three
+    assert "no run 'no-such-run' in this ledger" in error
+
+
+def pending_approval(ledger: c4a.Ledger, run_id: str) -> None:
+    @c4a.effect(ledger=ledger, name="refund", approval=True)
+    def refund(order: str) -> str:
+        return order
+
+    with c4a.run(run_id), pytest.raises(c4a.ApprovalRequired):
+        refund("A-17")
+
+
+def test_a_run_whose_only_record_is_a_pending_approval(target: Any, cli: Cli) -> None:
+    ledger = target.open()
+    Agent(ledger)
+    pending_approval(ledger, "asking")
+    code, out, _ = cli(target, "runs")
+    assert code == 0
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert rows["asking"][1:7] == ["0", "0", "0", "0", "0", "1"]  # no actions, 1 waiting
+    assert "ticket-1" in rows
+    listed = json.loads(cli(target, "runs", "--json")[1])
+    assert {r["run_id"]: r["approvals_waiting"] for r in listed} == {"asking": 1, "ticket-1": 0}
+    code, out, _ = cli(target, "show", "asking")
+    assert code == 0
+    assert "1 approval(s) waiting: `call4agents approvals --run asking`" in out
+
+
+def test_json_timestamps_are_iso_8601(target: Any, cli: Cli) -> None:
+    ledger = target.open()
+    Agent(ledger)
+    pending_approval(ledger, "asking")
+    [run] = [r for r in json.loads(cli(target, "runs", "--json")[1]) if r["run_id"] == "ticket-1"]
+    [doubt] = json.loads(cli(target, "doubt", "--json")[1])
+    [ticket] = json.loads(cli(target, "approvals", "--json")[1])
+    stamps = [run["first_at"], run["last_at"], doubt["created_at"], doubt["updated_at"]]
+    stamps += [ticket["requested_at"], ticket["expires_at"]]
+    for stamp in stamps:
+        when = datetime.datetime.fromisoformat(stamp)
+        assert when.utcoffset() == datetime.timedelta(0), stamp
+        assert abs(when.timestamp() - time.time()) < 2 * 86400, stamp
+
+
+def test_version_and_a_bare_command(cli: Cli) -> None:
+    code, out, _ = cli(None, "--version")
+    assert (code, out) == (0, f"call4agents {c4a.__version__}\n")
+    code, out, err = cli(None)
+    assert (code, err) == (0, "")
+    assert out.startswith("usage: call4agents")
+    assert "quickstart" in out
+    assert "doubt" in out
+
+
+def test_a_negative_age_says_what_is_wrong(sqlite_target: Any, cli: Cli) -> None:
+    sqlite_target.open()
+    for argv in (["gc", "--older-than", "-3d"], ["stats", "--since", "-1h"]):
+        code, out, err = cli(sqlite_target, *argv)
+        assert (code, out) == (2, "")
+        assert "is negative" in one_error_line(err), argv
+
+
+def test_diff_of_files_that_do_not_exist_says_so(
+    sqlite_target: Any, cli: Cli, tmp_path: Any
+) -> None:
+    Agent(sqlite_target.open())
+    code, out, err = cli(sqlite_target, "diff", str(tmp_path / "a.json"), "ticket-1")
+    assert (code, out) == (2, "")
+    assert f"{tmp_path / 'a.json'}: no such file" in one_error_line(err)
+    code, _, err = cli(sqlite_target, "diff", "ticket-1", "b.json")
+    assert "b.json: no such file" in one_error_line(err)
 
 
 def test_show_json_is_one_document_with_the_ending_and_handoff(target: Any, cli: Cli) -> None:

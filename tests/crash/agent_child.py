@@ -5,7 +5,8 @@ Usage: agent_child.py POINT RUN_ID OUTBOX [KEY ...]
 The "provider" is the OUTBOX file: one line per delivered email, written and fsynced by the tool,
 outside the ledger. With RETRY_IN_DOUBT=1 the provider drops a line whose idempotency key it has
 seen, as Stripe-like APIs do, and the tool is declared retry_in_doubt=True.
-With APPROVAL=1 the tool needs a person's yes.
+With APPROVAL=1 the tool needs a person's yes. With HOLD=DIR the tool, once running, creates
+DIR/running and waits for DIR/release: a test can act while a call is surely mid-flight.
 Exit codes: 0 done, 3 EffectInDoubt, 4 EffectInProgress, 5 ApprovalRequired; SIGKILL at POINT.
 """
 
@@ -63,12 +64,24 @@ def deliver(to: str, key: str) -> bool:
     return True
 
 
+def hold_until_released() -> None:
+    """With HOLD=DIR: say the tool is running (DIR/running), then wait for DIR/release."""
+    if not os.environ.get("HOLD"):
+        return
+    hold = Path(os.environ["HOLD"])
+    (hold / "running").touch()
+    deadline = time.monotonic() + 120  # a test that never releases still ends
+    while not (hold / "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 @c4a.effect(name="send_email", retry_in_doubt=retry, approval=approval)
 def send_email(to: str) -> dict[str, Any]:
     ctx = c4a.current()
     if point == "after_intent":
         die()
     time.sleep(tool_seconds)
+    hold_until_released()
     deliver(to, ctx.idempotency_key)
     if point == "inside_tool":
         die()

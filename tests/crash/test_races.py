@@ -61,15 +61,22 @@ def test_second_caller_mid_call_gets_the_result(target: Target, tmp_path: Path) 
 def test_impatient_second_caller_gets_in_progress_not_doubt(target: Target, tmp_path: Path) -> None:
     outbox = tmp_path / "outbox.jsonl"
     target.open().close()
-    first = spawn(target, outbox, TOOL_SECONDS="3", LEASE="1")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if any(r.state == "started" for r in target.open().effects("race")):
-            break
-        time.sleep(0.05)
-    second = spawn(target, outbox, TOOL_SECONDS="3", LEASE="1", WAIT="0.5")
+    # The first call holds inside its tool until released, however slowly either child starts.
+    first = spawn(target, outbox, HOLD=str(tmp_path), LEASE="1")  # renewed by the heartbeat
+    _wait_for(tmp_path / "running", first)
+    second = spawn(target, outbox, LEASE="1", WAIT="0.5")
     out2, _ = second.communicate(timeout=60)
+    (tmp_path / "release").touch()
     assert second.returncode == 4, out2
     assert "being run by another worker" in json.loads(out2)["in_progress"]
     assert first.wait(timeout=60) == 0
     assert len(outbox.read_text().splitlines()) == 1
+
+
+def _wait_for(signal_file: Path, child: subprocess.Popen[str]) -> None:
+    """Until the child's tool says it is running (its intent is then durable)."""
+    deadline = time.monotonic() + 120
+    while not signal_file.exists():
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "the tool never started"
+        time.sleep(0.01)

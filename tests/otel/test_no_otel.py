@@ -66,7 +66,7 @@ def run(prelude: str, target: Target, tmp_path: Path) -> str:
 def test_meta_path_blocked(sqlite_target: Target, tmp_path: Path) -> None:
     out = run(BLOCKED, sqlite_target, tmp_path)
     assert "refused: otel=True needs OpenTelemetry, which is not installed" in out
-    assert 'pip install "call4agents[otel]"' in out
+    assert 'pip install "call4agents-core[otel]"' in out
     assert out.strip().endswith("ok")
 
 

@@ -215,7 +215,7 @@ def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> 
         import psycopg  # noqa: F401
     except ImportError as exc:
         raise ConfigurationError(
-            'a PostgreSQL ledger needs psycopg: pip install "call4agents[postgres]"'
+            'a PostgreSQL ledger needs psycopg: pip install "call4agents-core[postgres]"'
         ) from exc
     if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
         raise ConfigurationError(

@@ -16,7 +16,9 @@ stderr and exit code 2; passwords in URLs are never printed.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
+import datetime as dt
 import importlib
 import json
 import os
@@ -34,7 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from . import _db, migrations
 from .errors import Call4AgentsError, ConfigurationError, LedgerError
-from .ledger import EffectRecord, Ledger
+from .ledger import EffectRecord, Ledger, RunSummary
 from .runs import Handoff, RunStatus, spending_text
 from .store import now_sql, short_error
 from .tables import effects
@@ -104,11 +106,28 @@ def _compact(value: Any) -> str:
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    print(json.dumps(_iso_times(value), indent=2, ensure_ascii=False, default=str))
+
+
+def _iso_times(value: Any, key: str = "") -> Any:
+    """Timestamps (``*_at`` fields, epoch seconds inside the ledger) as ISO 8601 in UTC."""
+    if isinstance(value, dict):
+        return {k: _iso_times(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_iso_times(v) for v in value]
+    is_time = key == "at" or key.endswith("_at")
+    if is_time and isinstance(value, int | float) and not isinstance(value, bool):
+        return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc).isoformat()
+    return value
 
 
 def parse_age(text_: str) -> float:
     """``30d``, ``12h``, ``15m``, ``45s``, ``2w`` or plain seconds, as seconds."""
+    if text_.strip().startswith("-"):
+        raise ConfigurationError(
+            f"the age {text_!r} is negative: an age counts back from now, e.g. --older-than "
+            f"{text_.strip()[1:]} for what finished more than {text_.strip()[1:]} ago"
+        )
     found = _AGE.fullmatch(text_)
     if found is None:
         raise ConfigurationError(
@@ -292,8 +311,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
     with _open(args) as ledger:
         ledger.sweep()  # so a dead worker's action shows as in doubt, not running
         found = ledger.runs(limit=args.limit)
+        waiting = collections.Counter(a.run_id for a in ledger.approvals(state="pending"))
+        found = _with_waiting_runs(found, ledger, waiting)[: args.limit]
     if args.json:
-        _print_json([dataclasses.asdict(r) for r in found])
+        _print_json(
+            [{**dataclasses.asdict(r), "approvals_waiting": waiting[r.run_id]} for r in found]
+        )
     elif not found:
         print("No runs recorded.")
     else:
@@ -306,13 +329,36 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 str(r.failed),
                 str(r.in_doubt),
                 str(r.started),
+                str(waiting[r.run_id]),
                 _ago(r.last_at, now),
             ]
             for r in found
         ]
-        headers = ["RUN", "ACTIONS", "DONE", "FAILED", "IN DOUBT", "RUNNING", "LAST ACTIVE"]
+        headers = ["RUN", "ACTIONS", "DONE", "FAILED", "IN DOUBT", "RUNNING", "WAITING"]
+        headers.append("LAST ACTIVE")
         print(_table(headers, rows))
     return EXIT_OK
+
+
+def _with_waiting_runs(
+    found: list[RunSummary], ledger: Ledger, waiting: collections.Counter[str]
+) -> list[RunSummary]:
+    """The runs with actions, and those whose only records are approvals waiting for a person."""
+    known = {r.run_id for r in found}
+    for run_id in waiting.keys() - known:
+        asked = [a.requested_at for a in ledger.approvals(run_id)]
+        found.append(RunSummary(run_id, 0, 0, 0, 0, 0, min(asked), max(asked)))
+    return sorted(found, key=lambda r: r.last_at, reverse=True)
+
+
+def _require_run(ledger: Ledger, run_id: str) -> None:
+    """One error for a run the ledger does not know, the same from show, undo and export."""
+    if ledger.effects(run_id) or ledger.run_status(run_id) or ledger.approvals(run_id):
+        return
+    raise LedgerError(
+        f"no run {run_id!r} in this ledger (no actions, approvals or ending recorded): check the "
+        f"run id and --url; `{PROG} runs` lists the runs"
+    )
 
 
 def _outcome(r: EffectRecord) -> str:
@@ -346,8 +392,11 @@ def _evidence_lines(r: EffectRecord) -> list[str]:
 
 def cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as ledger:
+        if not args.handoff:  # --handoff answers "was it escalated?", for any run id
+            _require_run(ledger, args.run)
         ledger.sweep()
         found = ledger.effects(args.run)
+        waiting = ledger.approvals(args.run, state="pending")
         status = ledger.run_status(args.run)
         handoff = ledger.handoff(args.run) if status is not None else None
         spent = spending_text(ledger, args.run)
@@ -355,12 +404,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         return _show_handoff(args, handoff)
     if args.json:
         return _show_json(args, found, status, handoff)
-    if not found:
-        if status is not None:  # escalated before any action
-            print(f"Run {args.run}: no actions\n\n" + _ending_text(status, handoff))
-            return EXIT_OK
-        print(f"No actions recorded for run {args.run!r}.", file=sys.stderr)
-        return EXIT_FAILED
+    if not found:  # escalated before any action, or waiting for a person's answer
+        print(f"Run {args.run}: no actions")
+        if waiting:
+            print(f"{len(waiting)} approval(s) waiting: `{PROG} approvals --run {args.run}`")
+        if status is not None:
+            print("\n" + _ending_text(status, handoff))
+        return EXIT_OK
     rows, below = [], {}
     for i, r in enumerate(found):
         rows.append(
@@ -429,7 +479,7 @@ def _show_json(
                 "handoff": handoff.as_dict() if handoff is not None else None,
             }
         )
-    return EXIT_OK if found or status is not None else EXIT_FAILED
+    return EXIT_OK
 
 
 def _ending_document(status: RunStatus | None) -> dict[str, Any] | None:
@@ -464,6 +514,7 @@ def cmd_undo(args: argparse.Namespace) -> int:
         except ImportError as exc:
             raise ConfigurationError(f"--import {module}: cannot import it ({exc})") from exc
     with _open(args) as ledger:
+        _require_run(ledger, args.run)
         report = ledger.undo(args.run)
     if args.json:
         _print_json(report.as_dict())
@@ -508,6 +559,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .replay import export_run
 
     with _open(args) as ledger:
+        _require_run(ledger, args.run)
         document = export_run(ledger, args.run)
     text_ = json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False)
     if args.out:
@@ -526,8 +578,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
         a = actions_of(ledger, args.run_a)
         b = actions_of(ledger, args.run_b)
     for name, found in ((args.run_a, a), (args.run_b, b)):
+        if not found and (name.endswith(".json") or os.sep in name):
+            raise ConfigurationError(
+                f"{name}: no such file (nor a run of that name in the ledger); give an exported "
+                f"file that exists (`{PROG} export RUN --out FILE`) or a run id"
+            )
         if not found:
-            raise LedgerError(f"no actions recorded for run {name!r}")
+            raise LedgerError(f"no actions recorded for run {name!r}: `{PROG} runs` lists the runs")
     difference = diff(a, b)
     if args.json:
         _print_json(None if difference is None else dataclasses.asdict(difference))
@@ -797,7 +854,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG, parents=[common], description="Inspect and settle a Call4Agents ledger."
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, handler: Callable[[argparse.Namespace], int], help_: str) -> Any:
         p = sub.add_parser(name, parents=[common], help=help_, description=help_)
@@ -888,6 +946,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def _dash_values(argv: list[str]) -> list[str]:
+    """``--older-than -3d`` as ``--older-than=-3d``: argparse would take the value for an option,
+    and the age check can then say what is wrong with it."""
+    joined: list[str] = []
+    for arg in argv:
+        if joined and joined[-1] in ("--older-than", "--since") and arg.startswith("-"):
+            joined[-1] = f"{joined[-1]}={arg}"
+        else:
+            joined.append(arg)
+    return joined
+
+
 def _quickstart_rest(argv: list[str]) -> list[str] | None:
     """The arguments after ``quickstart``, passed through untouched (it has its own parser)."""
     i = 0
@@ -933,8 +1009,11 @@ def main(argv: list[str] | None = None) -> int:
             args = build_parser().parse_args(argv[: len(argv) - len(rest)])
             args.rest = rest
         else:
-            args = build_parser().parse_args(argv)
+            args = build_parser().parse_args(_dash_values(argv))
         args.json = getattr(args, "json", False)
+        if getattr(args, "handler", None) is None:  # no command: say what there is
+            build_parser().print_help()
+            return EXIT_OK
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except UsageError as exc:

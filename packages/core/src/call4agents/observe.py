@@ -345,7 +345,7 @@ def configure(
         if otel:
             raise ConfigurationError(
                 "otel=True needs OpenTelemetry, which is not installed: "
-                'pip install "call4agents[otel]"'
+                'pip install "call4agents-core[otel]"'
             )
         install("otel", None)
         return

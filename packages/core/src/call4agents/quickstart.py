@@ -11,6 +11,7 @@ import concurrent.futures
 import importlib
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -79,6 +80,7 @@ class Row:
     label: str
     emails: int
     outcome: str
+    run_id: str = ""  # a run worth a look in the ledger afterwards
 
 
 def _spawn(mode: str, workdir: Path, url: str, run_id: str, crash: str) -> int:
@@ -124,6 +126,7 @@ def _scenario_inside(workdir: Path, url: str) -> Row:
         "killed inside the tool, with Call4Agents",
         _emails(workdir, mode),
         "in doubt, not re-sent; resolved by a person; resumed",
+        run_id,
     )
 
 
@@ -166,38 +169,102 @@ def _rows(scenario: Scenario, folder: Path, url: str) -> list[Row]:
     return [Row(*row) for row in scenario(folder, url)]
 
 
-def _print(rows: list[Row], seconds: float) -> None:
-    width = max(len(r.label) for r in rows)
-    print("Call4Agents quickstart: an agent emails a customer and is killed with SIGKILL.")
-    print("A fresh process resumes the same run; emails are counted in the outbox.\n")
-    print(f"  {'scenario':<{width}}  emails  what happened")
-    for row in rows:
-        print(f"  {row.label:<{width}}  {row.emails:>6}  {row.outcome}")
-    print(f"\nDone in {seconds:.1f}s, offline, no API keys.")
-    print("Next: `call4agents doubt` lists actions in doubt; `call4agents resolve` settles them.")
+# The kept demo ledger, in the folder the quickstart runs in: the printed next step reads it.
+KEPT_LEDGER = Path(".c4a") / "quickstart.db"
+_WIDTH = 60  # the longest row label: rows are printed as they finish, so no measuring first
+
+
+def _say(line: str = "") -> None:
+    print(line, flush=True)  # each line at once, also when stdout is a pipe
+
+
+def _title() -> None:
+    _say("Call4Agents quickstart: an agent emails a customer and is killed with SIGKILL.")
+    _say("A fresh process resumes the same run; emails are counted in the outbox.\n")
+    _say(f"  {'scenario':<{_WIDTH}}  emails  what happened")
+
+
+def _row(row: Row) -> None:
+    _say(f"  {row.label:<{_WIDTH}}  {row.emails:>6}  {row.outcome}")
+
+
+def _prog() -> str:
+    """How to run this `call4agents` again from this folder, as the user's shell will find it."""
+    script = Path(sys.argv[0]).absolute()
+    if script.name != "call4agents":  # python -m call4agents.cli
+        return f"{_shown_path(Path(sys.executable))} -m call4agents.cli"
+    found = shutil.which("call4agents")
+    if script.is_relative_to(Path.cwd()) or found is None or not Path(found).samefile(script):
+        return _shown_path(script)  # e.g. .venv/bin/call4agents after scripts/quickstart
+    return "call4agents"
+
+
+def _shown_path(path: Path) -> str:
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def _next_steps(url_arg: str, run_id: str, seconds: float) -> None:
+    prog = _prog()
+    _say(f"\nDone in {seconds:.1f}s, offline, no API keys.")
+    _say("Next, what the ledger recorded, and the action that was in doubt and settled:")
+    _say(f"  {prog} runs {url_arg}")
+    _say(f"  {prog} show {run_id} {url_arg}")
+    _say(f"Actions in doubt: `{prog} doubt {url_arg}`; `{prog} resolve` settles one.")
+
+
+def _check_ledger(url: str) -> None:
+    """Open the ledger before any child starts: a bad --url fails here, in one line."""
+    from .ledger import Ledger
+
+    with Ledger(url):
+        pass
+
+
+def _scenarios(workdir: Path, url: str) -> list[Callable[[], list[Row]]]:
+    scenarios: list[Callable[[], list[Row]]] = [
+        lambda: [_scenario_after(workdir, url, "plain")],
+        lambda: [_scenario_after(workdir, url, "ledger")],
+        lambda: [_scenario_inside(workdir, url)],
+    ]
+    for package, scenario in _integration_scenarios().items():
+        (workdir / package).mkdir()
+        scenarios.append(partial(_rows, scenario, workdir / package, url))
+    return scenarios
+
+
+def _run_all(scenarios: list[Callable[[], list[Row]]]) -> list[Row]:
+    """Side by side (each scenario mostly waits for its children); rows printed as they end."""
+    rows: list[Row] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
+        for done in concurrent.futures.as_completed([pool.submit(run) for run in scenarios]):
+            for row in done.result():
+                _row(row)
+                rows.append(row)
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="call4agents quickstart")
-    parser.add_argument("--url", help="ledger URL (default: a fresh SQLite file in a temp folder)")
+    parser.add_argument(
+        "--url", help=f"ledger URL (default: {KEPT_LEDGER} in this folder, kept for a look after)"
+    )
     args = parser.parse_args(argv)
+    url = args.url or f"sqlite:///{KEPT_LEDGER.absolute()}"
+    _check_ledger(url)
     started = time.monotonic()
+    _title()
     with tempfile.TemporaryDirectory(prefix="c4a-quickstart-") as tmp:
-        workdir = Path(tmp)
-        url = args.url or f"sqlite:///{workdir / 'ledger.db'}"
-        scenarios: list[Callable[[], list[Row]]] = [
-            lambda: [_scenario_after(workdir, url, "plain")],
-            lambda: [_scenario_after(workdir, url, "ledger")],
-            lambda: [_scenario_inside(workdir, url)],
-        ]
-        for package, scenario in _integration_scenarios().items():
-            (workdir / package).mkdir()
-            scenarios.append(partial(_rows, scenario, workdir / package, url))
-        # Side by side: each scenario mostly waits for its children.
-        with concurrent.futures.ThreadPoolExecutor(max_workers=len(scenarios)) as pool:
-            rows = [row for rows in pool.map(lambda run: run(), scenarios) for row in rows]
-    _print(rows, time.monotonic() - started)
+        rows = _run_all(_scenarios(Path(tmp), url))
+    [run_id] = [row.run_id for row in rows if row.run_id]
+    url_arg = f"--url {_shown_url(args.url) if args.url else f'sqlite:///{KEPT_LEDGER}'}"
+    _next_steps(url_arg, run_id, time.monotonic() - started)
     return 0
+
+
+def _shown_url(url: str) -> str:
+    from . import _db
+
+    return _db.safe_url(_db.parse_url(url))
 
 
 if __name__ == "__main__":

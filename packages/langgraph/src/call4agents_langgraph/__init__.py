@@ -8,7 +8,7 @@ agent.invoke(inputs, {"configurable": {"thread_id": "ticket-1234"}})   # the thr
 
 from __future__ import annotations
 
-_INSTALL = 'pip install "call4agents[langgraph]"'
+_INSTALL = 'pip install "call4agents-core[langgraph]"'
 
 try:
     import langchain.agents.middleware  # noqa: F401

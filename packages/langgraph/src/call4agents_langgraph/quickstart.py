@@ -15,10 +15,13 @@ import os
 import pathlib
 import signal
 import sqlite3
-import sys
 import uuid
 from collections.abc import Sequence
 from typing import Any
+
+# The rows keep LangGraph's checkpoints in SQLite: without `call4agents-langgraph[sqlite]` this
+# module does not import, and the quickstart shows no LangGraph rows.
+import langgraph.checkpoint.sqlite  # noqa: F401
 
 from call4agents import _children
 
@@ -64,18 +67,11 @@ def _emails(workdir: pathlib.Path, thread: str) -> int:
 
 
 def _child(mode: str, workdir: pathlib.Path, url: str, thread: str, crash: str) -> int:
-    try:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-    except ImportError:
-        print(
-            "the LangGraph quickstart needs: pip install langgraph-checkpoint-sqlite",
-            file=sys.stderr,
-        )
-        return 2
     from langchain.agents import create_agent
     from langchain.agents.middleware import AgentMiddleware
     from langchain_core.messages import HumanMessage
     from langchain_core.tools import tool
+    from langgraph.checkpoint.sqlite import SqliteSaver
 
     import call4agents as c4a
 

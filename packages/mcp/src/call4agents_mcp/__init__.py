@@ -17,15 +17,15 @@ try:
     import mcp.server  # noqa: F401
 except ImportError as _error:  # pragma: no cover - depends on the environment
     raise ImportError(
-        'call4agents_mcp needs the MCP Python SDK (mcp>=2.3): pip install "call4agents[mcp]"'
+        'call4agents_mcp needs the MCP Python SDK (mcp>=2.3): pip install "call4agents-core[mcp]"'
     ) from _error
 
 import call4agents as _core
 
 if not getattr(_core, "__c4a_core__", False):  # pragma: no cover - depends on the environment
     raise ImportError(
-        "the installed `call4agents` is not the Call4Agents core (PyPI's `call4agents` is an "
-        'unrelated project): pip install "call4agents[mcp]" from this project\'s index'
+        "the installed `call4agents` is not the Call4Agents core (PyPI has an unrelated project "
+        'of that name): pip uninstall call4agents, then pip install "call4agents-core[mcp]"'
     )
 
 from ._endings import ending_of

@@ -16,7 +16,7 @@ and ends the run at a hard limit; ``c4a.escalate()`` in a tool ends it as escala
 
 from __future__ import annotations
 
-_FIX = 'pip install "call4agents[openai-agents]"'
+_FIX = 'pip install "call4agents-core[openai-agents]"'
 
 try:
     import agents  # noqa: F401  (the OpenAI Agents SDK, whose tools OnceOnly wraps)

@@ -346,7 +346,7 @@ class OnceOnly:
             from call4agents_mcp import KEY_META, idempotency_key
         except ImportError as exc:
             raise ImportError(
-                'OnceOnly.mcp_meta needs call4agents-mcp: pip install "call4agents[mcp]"'
+                'OnceOnly.mcp_meta needs call4agents-mcp: pip install "call4agents-core[mcp]"'
             ) from exc
         run_id = require_run_id(context.run_context, self._run_id, context.tool_name)
         key = idempotency_key(context.tool_name, context.arguments, run_id=run_id)

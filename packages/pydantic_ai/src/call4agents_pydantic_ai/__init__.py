@@ -14,7 +14,7 @@ or ``c4a.Escalated`` raised out of ``agent.run``.
 
 from __future__ import annotations
 
-_FIX = 'pip install "call4agents[pydantic-ai]"'
+_FIX = 'pip install "call4agents-core[pydantic-ai]"'
 
 try:
     import pydantic_ai.capabilities  # noqa: F401  (the extension point OnceOnly plugs into)
