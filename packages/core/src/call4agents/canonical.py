@@ -22,6 +22,8 @@ import functools
 import json
 import math
 import pathlib
+import re
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -730,7 +732,10 @@ def _plain_text(arguments: Mapping[str, Any]) -> str | None:
         if type(value) not in _FAST or name.startswith("$"):
             return None
         out[name] = value
-    text = _write(out)
+    try:
+        text = _write(out)
+    except ValueError:  # an int past sys.get_int_max_str_digits(): the general path explains it
+        return None
     return text if text.isascii() else None
 
 
@@ -774,18 +779,61 @@ def canonical_json(tool: str, value: Any, *, root: str = "key") -> str:
 def scrub(text: str, secrets: Sequence[str]) -> str:
     """Replace every occurrence of each secret in ``text`` by ``***``.
 
-    Longest first, so a secret that contains another is masked whole; the repr- and JSON-escaped
-    spellings are masked too, since error texts often quote values that way.
+    Longest first, so a secret that contains another is masked whole. Error texts quote values in
+    other spellings too, so these are masked as well: repr- and JSON-escaped, percent-encoded (a
+    key in a URL's query, either case of hex digits), and base64 that decodes to text holding the
+    secret (an ``Authorization: Basic`` header is base64 of ``user:secret``).
     """
     forms: set[str] = set()
     for secret in secrets:
-        if not secret:
-            continue
-        forms.add(secret)
-        forms.add(repr(secret)[1:-1])
-        forms.add(json.dumps(secret)[1:-1])
-        forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+        if secret:
+            forms.update(_spellings(secret))
+    if not forms:
+        return text
     for form in sorted(forms, key=len, reverse=True):
         if form and form in text:
             text = text.replace(form, "***")
-    return text
+    return _BASE64_RUN.sub(lambda m: _mask_encoded(m.group(), secrets), text)
+
+
+def _spellings(secret: str) -> set[str]:
+    quoted = urllib.parse.quote(secret, safe="")
+    return {
+        secret,
+        repr(secret)[1:-1],
+        json.dumps(secret)[1:-1],
+        json.dumps(secret, ensure_ascii=False)[1:-1],
+        quoted,
+        _PERCENT.sub(lambda m: m.group().lower(), quoted),
+        urllib.parse.quote_plus(secret, safe=""),
+    }
+
+
+# Runs of base64 long enough to hide a credential (standard and URL-safe alphabets).
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{12,}={0,2}")
+_PERCENT = re.compile(r"%[0-9A-F]{2}")
+
+
+def _mask_encoded(run: str, secrets: Sequence[str]) -> str:
+    for candidate in (run, run.lstrip("+/_-")):
+        padded = candidate + "=" * (-len(candidate) % 4)
+        for decode in (base64.b64decode, base64.urlsafe_b64decode):
+            try:
+                plain = decode(padded).decode("utf-8", "replace")
+            except ValueError:
+                continue
+            if any(secret and secret in plain for secret in secrets):
+                return "***"
+    return run
+
+
+def storable(text: str, limit: int) -> str:
+    """``text`` as every ledger database can store it, cut to ``limit`` characters.
+
+    A lone surrogate (a file name read with ``surrogateescape``) cannot be encoded as UTF-8 and a
+    NUL cannot go into a PostgreSQL text column: either would make the write of a definite failure
+    fail, leaving an action that did not act in doubt forever. Both become visible escapes.
+    """
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\x00", "\\x00")[:limit]

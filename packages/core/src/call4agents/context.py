@@ -61,7 +61,21 @@ def check_run_id(run_id: object) -> str:
         )
     if len(run_id) > 512:
         raise ConfigurationError("run id is longer than 512 characters: use a shorter stable id")
+    if (not run_id.isascii() and not _encodable(run_id)) or "\x00" in run_id:
+        raise ConfigurationError(
+            f"run id {run_id!r} holds a NUL or a lone surrogate (bytes that were not valid "
+            "UTF-8), which no ledger database can store: decode the id properly, or pass a "
+            "stable ASCII form of it (e.g. its hex digest)"
+        )
     return run_id
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class run:

@@ -23,7 +23,14 @@ from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from . import _owner, _waiting, observe
 from .approvals import ApprovalRequest, Gate, needs_approval
-from .canonical import CanonicalArgs, canonical_args, canonical_json, parse_paths, scrub
+from .canonical import (
+    CanonicalArgs,
+    canonical_args,
+    canonical_json,
+    parse_paths,
+    scrub,
+    storable,
+)
 from .codec import ResultEncodingError, decode_result, encode_result
 from .context import EffectContext, _effect, current_run
 from .errors import (
@@ -195,7 +202,13 @@ class Action:
         return self.options.lease or self.ledger.lease
 
     def error_text(self, exc: BaseException) -> str:
-        return scrub(f"{type(exc).__name__}: {exc}", self.secrets)[:2000]
+        """What the ledger keeps of a tool's error: credentials masked, storable, at most 2,000
+        characters (a text that cannot be written would leave a definite failure in doubt)."""
+        try:
+            message = str(exc)
+        except Exception:  # noqa: BLE001 - an error whose __str__ fails still failed
+            message = "(its message could not be read)"
+        return storable(scrub(f"{type(exc).__name__}: {message}", self.secrets), 2000)
 
 
 def action_key(run_id: str, tool: str, call_id: str | None, material: str) -> str:
