@@ -29,3 +29,40 @@ def test_a_run_id_no_database_can_store_is_refused(ledger: c4a.Ledger, run_id: s
     with pytest.raises(c4a.ConfigurationError, match="NUL or a lone surrogate"):
         c4a.run(run_id, ledger=ledger)
     assert ledger.effects() == []
+
+
+def test_a_key_built_from_a_redacted_value_cannot_be_reversed(ledger: c4a.Ledger) -> None:
+    keys: dict[str, str] = {}
+
+    @c4a.effect(ledger=ledger, redact=("pin",), key=lambda card, pin: f"{card}/{pin}")
+    def unlock(card: str, pin: str) -> str:
+        keys[pin] = c4a.current().idempotency_key
+        return "ok"
+
+    with c4a.run("r", ledger=ledger):
+        unlock("c-1", "4821")
+        unlock("c-1", "0007")
+    assert len(set(keys.values())) == 2  # other pins are still other actions
+    # The attack: try all 10,000 PINs against the key with the plain derivation of key=.
+    from call4agents.canonical import canonical_json
+    from call4agents.effect import action_key
+
+    def guess(pin: str) -> str:
+        material = "key:" + canonical_json("unlock", f"c-1/{pin}")
+        return action_key("r", unlock.tool, None, material)
+
+    found = {guess(f"{n:04d}") for n in range(10_000)}
+    assert guess("4821") in found  # the attack would work on the plain derivation
+    assert not found & {r.key for r in ledger.effects("r")}
+
+
+def test_a_key_without_redaction_is_derived_as_before(ledger: c4a.Ledger) -> None:
+    @c4a.effect(ledger=ledger, name="ship", key=lambda order: order)
+    def ship(order: str) -> None:
+        return None
+
+    with c4a.run("r", ledger=ledger):
+        ship("o-1")
+    # Pinned: a change here would make every old run repeat its actions.
+    [record] = ledger.effects("r")
+    assert record.key == "07ad9bcf6d266a4a755c205c81d87062e864d747414034cb1d46b770e7f809e2"

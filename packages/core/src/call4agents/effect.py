@@ -251,7 +251,7 @@ def prepare(
     canon = _canonicalise(tool, arguments, options, ledger)
     material = canon.key_material
     if options.key is not None:
-        material = "key:" + canonical_json(tool, options.key(**arguments))
+        material = _named_key(tool, options, arguments, ledger)
     key = action_key(run_id, tool, call_id if options.scope == "call" else None, material)
     approval = needs_approval(options.approval, arguments, options.kind, ledger.approval_for)
     return Action(
@@ -267,6 +267,19 @@ def prepare(
         approval,
         canon.key_material,
     )
+
+
+def _named_key(
+    tool: str, options: EffectOptions, arguments: Mapping[str, Any], ledger: Ledger
+) -> str:
+    """The key material of ``key=``. Under ``redact=`` the callable may have used a redacted
+    value, and the idempotency key travels to providers, spans and the CLI: a plain hash of a
+    low-entropy value (a PIN) is reversed by trying them all, so it goes through the ledger's
+    salted HMAC, as a redacted argument does. Without ``redact=`` it is as it always was."""
+    text = canonical_json(tool, options.key(**arguments))
+    if options.redact:
+        return "key-hmac:" + ledger.digest(text.encode())
+    return "key:" + text
 
 
 def _canonicalise(
