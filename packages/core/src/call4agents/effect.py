@@ -251,7 +251,7 @@ def prepare(
     canon = _canonicalise(tool, arguments, options, ledger)
     material = canon.key_material
     if options.key is not None:
-        material = _named_key(tool, options, arguments, ledger)
+        material = _named_key(tool, options.key(**arguments), options, ledger)
     key = action_key(run_id, tool, call_id if options.scope == "call" else None, material)
     approval = needs_approval(options.approval, arguments, options.kind, ledger.approval_for)
     return Action(
@@ -269,14 +269,12 @@ def prepare(
     )
 
 
-def _named_key(
-    tool: str, options: EffectOptions, arguments: Mapping[str, Any], ledger: Ledger
-) -> str:
+def _named_key(tool: str, named: object, options: EffectOptions, ledger: Ledger) -> str:
     """The key material of ``key=``. Under ``redact=`` the callable may have used a redacted
     value, and the idempotency key travels to providers, spans and the CLI: a plain hash of a
     low-entropy value (a PIN) is reversed by trying them all, so it goes through the ledger's
     salted HMAC, as a redacted argument does. Without ``redact=`` it is as it always was."""
-    text = canonical_json(tool, options.key(**arguments))
+    text = canonical_json(tool, named)
     if options.redact:
         return "key-hmac:" + ledger.digest(text.encode())
     return "key:" + text
