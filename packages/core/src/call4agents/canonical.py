@@ -545,6 +545,8 @@ def _h_list(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
 
 
 def _h_tuple(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+    if hasattr(type(v), "_fields"):  # a namedtuple: a tool may read it by name, a tuple cannot be
+        return {"$namedtuple": [_class_ref(type(v)), enc.items(v, enc.container(v, depth), node)]}
     return {"$tuple": enc.items(v, enc.container(v, depth), node)}
 
 
@@ -559,17 +561,35 @@ def _h_set(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
             raise
         members.append((_write(tree), tree))
     members.sort(key=lambda member: member[0])
-    return {"$set": [tree for _, tree in members]}
+    # A frozenset is hashable and immutable where a set is not: a tool may tell them apart.
+    return {"$frozenset" if isinstance(v, frozenset) else "$set": [tree for _, tree in members]}
 
 
 def _h_bytes(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
-    return {"$bytes": base64.b64encode(bytes(v)).decode("ascii")}
+    # bytes, bytearray (mutable) and memoryview are three types a tool may tell apart.
+    tag = (
+        "$bytearray"
+        if isinstance(v, bytearray)
+        else "$memoryview"
+        if isinstance(v, memoryview)
+        else "$bytes"
+    )
+    return {tag: base64.b64encode(bytes(v)).decode("ascii")}
 
 
 def _h_datetime(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
     if v.utcoffset() is None:
         raise _Refusal("is a naive datetime; attach a timezone (datetime.now(timezone.utc))")
-    return {"$datetime": v.isoformat()}
+    if isinstance(v.tzinfo, dt.timezone):
+        return {"$datetime": v.isoformat()}
+    # A named zone (ZoneInfo("Europe/Paris")) moves its offset with the seasons where a fixed
+    # offset does not: the same instant in each is two values a tool may treat differently.
+    return {"$datetime": [v.isoformat(), _zone_name(v.tzinfo)]}
+
+
+def _zone_name(tz: dt.tzinfo) -> str:
+    name = getattr(tz, "key", None) or getattr(tz, "zone", None)  # zoneinfo, pytz
+    return str(name) if name else f"{_class_ref(type(tz))}:{tz!r}"
 
 
 def _h_date(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
@@ -616,7 +636,27 @@ def _h_model(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
         ) from None
     if type(dump) is not dict:
         raise _Refusal(f"is a {_type_name(type(v))} whose model_dump() is not a dict")
-    return {"$model": [_class_ref(type(v)), _model_fields(enc, dump, inner, node)]}
+    tree = [_class_ref(type(v)), _model_fields(enc, dump, inner, node)]
+    hidden = _excluded(v)
+    if hidden:
+        # Fields with exclude=True are left out of model_dump(), yet the tool reads them: two
+        # models that differ only there are two actions. (Unchanged when a model has none.)
+        tree.append(enc.value(hidden, inner, None))
+    return {"$model": tree}
+
+
+def _excluded(model: Any) -> dict[str, Any]:
+    """The values model_dump() leaves out through ``exclude=True``, nested models' included."""
+    found: dict[str, Any] = {}
+    for name, info in type(model).model_fields.items():
+        value = getattr(model, name, None)
+        if getattr(info, "exclude", None) is True:
+            found[name] = value
+        elif _is_model_type(type(value)):
+            inner = _excluded(value)
+            if inner:
+                found[name] = inner
+    return found
 
 
 def _model_fields(enc: _Encoder, dump: dict[Any, Any], depth: int, node: _Node | None) -> Any:
