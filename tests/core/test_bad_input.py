@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import call4agents as c4a
+from tests.conftest import Target
 
 
 @pytest.mark.parametrize("value", [10**5000, -(10**5000)], ids=["huge", "huge-negative"])
@@ -66,3 +67,19 @@ def test_a_key_without_redaction_is_derived_as_before(ledger: c4a.Ledger) -> Non
     # Pinned: a change here would make every old run repeat its actions.
     [record] = ledger.effects("r")
     assert record.key == "07ad9bcf6d266a4a755c205c81d87062e864d747414034cb1d46b770e7f809e2"
+
+
+def test_arguments_over_the_cap_are_refused_before_anything_runs(target: Target) -> None:
+    ledger = c4a.init(target.open(max_args_bytes=64 * 1024))
+    ran: list[int] = []
+
+    @c4a.effect(ledger=ledger)
+    def upload(blob: str) -> None:
+        ran.append(len(blob))
+
+    with c4a.run("r", ledger=ledger):
+        with pytest.raises(c4a.ConfigurationError, match="over the ledger's max_args_bytes"):
+            upload("x" * 70_000)
+        upload("x" * 60_000)  # under the cap: runs and is recorded
+    assert ran == [60_000]
+    assert [r.state for r in ledger.effects("r")] == ["succeeded"]

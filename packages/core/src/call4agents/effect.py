@@ -249,6 +249,7 @@ def prepare(
             'inside `with c4a.tool_call("<stable call id>"):`'
         )
     canon = _canonicalise(tool, arguments, options, ledger)
+    _check_size(tool, canon.display, ledger.max_args_bytes)
     material = canon.key_material
     if options.key is not None:
         material = _named_key(tool, options.key(**arguments), options, ledger)
@@ -267,6 +268,18 @@ def prepare(
         approval,
         canon.key_material,
     )
+
+
+def _check_size(tool: str, display: str, limit: int) -> None:
+    # Each action's arguments are written with its intent and read back by every repeat, doubt
+    # list and approval page: a 50 MB argument would be all of those, 50 MB at a time.
+    if len(display) > limit // 4 and len(display.encode()) > limit:
+        raise ConfigurationError(
+            f"{tool}: the arguments take {len(display.encode()):,} bytes as canonical JSON, over "
+            f"the ledger's max_args_bytes ({limit:,}); nothing was written or run. Pass a "
+            "reference (a file path, an object id) instead of the content, or raise "
+            "max_args_bytes on the Ledger"
+        )
 
 
 def _named_key(tool: str, named: object, options: EffectOptions, ledger: Ledger) -> str:

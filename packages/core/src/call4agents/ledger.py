@@ -233,6 +233,8 @@ class Ledger:
             is renewed while the tool runs, so this bounds how long a dead worker blocks others.
         wait: seconds a second caller waits for a live worker's result before EffectInProgress.
         max_result_bytes: results larger than this are not stored (ResultNotStored).
+        max_args_bytes: a call whose arguments take more than this as canonical JSON is refused
+            before anything is written or run (ConfigurationError).
         allow_network_fs: open an SQLite ledger on NFS/SMB anyway (only one machine may use it).
         approval_for: side-effect classes that need a person's yes unless a tool says otherwise,
             e.g. ``("irreversible",)``.
@@ -253,6 +255,7 @@ class Ledger:
         wait: float = 10.0,
         busy_timeout: float = 30.0,
         max_result_bytes: int = 1 << 20,
+        max_args_bytes: int = 1 << 20,
         allow_network_fs: bool | None = None,
         auto_migrate: bool = True,
         approval_for: Sequence[str] = (),
@@ -276,6 +279,7 @@ class Ledger:
         self.lease = lease
         self.wait = wait
         self.max_result_bytes = max_result_bytes
+        self.max_args_bytes = max_args_bytes
         self.store = Store(self.engine)
         self.approval_for = tuple(approval_for)
         self.approval_ttl = approval_ttl
