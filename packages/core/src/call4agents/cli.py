@@ -39,7 +39,7 @@ from .errors import Call4AgentsError, ConfigurationError, LedgerError
 from .ledger import EffectRecord, Ledger, RunSummary
 from .runs import Handoff, RunStatus, spending_text
 from .store import now_sql, short_error
-from .tables import effects
+from .tables import effects, open_states
 
 PROG = "call4agents"
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_IN_DOUBT = 0, 1, 2, 3
@@ -749,9 +749,7 @@ def _clock_check(skew: float) -> Check:
 def _actions_check(engine: Engine) -> Check:
     with engine.connect() as conn:
         found = conn.execute(
-            select(effects.c.state, func.count())
-            .where(effects.c.state.in_(("started", "in_doubt")))
-            .group_by(effects.c.state)
+            select(effects.c.state, func.count()).where(open_states()).group_by(effects.c.state)
         ).all()
     counts = {state: int(n) for state, n in found}
     doubt, started = counts.get("in_doubt", 0), counts.get("started", 0)

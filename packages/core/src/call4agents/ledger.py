@@ -27,7 +27,7 @@ from .errors import ConfigurationError, LedgerError
 from .migrations import CURRENT, current_version, migrate, refuse_newer
 from .store import Store, now_sql, short_error
 from .tables import approvals as approvals_table
-from .tables import dedup_hits, effects, meta
+from .tables import dedup_hits, effects, in_open_state, meta
 from .tables import runs as runs_table
 
 if TYPE_CHECKING:
@@ -477,7 +477,7 @@ class Ledger:
         self.sweep()
         with self.store.read() as conn:
             rows = conn.execute(
-                select(effects).where(effects.c.state == "in_doubt").order_by(effects.c.seq)
+                select(effects).where(in_open_state("in_doubt")).order_by(effects.c.seq)
             ).mappings()
             return [_record(r) for r in rows]
 
@@ -491,7 +491,7 @@ class Ledger:
                     effects.c.attempt,
                     effects.c.owner,
                     (effects.c.lease_expires_at <= now).label("lapsed"),
-                ).where(effects.c.state == "started")
+                ).where(in_open_state("started"))
             ).all()
         moved = 0
         for key, attempt, owner, lapsed in started:

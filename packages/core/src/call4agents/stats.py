@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 
 from .store import now_sql
-from .tables import approvals, dedup_hits, effects, runs
+from .tables import approvals, dedup_hits, effects, in_open_state, runs
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -67,9 +67,7 @@ def open_figures(ledger: Ledger) -> OpenFigures:
     with ledger.store.read() as conn:
         now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
         doubt, doubt_since = conn.execute(
-            select(func.count(), func.min(effects.c.updated_at)).where(
-                effects.c.state == "in_doubt"
-            )
+            select(func.count(), func.min(effects.c.updated_at)).where(in_open_state("in_doubt"))
         ).one()
         waiting, asked = conn.execute(
             select(func.count(), func.min(approvals.c.requested_at)).where(

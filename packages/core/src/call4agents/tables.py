@@ -16,7 +16,10 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
+    literal_column,
 )
+from sqlalchemy.sql.elements import ColumnElement
 
 metadata = MetaData()
 
@@ -70,6 +73,22 @@ Index(
     postgresql_where=effects.c.state.in_(("started", "in_doubt")),
 )
 Index("c4a_effects_updated", effects.c.updated_at)
+
+
+def open_states() -> ColumnElement[bool]:
+    """``state IN ('started', 'in_doubt')``, spelled so that SQLite uses ``c4a_effects_open``.
+
+    SQLite uses a partial index only when the query repeats the index's own condition with the
+    same literal values (a bound parameter does not count): without it every `doubt` and lease
+    sweep read the whole table.
+    """
+    return effects.c.state.in_([literal_column(f"'{s}'", String) for s in ("started", "in_doubt")])
+
+
+def in_open_state(state: str) -> ColumnElement[bool]:
+    """``state = <state>`` for an open state, using ``c4a_effects_open`` (see open_states)."""
+    return and_(open_states(), effects.c.state == state)
+
 
 # Settings a ledger keeps for its whole life (schema version 2), such as the salt that hides
 # redacted argument values inside action keys: unlike the secret it is never rotated, because a
