@@ -18,10 +18,9 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from .errors import LedgerError
-from .store import now_sql
+from .store import dialect_insert, now_sql
 from .tables import dedup_hits
 
 if TYPE_CHECKING:
@@ -71,7 +70,7 @@ class DedupCounter:
 
     def _write(self, pending: Counter[str]) -> None:
         store = self._store
-        insert = postgresql.insert if store.dialect == "postgresql" else sqlite.insert
+        insert = dialect_insert(store.dialect)
         with store.tx() as conn:
             minute = int(conn.execute(select(now_sql(store.dialect))).scalar_one() // 60)
             for tool, hits in sorted(pending.items()):  # one lock order for concurrent flushes

@@ -19,12 +19,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy import Connection, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from . import observe
 from .context import _effect, current_run
 from .errors import Call4AgentsError, ConfigurationError, LedgerError
-from .store import Gate, now_sql
+from .store import Gate, dialect_insert, now_sql
 from .tables import run_counters, runs
 
 log = logging.getLogger("call4agents")
@@ -70,7 +69,7 @@ def record_status_in(
 ) -> None:
     """``record_status`` inside a transaction the caller holds (the claim's, for budgets)."""
     now = now_sql(dialect)
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = dialect_insert(dialect)
     # Make sure the row exists, then update it under the row lock: two controls at once
     # (an undo while escalating) each keep the other's section.
     conn.execute(
@@ -674,7 +673,7 @@ _CLOCKS_KEPT = 10_000
 
 
 def _insert_start(conn: Connection, dialect: str, run_id: str) -> None:
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = dialect_insert(dialect)
     conn.execute(
         insert(run_counters)
         .values(run_id=run_id, name=_STARTED, value=now_sql(dialect))
@@ -815,7 +814,7 @@ def _record_refusal(conn: Connection, dialect: str, refusal: BudgetExceeded) -> 
 
 
 def _add(conn: Connection, dialect: str, run_id: str, amounts: Mapping[str, float]) -> None:
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    insert = dialect_insert(dialect)
     for name, amount in amounts.items():
         conn.execute(
             insert(run_counters)

@@ -28,6 +28,7 @@ from sqlalchemy import (
     Executable,
     Float,
     Integer,
+    Table,
     and_,
     bindparam,
     case,
@@ -37,7 +38,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.elements import ColumnElement
@@ -50,10 +50,23 @@ from .tables import effects
 OPEN_STATES = ("started", "in_doubt")
 
 
+def dialect_insert(dialect: str) -> Callable[[Table], Any]:
+    """The dialect's own INSERT, which has ON CONFLICT: one place for what was five copies."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert
+
+
 def now_sql(dialect: str) -> ColumnElement[float]:
     """The database's clock in epoch seconds: the one clock every lease is judged by."""
     if dialect == "postgresql":
-        return func.extract("epoch", func.clock_timestamp()).cast(postgresql.DOUBLE_PRECISION)
+        from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
+
+        return func.extract("epoch", func.clock_timestamp()).cast(DOUBLE_PRECISION)
     # julianday('now') is the same clock for every process of this machine, at millisecond grain.
     return (func.julianday("now") - literal(2440587.5)) * literal(86400.0)
 
@@ -144,7 +157,7 @@ class Store:
         self.engine = engine
         self.dialect = engine.dialect.name
         self._now = now_sql(self.dialect)
-        insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
+        insert = dialect_insert(self.dialect)
         given = ("key", "run_id", "tool", "kind", "args", "args_digest", "owner")
         self._insert_intent = (
             insert(effects)
