@@ -56,6 +56,15 @@ class LedgerCheckpointer(BaseCheckpointSaver[Any]):
         ledger: the ledger the thread's actions are in; default the one ``c4a.init()`` opened.
     """
 
+    def __new__(cls, saver: BaseCheckpointSaver[Any] | None = None, **_: Any) -> LedgerCheckpointer:
+        # Tools (LangGraph's conformance suite among them) tell what a saver supports by which
+        # methods its class overrides, so the class made for ``saver`` overrides the optional
+        # ones (delete_for_runs, copy_thread, prune, sync and async apart) only where the
+        # wrapped saver does: never a method that would end in NotImplementedError.
+        if cls is LedgerCheckpointer and saver is not None:
+            cls = _shaped(frozenset(m for m in _OPTIONAL if _overrides(type(saver), m)))
+        return super().__new__(cls)
+
     def __init__(self, saver: BaseCheckpointSaver[Any], *, ledger: Ledger | None = None) -> None:
         super().__init__(serde=saver.serde)
         self.saver = saver
@@ -146,21 +155,6 @@ class LedgerCheckpointer(BaseCheckpointSaver[Any]):
         self.saver.delete_thread(thread_id)
         self._forget(thread_id, runs)
 
-    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        # LangGraph run ids name single invocations; ledger records belong to whole threads.
-        self.saver.delete_for_runs(run_ids)
-
-    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        _warn_copy()
-        self.saver.copy_thread(source_thread_id, target_thread_id)
-
-    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        if strategy != "delete":
-            self.saver.prune(thread_ids, strategy=strategy)
-            return
-        for thread_id in thread_ids:
-            self.delete_thread(thread_id)
-
     # -- async -----------------------------------------------------------------------------------
 
     async def aget(self, config: RunnableConfig) -> Checkpoint | None:
@@ -211,20 +205,6 @@ class LedgerCheckpointer(BaseCheckpointSaver[Any]):
         await asyncio.to_thread(self._refuse_open, thread_id, runs)
         await self.saver.adelete_thread(thread_id)
         await asyncio.to_thread(self._forget, thread_id, runs)
-
-    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await self.saver.adelete_for_runs(run_ids)
-
-    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        _warn_copy()
-        await self.saver.acopy_thread(source_thread_id, target_thread_id)
-
-    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        if strategy != "delete":
-            await self.saver.aprune(thread_ids, strategy=strategy)
-            return
-        for thread_id in thread_ids:
-            await self.adelete_thread(thread_id)
 
     # -- the ledger side -------------------------------------------------------------------------
 
@@ -315,6 +295,75 @@ class LedgerCheckpointer(BaseCheckpointSaver[Any]):
             ledger.delete_run(run_id)
         with self._lock:
             self._marks.pop(thread_id, None)
+
+
+# -- the optional methods, each offered only where the wrapped saver has it -------------------
+
+
+def _delete_for_runs(self: LedgerCheckpointer, run_ids: Sequence[str]) -> None:
+    # LangGraph run ids name single invocations; ledger records belong to whole threads.
+    self.saver.delete_for_runs(run_ids)
+
+
+async def _adelete_for_runs(self: LedgerCheckpointer, run_ids: Sequence[str]) -> None:
+    await self.saver.adelete_for_runs(run_ids)
+
+
+def _copy_thread(self: LedgerCheckpointer, source_thread_id: str, target_thread_id: str) -> None:
+    _warn_copy()
+    self.saver.copy_thread(source_thread_id, target_thread_id)
+
+
+async def _acopy_thread(
+    self: LedgerCheckpointer, source_thread_id: str, target_thread_id: str
+) -> None:
+    _warn_copy()
+    await self.saver.acopy_thread(source_thread_id, target_thread_id)
+
+
+def _prune(
+    self: LedgerCheckpointer, thread_ids: Sequence[str], *, strategy: str = "keep_latest"
+) -> None:
+    if strategy != "delete":
+        self.saver.prune(thread_ids, strategy=strategy)
+        return
+    for thread_id in thread_ids:  # with the ledger's records, refused while one is open
+        self.delete_thread(thread_id)
+
+
+async def _aprune(
+    self: LedgerCheckpointer, thread_ids: Sequence[str], *, strategy: str = "keep_latest"
+) -> None:
+    if strategy != "delete":
+        await self.saver.aprune(thread_ids, strategy=strategy)
+        return
+    for thread_id in thread_ids:
+        await self.adelete_thread(thread_id)
+
+
+_OPTIONAL: dict[str, Any] = {
+    "delete_for_runs": _delete_for_runs,
+    "adelete_for_runs": _adelete_for_runs,
+    "copy_thread": _copy_thread,
+    "acopy_thread": _acopy_thread,
+    "prune": _prune,
+    "aprune": _aprune,
+}
+_SHAPES: dict[frozenset[str], type[LedgerCheckpointer]] = {}
+
+
+def _overrides(saver_type: type, name: str) -> bool:
+    return getattr(saver_type, name, None) is not getattr(BaseCheckpointSaver, name)
+
+
+def _shaped(offered: frozenset[str]) -> type[LedgerCheckpointer]:
+    """LedgerCheckpointer with exactly the ``offered`` optional methods (one class per set)."""
+    if offered not in _SHAPES:
+        body = {name: _OPTIONAL[name] for name in offered}
+        body["__doc__"] = LedgerCheckpointer.__doc__
+        body["__module__"] = LedgerCheckpointer.__module__
+        _SHAPES[offered] = type("LedgerCheckpointer", (LedgerCheckpointer,), body)
+    return _SHAPES[offered]
 
 
 def _clock_offset(ledger: Ledger) -> float:
