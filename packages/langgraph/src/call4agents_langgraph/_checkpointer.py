@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -39,6 +39,7 @@ from call4agents.integration import warn_once
 from ._ids import BRANCH_KEY
 
 METADATA_KEY = "call4agents"
+_MAX_MARKS = 10_000
 _OPEN = ("started", "in_doubt")
 
 
@@ -71,7 +72,7 @@ class LedgerCheckpointer(BaseCheckpointSaver[Any]):
         self.ledger = ledger
         # The ledger clock at each thread's last checkpoint written by this process; read back
         # from the saver when this process has not written one (e.g. after a restart).
-        self._marks: dict[str, float] = {}
+        self._marks: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
         self._offset: float | None = None  # ledger clock minus this machine's clock
 
@@ -134,7 +135,7 @@ class LedgerCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread = _thread(config)
-        since = self._previous_mark(thread) if thread else None
+        since = self._previous_mark(thread, _namespace(config)) if thread else None
         annotated = self._annotate(config, checkpoint, metadata, since)
         return self.saver.put(config, checkpoint, annotated, new_versions)
 
@@ -187,7 +188,7 @@ class LedgerCheckpointer(BaseCheckpointSaver[Any]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         thread = _thread(config)
-        since = await self._aprevious_mark(thread) if thread else None
+        since = await self._aprevious_mark(thread, _namespace(config)) if thread else None
         annotated = await asyncio.to_thread(self._annotate, config, checkpoint, metadata, since)
         return await self.saver.aput(config, checkpoint, annotated, new_versions)
 
@@ -234,8 +235,11 @@ class LedgerCheckpointer(BaseCheckpointSaver[Any]):
             for record in ledger.effects(run_id)
             if (since is None or record.updated_at > since) and record.updated_at <= now
         ]
+        place = (thread, _namespace(config))
         with self._lock:
-            self._marks[thread] = max(now, self._marks.get(thread, now))
+            if len(self._marks) >= _MAX_MARKS:  # a namespace per subgraph call: keep it bounded
+                _drop(self._marks, lambda place: bool(place[1]))
+            self._marks[place] = max(now, self._marks.get(place, now))
         note = {"mark": now, "actions": done}
         annotated: dict[str, Any] = {**metadata, METADATA_KEY: note}
         return cast(CheckpointMetadata, annotated)
@@ -250,19 +254,29 @@ class LedgerCheckpointer(BaseCheckpointSaver[Any]):
             created = time.time()
         return created + self._offset
 
-    def _previous_mark(self, thread: str) -> float | None:
-        with self._lock:
-            if thread in self._marks:
-                return self._marks[thread]
-        latest = self.saver.get_tuple({"configurable": {"thread_id": thread}})
-        return _mark_of(latest)
+    # Each checkpoint namespace (the root graph's "", a subgraph's "agent:<task id>") keeps its own
+    # window, so a subgraph's checkpoint does not take the actions from its parent's next one. A
+    # namespace's first checkpoint starts from the root's mark: a subgraph called in a later step
+    # does not name what earlier steps did.
+    def _previous_mark(self, thread: str, namespace: str) -> float | None:
+        for place in _places(thread, namespace):
+            with self._lock:
+                if place in self._marks:
+                    return self._marks[place]
+            mark = _mark_of(self.saver.get_tuple(_config_of(place)))
+            if mark is not None:
+                return mark
+        return None
 
-    async def _aprevious_mark(self, thread: str) -> float | None:
-        with self._lock:
-            if thread in self._marks:
-                return self._marks[thread]
-        latest = await self.saver.aget_tuple({"configurable": {"thread_id": thread}})
-        return _mark_of(latest)
+    async def _aprevious_mark(self, thread: str, namespace: str) -> float | None:
+        for place in _places(thread, namespace):
+            with self._lock:
+                if place in self._marks:
+                    return self._marks[place]
+            mark = _mark_of(await self.saver.aget_tuple(_config_of(place)))
+            if mark is not None:
+                return mark
+        return None
 
     def _thread_runs(self, thread_id: str) -> set[str]:
         """The thread's run ids: the thread, and each re-run branch its checkpoints name."""
@@ -294,7 +308,7 @@ class LedgerCheckpointer(BaseCheckpointSaver[Any]):
         for run_id in sorted(runs):
             ledger.delete_run(run_id)
         with self._lock:
-            self._marks.pop(thread_id, None)
+            _drop(self._marks, lambda place: place[0] == thread_id)
 
 
 # -- the optional methods, each offered only where the wrapped saver has it -------------------
@@ -377,6 +391,24 @@ def _clock_offset(ledger: Ledger) -> float:
         after = time.time()
         readings.append((after - before, ledger_now - (before + after) / 2))
     return min(readings)[1]
+
+
+def _drop(marks: dict[tuple[str, str], float], which: Callable[[tuple[str, str]], bool]) -> None:
+    # In place: a with_allowlist() clone shares this dict.
+    for place in [p for p in marks if which(p)]:
+        del marks[place]
+
+
+def _namespace(config: RunnableConfig) -> str:
+    return str(config.get("configurable", {}).get("checkpoint_ns") or "")
+
+
+def _places(thread: str, namespace: str) -> list[tuple[str, str]]:
+    return [(thread, namespace), (thread, "")] if namespace else [(thread, "")]
+
+
+def _config_of(place: tuple[str, str]) -> RunnableConfig:
+    return {"configurable": {"thread_id": place[0], "checkpoint_ns": place[1]}}
 
 
 def _thread(config: RunnableConfig) -> str | None:
