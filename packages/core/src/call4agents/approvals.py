@@ -114,9 +114,14 @@ _SIGNED = (
 
 
 def _fields(row: Mapping[str, Any]) -> list[Any]:
-    digest = row.get("args_digest")
-    # Signed when present; a ticket from before digests keeps the fields it was signed with.
-    return [row[name] for name in _SIGNED] + ([digest] if digest is not None else [])
+    digest, call_id = row.get("args_digest"), row.get("call_id")
+    # Signed when present; a ticket from before digests (or call ids) keeps the fields it was
+    # signed with.
+    return (
+        [row[name] for name in _SIGNED]
+        + ([digest] if digest is not None else [])
+        + ([f"call:{call_id}"] if call_id is not None else [])
+    )
 
 
 def _covers(row: Mapping[str, Any], action: Action) -> bool:
@@ -229,7 +234,7 @@ def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsErro
         return None
     pending = next((r for r in live if r["state"] == "pending"), None)
     request = _request(pending) if pending else _open_ticket(gate, conn, attempt)
-    return _required(action, request, tampered=tampered)
+    return _required(action, request, tampered=tampered, shown=_edited(conn, signer, action))
 
 
 def _open_ticket(gate: Gate, conn: Connection, attempt: int) -> ApprovalRequest:
@@ -257,6 +262,7 @@ def _new_ticket(
         "tool": action.tool,
         "args": action.args_display,
         "args_digest": action.args_digest,
+        "call_id": action.call_id,
         "state": state,
         "expires_at": float(stamp) + ttl,
         "decided_by": by,
@@ -274,12 +280,56 @@ def _new_ticket(
     return _request({**row, "requested_at": stamp, "reason": reason})
 
 
-def _required(action: Action, request: ApprovalRequest, *, tampered: bool) -> ApprovalRequired:
+def _first_for_call(
+    conn: Connection, signer: Signer, run_id: str, call_id: str
+) -> dict[str, Any] | None:
+    """The first validly signed ticket opened for a framework's call id in a run, as a row."""
+    stmt = (
+        select(approvals, now_sql(conn.dialect.name).label("now"))
+        .where(approvals.c.run_id == run_id, approvals.c.call_id == call_id)
+        .order_by(approvals.c.requested_at, approvals.c.ticket)
+    )
+    for found in conn.execute(stmt).mappings():
+        row = dict(found)
+        if signer.verify(_fields(row), row["signature"], now=row["now"]):
+            return row
+    return None
+
+
+def _edited(conn: Connection, signer: Signer, action: Action) -> ApprovalRequest | None:
+    """The ticket first shown for this call, if the call now carries other arguments: a saved
+    state edited after it was shown (the framework keys the yes by call id, not arguments)."""
+    if not action.call_id:
+        return None
+    first = _first_for_call(conn, signer, action.run_id, action.call_id)
+    return None if first is None or _covers(first, action) else _request(first)
+
+
+def first_shown(ledger: Ledger, action: Action) -> ApprovalRequest | None:
+    """The ticket first shown for ``action``'s call id if it showed other arguments, else None."""
+    with ledger.store.read() as conn:
+        return _edited(conn, ledger.signer(), action)
+
+
+def _required(
+    action: Action,
+    request: ApprovalRequest,
+    *,
+    tampered: bool,
+    shown: ApprovalRequest | None = None,
+) -> ApprovalRequired:
     note = (
         " (an earlier approval record failed its signature check and was ignored)"
         if tampered
         else ""
     )
+    if shown is not None:
+        note += (
+            f". Its arguments changed since they were shown for this call: {shown.ticket} "
+            f"showed {json.dumps(shown.args, sort_keys=True)}, the call now has "
+            f"{action.args_display}; a yes given for the call covers only what was shown, so "
+            "a person must decide the new arguments"
+        )
     return ApprovalRequired(
         f"{action.tool} in run {action.run_id!r} needs a person's approval before it runs{note}. "
         f"Approve exactly this call with `call4agents approve {request.ticket}` (or "
@@ -288,6 +338,7 @@ def _required(action: Action, request: ApprovalRequest, *, tampered: bool) -> Ap
         run_id=action.run_id,
         tool=action.tool,
         request=request,
+        shown=shown,
     )
 
 

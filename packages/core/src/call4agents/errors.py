@@ -124,10 +124,17 @@ class ResultPruned(_EffectError):
 
 
 class ApprovalRequired(_EffectError):
-    """The action needs a person's "yes" to exactly these arguments before it runs."""
+    """The action needs a person's "yes" to exactly these arguments before it runs.
 
-    def __init__(self, message: str, *, key: str, run_id: str, tool: str, request: Any) -> None:
+    ``shown`` is the ticket first shown for this framework call when it showed other arguments
+    (a saved state edited after it was shown), else None.
+    """
+
+    def __init__(
+        self, message: str, *, key: str, run_id: str, tool: str, request: Any, shown: Any = None
+    ) -> None:
         self.request = request
+        self.shown = shown
         super().__init__(message, key=key, run_id=run_id, tool=tool)
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from .approvals import ApprovalRequest, first_shown
 from .canonical import canonical_args
 from .context import check_run_id, current_run
 from .effect import (
@@ -120,6 +122,13 @@ def message_for_model(exc: Call4AgentsError) -> str:
         )
     if isinstance(exc, ApprovalDenied):
         return f"Tool {exc.tool} was not run: {exc.reason}. Do not retry it."
+    if isinstance(exc, ApprovalRequired) and exc.shown is not None:
+        return (
+            f"Tool {exc.tool} was not run: its arguments changed since they were shown to a "
+            f"person (shown: {json.dumps(exc.shown.args, sort_keys=True)}; now: "
+            f"{json.dumps(exc.request.args, sort_keys=True)}). A person must approve the new "
+            "arguments; do not retry it."
+        )
     if isinstance(exc, ApprovalRequired):
         return f"Tool {exc.tool} needs a person's approval before it runs; it has not run."
     if isinstance(exc, (ResultNotStored, ResultPruned)):
@@ -153,10 +162,23 @@ __all__ = [
     "options_for",
     "record_model_usage",
     "run_tool",
+    "shown_other_args",
     "warn_once",
 ]
 
 _warned: set[str] = set()
+
+
+def shown_other_args(action: Action) -> ApprovalRequest | None:
+    """The ticket first shown for this framework call if it showed other arguments than the
+    call now carries, else None.
+
+    A framework's own yes (a ``RunState`` approval, a bare Pydantic AI approval, a resume value)
+    is keyed by call id, not by arguments: when a saved state was edited after the call was
+    shown, that yes must not be carried to the ticket of the new arguments. A person decides
+    those in the ledger.
+    """
+    return first_shown(action.ledger, action)
 
 
 def warn_once(topic: str, message: str) -> None:

@@ -52,18 +52,25 @@ def _v5(conn: Connection) -> None:
     # columns from _v1 and _v2 (which create the tables as they are defined now); one made by an
     # older version gets them here.
     for name in (effects.name, approvals.name):
-        _add_digest_column(conn, name)
+        _add_column(conn, name, "args_digest", "VARCHAR(64)")
 
 
-def _add_digest_column(conn: Connection, name: str) -> None:
+def _v6(conn: Connection) -> None:
+    # The framework's call id a ticket was opened for, so a yes given through the framework for
+    # that call (keyed by call id, not arguments) covers only the arguments first shown for it.
+    _add_column(conn, approvals.name, "call_id", "TEXT")
+
+
+def _add_column(conn: Connection, name: str, column: str, sql_type: str) -> None:
+    """Add a column unless the table has it (a table made by this version was created whole)."""
     schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
-    if "args_digest" in {c["name"] for c in inspect(conn).get_columns(name, schema=schema)}:
+    if column in {c["name"] for c in inspect(conn).get_columns(name, schema=schema)}:
         return
     table = f'"{schema}".{name}' if schema else name
     if conn.dialect.name == "postgresql":
         conn.execute(text(f"SET LOCAL lock_timeout = '{PG_ALTER_LOCK_TIMEOUT}'"))
     try:
-        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN args_digest VARCHAR(64)"))
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available
             raise
@@ -74,7 +81,7 @@ def _add_digest_column(conn: Connection, name: str) -> None:
         ) from None
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5]
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
 CURRENT = len(MIGRATIONS)
 
 

@@ -123,6 +123,9 @@ approvals = Table(
     # The digest of the arguments the ticket was opened for (see c4a_effects.args_digest), part
     # of what is signed; NULL on tickets from before schema version 5.
     Column("args_digest", String(64)),
+    # The framework's id of the tool call the ticket was opened for (schema version 6; NULL
+    # where none was known): the first ticket of a call id holds the arguments first shown.
+    Column("call_id", Text),
 )
 
 Index("c4a_approvals_key", approvals.c.key, approvals.c.for_attempt)

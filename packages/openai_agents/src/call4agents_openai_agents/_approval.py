@@ -34,7 +34,7 @@ from call4agents import (
     UnstableArguments,
 )
 from call4agents.effect import Action
-from call4agents.integration import ends_run
+from call4agents.integration import ends_run, shown_other_args
 
 if TYPE_CHECKING:
     from ._once import OnceOnly
@@ -121,6 +121,8 @@ def carry_state_yes(action: Action, ctx: ToolContext[Any]) -> None:
     """Write a plain ``state.approve(item)`` to the ticket the ledger opened for this call."""
     if ctx.is_tool_approved(ctx.tool_name, ctx.tool_call_id) is not True:
         return
+    if shown_other_args(action) is not None:
+        return  # an edited state: the yes was for what was shown; the gate says what changed
     now = time.time()
     for ticket in tickets_for(action):
         if ticket.state == "pending" and ticket.expires_at > now:

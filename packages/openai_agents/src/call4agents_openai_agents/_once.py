@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 TAgent = TypeVar("TAgent", bound=Agent[Any])
 
 
+_UNSPENT = ("pending", "approved")
+
+
 class OnceOnly:
     """Makes the function tools of an Agents SDK agent once-only per run.
 
@@ -290,7 +293,9 @@ class OnceOnly:
         ledger = action.ledger
         now = time.time()
         for ticket in _approval.tickets_for(action):
-            if ticket.state == "pending" and ticket.expires_at > now:
+            # A no also reaches a yes not yet spent: a later no wins (another copy of the state).
+            undecided = ticket.state == "pending" or (not yes and ticket.state == "approved")
+            if undecided and ticket.expires_at > now:
                 decide = ledger.approve if yes else ledger.deny
                 return decide(ticket.ticket, by=by, reason=reason)
         # No open ticket (it expired, or the call was never asked about): decide the call itself.
@@ -324,8 +329,10 @@ class OnceOnly:
         self, name: str, options: EffectOptions, keyed: Callable[[str], Action]
     ) -> str:
         tool = options.name or name
-        pending = [t for t in self.ledger_for(options).approvals(state="pending") if t.tool == tool]
-        runs = {t.run_id for t in pending if keyed(t.run_id).key == t.key}
+        ledger = self.ledger_for(options)
+        # Pending or approved and not yet spent: a later no must find a yes's ticket too.
+        open_ = [t for t in ledger.approvals() if t.tool == tool and t.state in _UNSPENT]
+        runs = {t.run_id for t in open_ if keyed(t.run_id).key == t.key}
         if len(runs) == 1:
             return runs.pop()
         why = "no open ticket for it" if not runs else f"it waits in several runs {sorted(runs)}"

@@ -24,6 +24,7 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 import call4agents as c4a
 from call4agents import ApprovalRequest, Ledger, LedgerError
 from call4agents.effect import Action
+from call4agents.integration import shown_other_args
 
 META = "call4agents"
 """The key of Call4Agents' entry in ``DeferredToolRequests.metadata[tool_call_id]``."""
@@ -108,6 +109,8 @@ def _approve_shown(action: Action, ticket: str | None, by: str) -> None:
         )
     if shown is None or shown.state != "pending":
         return  # approved, spent or denied already: the ledger's gate knows what to do
+    if shown_other_args(action) is not None:
+        return  # an edited history: the yes was for what was shown; the gate says what changed
     # Decided or spent meanwhile by another worker, or expired: the ledger's gate settles it.
     with contextlib.suppress(LedgerError):
         action.ledger.approve(shown.ticket, by=by)
