@@ -75,6 +75,8 @@ def request_payload(exc: ApprovalRequired, tool_call: Any) -> dict[str, Any]:
         "run_id": req.run_id,
         "action_key": req.key,
         "expires_at": req.expires_at,
+        # Set when the saved state was edited after the call was first shown with other args.
+        "changed_from": dict(exc.shown.args) if exc.shown is not None else None,
     }
 
 

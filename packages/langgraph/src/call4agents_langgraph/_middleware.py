@@ -281,6 +281,11 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         """Record a person's answer; an edit becomes a "yes" to the edited call, which then runs."""
         ledger = call.action.ledger
         if decision["type"] != "edit":
+            if decision["type"] == "approve" and exc.shown is not None:
+                # The saved state was edited after this call was shown: the resume value is a
+                # yes to what was shown, not to these arguments. Nothing is recorded; the call
+                # asks again, and a person decides the new arguments.
+                return call
             _approval.record_ticket(ledger, exc.request.ticket, decision)
             return call
         args = _approval.edited_args(decision, call.tool_call)
