@@ -38,7 +38,14 @@ def test_bench_core_on_sqlite() -> None:
     out = bench("bench_core.py", "--n", "20")
     for case in ("floor (2 commits)", "fresh effect (async)", "repeat, new process: lone"):
         assert case in out
+    assert "x floor (median/mean)" in out
     assert "postgresql" not in out
+
+
+def test_bench_startup() -> None:
+    out = bench("bench_startup.py", "--rounds", "1")
+    for case in ("python -c pass (floor)", "import call4agents", "call4agents doubt"):
+        assert case in out
 
 
 def test_bench_otel() -> None:

@@ -1,0 +1,65 @@
+"""Start-up: what a fresh process pays before it does anything, beside a bare interpreter.
+
+    python benchmarks/bench_startup.py [--rounds 15]
+
+Each case is a new process, started ``--rounds`` times with the cases interleaved (so a busy
+moment of the machine falls on all of them alike): ``python -c pass`` (the floor),
+``import call4agents`` (what a tool-calling process pays), ``call4agents --help`` and
+``call4agents doubt`` on an empty ledger. Wall times from spawn to exit, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CLI = [sys.executable, "-c", "import sys; from call4agents.cli import main; sys.exit(main())"]
+
+
+def cases(ledger_url: str) -> dict[str, list[str]]:
+    return {
+        "python -c pass (floor)": [sys.executable, "-c", "pass"],
+        "import call4agents": [sys.executable, "-c", "import call4agents"],
+        "call4agents --help": [*CLI, "--help"],
+        "call4agents doubt (empty ledger)": [*CLI, "doubt", "--url", ledger_url],
+    }
+
+
+def once(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return (time.perf_counter() - start) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        url = f"sqlite:///{Path(folder) / 'ledger.db'}"
+        env = dict(os.environ, CALL4AGENTS_SECRET="bench-" + "x" * 40)
+        subprocess.run([*CLI, "migrate", "--url", url], env=env, check=True, capture_output=True)
+        todo = cases(url)
+        times: dict[str, list[float]] = {name: [] for name in todo}
+        for _ in range(args.rounds):
+            for name, argv in todo.items():
+                times[name].append(once(argv, env))
+    floor = statistics.median(times["python -c pass (floor)"])
+    print(f"{'case':<34} {'median ms':>10} {'mean ms':>10} {'min ms':>8} {'over floor ms':>14}")
+    for name, samples in times.items():
+        median = statistics.median(samples)
+        print(
+            f"{name:<34} {median:>10.1f} {statistics.fmean(samples):>10.1f} "
+            f"{min(samples):>8.1f} {median - floor:>14.1f}"
+        )
+    print(f"\n{args.rounds} rounds; load average {os.getloadavg()[0]:.2f} at the end")
+
+
+if __name__ == "__main__":
+    main()
