@@ -108,6 +108,12 @@ class EffectOptions:
         if self.find_existing is not None and self.check is None:
             # What the finder finds also settles a crash between creating and recording.
             object.__setattr__(self, "check", check_from_finder(self.find_existing))
+        if (
+            self.kind == "irreversible"
+            and self.ledger is not None
+            and self.ledger.durability == "process"
+        ):
+            raise _process_irreversible(self.name or "this tool")
         if self.undo is not None and self.name is not None:
             register_undo(self.name, self.undo)  # integrations name their tools here
 
@@ -230,6 +236,8 @@ def prepare(
     if call_id is None and run is not None and run.run_id == run_id:
         call_id = run.call_id
     ledger = ledger or options.ledger or (run.ledger if run else None) or default_ledger()
+    if options.kind == "irreversible" and ledger.durability == "process":
+        raise _process_irreversible(tool)
     if options.scope == "call" and not call_id:
         raise ConfigurationError(
             f"{tool} is scope='call' but no call id is known: run it through an integration, or "
@@ -256,6 +264,15 @@ def prepare(
     )
 
 
+def _process_irreversible(tool: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"{tool} is kind='irreversible' but its ledger is durability='process', whose commits a "
+        "crash of the database server or the machine can lose (the intent, or the result: the "
+        "action could run again); open the ledger with durability='power' (the default) for it;"
+        " nothing was run"
+    )
+
+
 def _canonicalise(
     tool: str, arguments: Mapping[str, Any], options: EffectOptions, ledger: Ledger
 ) -> CanonicalArgs:
@@ -271,6 +288,7 @@ def _canonicalise(
 @dataclass(frozen=True)
 class _Go:
     attempt: int
+    owner: str  # the claim's owner text: its lease is renewed under it
 
 
 @dataclass(frozen=True)
@@ -314,31 +332,71 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found | _Recalled:
             ledger.dedup.add(action.tool)
             ledger._remember(action.key, text)
             return _Recalled(decode_result(text))
-    owner = _owner.me_text()
+    owner = _owner.claim_owner()
+    step: _Go | _Found | None = None
+    try:
+        step = _claim(action, owner, looked=looked, wait=wait)
+        return step
+    finally:
+        if not isinstance(step, _Go) or step.owner != owner:
+            _owner.finished(owner)  # the claim did not win: no tool runs under it
+
+
+def _claim(action: Action, owner: str, *, looked: bool, wait: bool) -> _Go | _Found:
+    ledger = action.ledger
     gate = budget_gate(action, _gate(action))
     digest = action.args_digest
     while True:
-        claim = ledger.store.claim(
-            key=action.key,
-            run_id=action.run_id,
-            tool=action.tool,
-            kind=action.options.kind,
-            args=action.args_display,
-            owner=owner,
-            ttl=action.ttl,
-            args_digest=digest,
-            gate=gate,
-            read_first=not looked,
-        )
+        try:
+            claim = ledger.store.claim(
+                key=action.key,
+                run_id=action.run_id,
+                tool=action.tool,
+                kind=action.options.kind,
+                args=action.args_display,
+                owner=owner,
+                ttl=action.ttl,
+                args_digest=digest,
+                gate=gate,
+                read_first=not looked,
+            )
+        except LedgerError:
+            # The intent may have committed with its answer lost: kept, so that a retry of this
+            # process knows the intent as its own (and that nothing ran) and goes on.
+            _owner.unanswered(action.key, owner)
+            raise
         if claim.outcome == "run":
             ledger._wrote_intent(action.run_id)
-            return _Go(claim.attempt)
+            return _Go(claim.attempt, owner)
         if claim.refusal is not None:
             raise claim.refusal
-        if claim.row is not None:
-            if claim.row.state == "succeeded":
+        row = claim.row
+        if row is not None:
+            if row.state == "started" and _adopted(action, row):
+                ledger._wrote_intent(action.run_id)
+                return _Go(row.attempt, str(row.owner))
+            if row.state == "succeeded":
                 ledger._recall_run(action.run_id)  # a resume: its next repeats are near
-            return _Found(_wait_while_live(action, claim.row) if wait else claim.row)
+            return _Found(_wait_while_live(action, row) if wait else row)
+
+
+def _adopted(action: Action, row: Row) -> bool:
+    """Whether ``row`` is an intent this process wrote whose answer was lost, now ours to run.
+
+    Its owner text names one claim of this process, which never ran the tool (it got no
+    answer); ``adopt`` hands it to one caller only, and renewing the lease under that owner and
+    attempt proves nobody moved the action on meanwhile."""
+    if row.owner is None or not _owner.adopt(action.key, row.owner):
+        return False
+    try:
+        lost = action.ledger.store.renew([(action.key, row.attempt, row.owner)], action.ttl)
+    except LedgerError:
+        _owner.unanswered(action.key, row.owner)  # still ours to adopt on the next try
+        raise
+    if lost:
+        _owner.finished(row.owner)
+        return False
+    return True
 
 
 def _gate(action: Action) -> Gate | None:
@@ -463,7 +521,26 @@ def record_result(action: Action, attempt: int, result: Any) -> Any:
         ) from None
     if ledger.store.finish(action.key, attempt, state="succeeded", result=encoded):
         ledger._remember(action.key, encoded)
-    return result
+        return result
+    return _fenced_off(action, attempt)
+
+
+def _fenced_off(action: Action, attempt: int) -> Any:
+    """The ledger's answer for an attempt whose result came after the action moved on (its
+    lease was taken over, or it was resolved): never this late result, which is kept as
+    evidence and differs from what every other caller of the action is told."""
+    row = action.ledger.store.get(action.key)
+    if row is not None and row.state == "succeeded":
+        return _recorded_result(action, row)
+    raise EffectInDoubt(
+        key=action.key,
+        run_id=action.run_id,
+        tool=action.tool,
+        reason=f"attempt {attempt} returned after the action had moved on without it (its lease"
+        " lapsed and it was taken over or resolved); its result is kept as evidence, not "
+        "reported as the action's",
+        attempt=row.attempt if row is not None else attempt,
+    )
 
 
 # -- drivers ------------------------------------------------------------------------------------
@@ -491,12 +568,12 @@ def _perform(action: Action, call: Callable[[], T]) -> T:
         if isinstance(step, _Recalled):
             return cast(T, step.value)
         if isinstance(step, _Go):
-            return _execute(action, step.attempt, call)
+            return _execute(action, step, call)
         outcome = settle_found(action, step.row)
         if isinstance(outcome, _Doubt):
             outcome = _on_doubt(action, outcome.row)
             if isinstance(outcome, _Go):
-                return _execute(action, outcome.attempt, call)
+                return _execute(action, outcome, call)
         if outcome is not _AGAIN:
             return cast(T, outcome)
 
@@ -518,17 +595,24 @@ def _on_doubt(action: Action, row: Row) -> Any:
 def _take_over_or_raise(action: Action, row: Row) -> Any:
     if not action.options.retry_in_doubt:
         raise in_doubt_error(action, row)
-    attempt = action.ledger.store.take_over(
-        action.key,
-        row.attempt,
-        _owner.me_text(),
-        action.ttl,
-        args=action.args_display,
-        args_digest=action.args_digest,
-    )
+    owner = _owner.claim_owner()
+    try:
+        attempt = action.ledger.store.take_over(
+            action.key,
+            row.attempt,
+            owner,
+            action.ttl,
+            args=action.args_display,
+            args_digest=action.args_digest,
+        )
+    except LedgerError:
+        _owner.unanswered(action.key, owner)  # as a lost claim: a retry knows it as its own
+        raise
+    if attempt is None or attempt is False:
+        _owner.finished(owner)
     if attempt is False:
         raise _other_args_in_doubt(action, row)
-    return _Go(attempt) if attempt is not None else _AGAIN
+    return _Go(attempt, owner) if attempt is not None else _AGAIN
 
 
 def _same_args_or_raise(action: Action, row: Row) -> None:
@@ -550,9 +634,9 @@ def _other_args_in_doubt(action: Action, row: Row) -> EffectInDoubt:
     )
 
 
-def _execute(action: Action, attempt: int, call: Callable[[], T]) -> T:
-    heartbeat = action.ledger._heartbeat
-    heartbeat.hold(action.key, attempt, action.ttl)
+def _execute(action: Action, go: _Go, call: Callable[[], T]) -> T:
+    heartbeat, attempt = action.ledger._heartbeat, go.attempt
+    heartbeat.hold(action.key, attempt, action.ttl, go.owner)
     token = _effect.set(action.context(attempt))
     try:
         try:
@@ -574,6 +658,7 @@ def _execute(action: Action, attempt: int, call: Callable[[], T]) -> T:
         # Held until the outcome is written (retried while the database is away), so that
         # others keep waiting for it rather than judge the action in doubt.
         heartbeat.release(action.key)
+        _owner.finished(go.owner)
 
 
 def _unrecorded(action: Action, attempt: int, lost: LedgerError) -> EffectInDoubt:
@@ -612,13 +697,13 @@ async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
         if isinstance(step, _Recalled):
             return cast(T, step.value)
         if isinstance(step, _Go):
-            return await _aexecute(action, step.attempt, call)
+            return await _aexecute(action, step, call)
         row = await _waiting.await_while_live(action, step.row)
         outcome = settle_found(action, row)
         if isinstance(outcome, _Doubt):
             outcome = await _aon_doubt(action, outcome.row)
             if isinstance(outcome, _Go):
-                return await _aexecute(action, outcome.attempt, call)
+                return await _aexecute(action, outcome, call)
         if outcome is not _AGAIN:
             return cast(T, outcome)
 
@@ -639,9 +724,9 @@ async def _aon_doubt(action: Action, row: Row) -> Any:
     return await asyncio.to_thread(_take_over_or_raise, action, row)
 
 
-async def _aexecute(action: Action, attempt: int, call: Callable[[], Awaitable[T]]) -> T:
-    heartbeat = action.ledger._heartbeat
-    heartbeat.hold(action.key, attempt, action.ttl)
+async def _aexecute(action: Action, go: _Go, call: Callable[[], Awaitable[T]]) -> T:
+    heartbeat, attempt = action.ledger._heartbeat, go.attempt
+    heartbeat.hold(action.key, attempt, action.ttl, go.owner)
     token = _effect.set(action.context(attempt))
     try:
         try:
@@ -662,6 +747,7 @@ async def _aexecute(action: Action, attempt: int, call: Callable[[], Awaitable[T
             raise _unrecorded(action, attempt, lost) from lost
     finally:
         heartbeat.release(action.key)  # after the outcome is written, as in _execute
+        _owner.finished(go.owner)
 
 
 # -- a person's decision in code ---------------------------------------------------------------

@@ -629,11 +629,12 @@ class Store:
             self._announce(conn, key)
             return True
 
-    def renew(self, leases: Sequence[tuple[str, int]], owner: str, ttl: float) -> list[str]:
-        """Push out the leases this process still holds; returns the keys it no longer holds."""
+    def renew(self, leases: Sequence[tuple[str, int, str]], ttl: float) -> list[str]:
+        """Push out the leases (key, attempt, owner) this process still holds; returns the keys
+        it no longer holds."""
         lost: list[str] = []
         with self.tx() as conn:
-            for key, attempt in leases:
+            for key, attempt, owner in leases:
                 done = conn.execute(
                     update(effects)
                     .where(
