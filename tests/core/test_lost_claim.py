@@ -7,6 +7,7 @@ then raises as a lost answer would, on both databases.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -79,4 +80,46 @@ def test_an_intent_no_lost_claim_of_this_process_names_is_not_run(target: Target
         _owner._unanswered.clear()
         with pytest.raises(c4a.EffectInDoubt, match="without recording an outcome"):
             pay(5)
+    assert ran == []
+
+
+def test_an_async_claim_cancelled_in_flight_leaves_no_live_owner(target: Target) -> None:
+    # The task is cancelled while its claim is in a thread; the claim still lands. Nothing will
+    # run it, and its process knows: the action is in doubt at once, not held by a live owner.
+    ledger = target.open(lease=60.0, wait=0.5)
+    real = ledger.store.claim
+    entered, release = threading.Event(), threading.Event()
+    ran: list[int] = []
+
+    def slow(**given: Any) -> Any:
+        ledger.store.claim = real  # type: ignore[method-assign]
+        entered.set()
+        release.wait(30)
+        return real(**given)
+
+    ledger.store.claim = slow  # type: ignore[method-assign]
+
+    @c4a.effect(name="pay", ledger=ledger)
+    async def pay(amount: int) -> str:
+        ran.append(amount)
+        return f"paid {amount}"
+
+    async def cancelled() -> None:
+        with c4a.run("cancelled", ledger=ledger):
+            task = asyncio.ensure_future(pay(5))
+            assert await asyncio.to_thread(entered.wait, 30)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        release.set()
+
+    async def again() -> str:
+        with c4a.run("cancelled", ledger=ledger):
+            return await pay(5)
+
+    asyncio.run(cancelled())  # waits for the claim's thread before it returns
+    [record] = ledger.effects("cancelled")
+    assert record.state == "started"
+    with pytest.raises(c4a.EffectInDoubt, match="without recording an outcome"):
+        asyncio.run(again())
     assert ran == []

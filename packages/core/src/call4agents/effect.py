@@ -317,11 +317,14 @@ def cached(action: Action) -> Any:
     return decode_result(found)
 
 
-def begin(action: Action, *, wait: bool = True) -> _Go | _Found | _Recalled:
+def begin(
+    action: Action, *, wait: bool = True, owner: str | None = None
+) -> _Go | _Found | _Recalled:
     """Claim the action, or wait on a live owner; returns what to do next.
 
     ``wait=False`` returns a live owner's row at once, for callers that wait elsewhere (the
     async path waits on the event loop, so waiters never fill the default thread pool).
+    ``owner``: the claim's owner text, when the caller made it (see ``_in_thread``).
     """
     ledger = action.ledger
     looked = ledger._likely_repeat(action.run_id)
@@ -331,15 +334,23 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found | _Recalled:
             ledger._recall_run(action.run_id)  # a resume: its next repeats are near
             ledger.dedup.add(action.tool)
             ledger._remember(action.key, text)
+            if owner is not None:
+                _owner.finished(owner)
             return _Recalled(decode_result(text))
-    owner = _owner.claim_owner()
-    step: _Go | _Found | None = None
+    return _owning(owner, lambda mine: _claim(action, mine, looked=looked, wait=wait))
+
+
+def _owning(owner: str | None, claim: Callable[[str], T]) -> T:
+    """``claim(owner)`` under a claim's owner text (a new one if None); unless it returns the
+    go-ahead to run, no tool runs under that owner, and its process says so (_owner)."""
+    owner = owner or _owner.claim_owner()
+    step: Any = None
     try:
-        step = _claim(action, owner, looked=looked, wait=wait)
-        return step
+        step = claim(owner)
+        return cast(T, step)
     finally:
-        if not isinstance(step, _Go) or step.owner != owner:
-            _owner.finished(owner)  # the claim did not win: no tool runs under it
+        if not isinstance(step, _Go):
+            _owner.finished(owner)
 
 
 def _claim(action: Action, owner: str, *, looked: bool, wait: bool) -> _Go | _Found:
@@ -372,31 +383,32 @@ def _claim(action: Action, owner: str, *, looked: bool, wait: bool) -> _Go | _Fo
             raise claim.refusal
         row = claim.row
         if row is not None:
-            if row.state == "started" and _adopted(action, row):
+            if row.state == "started" and _adopted(action, row, owner):
                 ledger._wrote_intent(action.run_id)
-                return _Go(row.attempt, str(row.owner))
+                return _Go(row.attempt, owner)
             if row.state == "succeeded":
                 ledger._recall_run(action.run_id)  # a resume: its next repeats are near
             return _Found(_wait_while_live(action, row) if wait else row)
 
 
-def _adopted(action: Action, row: Row) -> bool:
-    """Whether ``row`` is an intent this process wrote whose answer was lost, now ours to run.
+def _adopted(action: Action, row: Row, owner: str) -> bool:
+    """Whether ``row`` is an intent this process wrote whose answer was lost, now ``owner``'s.
 
     Its owner text names one claim of this process, which never ran the tool (it got no
-    answer); ``adopt`` hands it to one caller only, and renewing the lease under that owner and
-    attempt proves nobody moved the action on meanwhile."""
-    if row.owner is None or not _owner.adopt(action.key, row.owner):
+    answer); ``_owner.adopt`` hands it to one caller only, and moving the row to ``owner``
+    under that owner text and attempt proves nobody moved the action on meanwhile."""
+    lost = row.owner
+    if lost is None or not _owner.adopt(action.key, lost):
         return False
     try:
-        lost = action.ledger.store.renew([(action.key, row.attempt, row.owner)], action.ttl)
+        return action.ledger.store.adopt(action.key, row.attempt, lost, owner, action.ttl)
     except LedgerError:
-        _owner.unanswered(action.key, row.owner)  # still ours to adopt on the next try
+        # Its answer may be lost too: the row names one of the two, and both stay adoptable.
+        _owner.unanswered(action.key, owner)
+        _owner.unanswered(action.key, lost)
         raise
-    if lost:
-        _owner.finished(row.owner)
-        return False
-    return True
+    finally:
+        _owner.finished(lost)
 
 
 def _gate(action: Action) -> Gate | None:
@@ -592,10 +604,13 @@ def _on_doubt(action: Action, row: Row) -> Any:
     return _take_over_or_raise(action, row)
 
 
-def _take_over_or_raise(action: Action, row: Row) -> Any:
+def _take_over_or_raise(action: Action, row: Row, owner: str | None = None) -> Any:
+    return _owning(owner, lambda mine: _take_over(action, row, mine))
+
+
+def _take_over(action: Action, row: Row, owner: str) -> Any:
     if not action.options.retry_in_doubt:
         raise in_doubt_error(action, row)
-    owner = _owner.claim_owner()
     try:
         attempt = action.ledger.store.take_over(
             action.key,
@@ -608,8 +623,6 @@ def _take_over_or_raise(action: Action, row: Row) -> Any:
     except LedgerError:
         _owner.unanswered(action.key, owner)  # as a lost claim: a retry knows it as its own
         raise
-    if attempt is None or attempt is False:
-        _owner.finished(owner)
     if attempt is False:
         raise _other_args_in_doubt(action, row)
     return _Go(attempt, owner) if attempt is not None else _AGAIN
@@ -693,7 +706,7 @@ async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
     if hit is not _MISS:
         return cast(T, hit)
     while True:
-        step = await asyncio.to_thread(functools.partial(begin, action, wait=False))
+        step = await _in_thread(lambda owner: begin(action, wait=False, owner=owner))
         if isinstance(step, _Recalled):
             return cast(T, step.value)
         if isinstance(step, _Go):
@@ -721,7 +734,19 @@ async def _aon_doubt(action: Action, row: Row) -> Any:
         settled = await asyncio.to_thread(apply_verdict, action, row, verdict)
         if settled is not None:
             return settled
-    return await asyncio.to_thread(_take_over_or_raise, action, row)
+    return await _in_thread(lambda owner: _take_over_or_raise(action, row, owner))
+
+
+async def _in_thread(claim: Callable[[str], T]) -> T:
+    """``claim(owner)`` in a thread, under an owner text made here: if this task is cancelled
+    while the thread claims, no tool will run under it, and its process knows at once (an
+    intent that still lands is then in doubt, not held by a lease nobody renews)."""
+    owner = _owner.claim_owner()
+    try:
+        return await asyncio.to_thread(claim, owner)
+    except asyncio.CancelledError:
+        _owner.finished(owner)
+        raise
 
 
 async def _aexecute(action: Action, go: _Go, call: Callable[[], Awaitable[T]]) -> T:

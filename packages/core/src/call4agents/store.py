@@ -629,6 +629,25 @@ class Store:
             self._announce(conn, key)
             return True
 
+    def adopt(self, key: str, attempt: int, owner: str, new_owner: str, ttl: float) -> bool:
+        """Hand a started attempt from ``owner`` to ``new_owner`` with a fresh lease: a claim
+        whose answer was lost, taken up by a retry of the process that made it.
+
+        Closes: adopting an action that moved on meanwhile (judged in doubt, taken over); the
+        attempt, state and owner are checked in the UPDATE itself."""
+        with self.tx() as conn:
+            done = conn.execute(
+                update(effects)
+                .where(
+                    effects.c.key == key,
+                    effects.c.attempt == attempt,
+                    effects.c.state == "started",
+                    effects.c.owner == owner,
+                )
+                .values(owner=new_owner, lease_expires_at=self._now + ttl, updated_at=self._now)
+            )
+            return done.rowcount == 1
+
     def renew(self, leases: Sequence[tuple[str, int, str]], ttl: float) -> list[str]:
         """Push out the leases (key, attempt, owner) this process still holds; returns the keys
         it no longer holds."""
