@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -51,7 +52,7 @@ def test_the_claiming_process_runs_its_own_intent_once(target: Target) -> None:
         call()
     [record] = ledger.effects("lost")
     assert (record.state, ran) == ("started", [])
-    assert ledger.in_doubt() == []  # its process is alive and may still run it
+    assert ledger.in_doubt() == []  # its lease is live: a retry may still take it up
     with ThreadPoolExecutor(4) as pool:
         calls = [pool.submit(call) for _ in range(4)]
         assert entered.wait(30)
@@ -123,3 +124,23 @@ def test_an_async_claim_cancelled_in_flight_leaves_no_live_owner(target: Target)
     with pytest.raises(c4a.EffectInDoubt, match="without recording an outcome"):
         asyncio.run(again())
     assert ran == []
+
+
+def test_an_intent_no_retry_takes_up_is_judged_by_its_lease(target: Target) -> None:
+    # Nothing renews it, so a process that never retries cannot hold the action forever.
+    ledger = target.open(lease=0.5)
+
+    @c4a.effect(name="pay", ledger=ledger)
+    def pay(amount: int) -> str:
+        return f"paid {amount}"
+
+    lose_the_next_answer(ledger)
+    with c4a.run("lost", ledger=ledger), pytest.raises(c4a.LedgerError):
+        pay(5)
+    [record] = ledger.effects("lost")
+    deadline = time.monotonic() + 30
+    while (row := ledger.store.get(record.key)) is not None and row.lease_live:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    [doubt] = ledger.in_doubt()
+    assert doubt.note == "its lease expired with no result"

@@ -11,7 +11,8 @@ lease's clock is not what decides:
   namespace) is judged by its lease;
 - it is this process: the claim number says whether one of our own threads still runs it. A
   claim whose answer was lost (the intent committed, the connection dropped before it said so)
-  is kept here, so a retry of ours can prove the intent is its own and that nothing ran.
+  is kept here, so a retry of ours can prove the intent is its own and that nothing ran; until
+  one does, its lease decides, since nothing renews it.
 """
 
 from __future__ import annotations
@@ -148,11 +149,17 @@ def adopt(key: str, owner_text: str | None) -> bool:
         return True
 
 
-def _ours_alive(owner: Owner, text: str) -> bool:
+def _ours(owner: Owner, text: str) -> str:
+    """What became of a claim of this process: "running" (a thread of ours runs its tool, or a
+    lease written before claims were named, which cannot be told apart), "unanswered" (its
+    answer was lost: nothing ran, a retry may adopt it, and until then its lease decides, as
+    for a worker elsewhere), or "gone" (no thread of ours runs it)."""
     if not owner.claim:
-        return True  # a lease written before claims were named: cannot tell, so not gone
+        return "running"
     with _lock:
-        return text in _running or text in _unanswered
+        if text in _running:
+            return "running"
+        return "unanswered" if text in _unanswered else "gone"
 
 
 def _same_machine(owner: Owner | None, mine: Owner) -> bool:
@@ -173,7 +180,7 @@ def is_dead_local(owner_text: str | None) -> bool:
     if owner is None or not _same_machine(owner, mine):
         return False
     if owner.pid == mine.pid:
-        return owner.start != mine.start or not _ours_alive(owner, owner_text)
+        return owner.start != mine.start or _ours(owner, owner_text) == "gone"
     start = _start_ticks(owner.pid)
     # No such pid, or the pid was reused by a process that started at another time.
     return start is None or (owner.start != "-" and start != owner.start)
@@ -184,7 +191,10 @@ def is_alive_local(owner_text: str | None) -> bool:
     or not): it may yet act, so its lapsed lease must not make the action in doubt."""
     if not owner_text:
         return False
-    return _same_machine(Owner.parse(owner_text), me()) and not is_dead_local(owner_text)
+    owner, mine = Owner.parse(owner_text), me()
+    if owner is None or not _same_machine(owner, mine) or is_dead_local(owner_text):
+        return False
+    return owner.pid != mine.pid or _ours(owner, owner_text) == "running"
 
 
 def gone_note(owner_text: str | None) -> str:

@@ -44,11 +44,15 @@ class _Wait:
         try:
             if owner_is_gone(row):
                 note = _owner.gone_note(row.owner)
-                self.store.mark_in_doubt(key, row.attempt, note, only_if_expired=False)
+                self.store.mark_in_doubt(
+                    key, row.attempt, note, only_if_expired=False, owner=row.owner
+                )
                 return 0.0
             if not row.lease_live and not _owner.is_alive_local(row.owner):
                 note = "its lease expired with no result"
-                self.store.mark_in_doubt(key, row.attempt, note, only_if_expired=True)
+                self.store.mark_in_doubt(
+                    key, row.attempt, note, only_if_expired=True, owner=row.owner
+                )
                 return 0.0
         except LedgerError as exc:
             self._tolerate(exc)

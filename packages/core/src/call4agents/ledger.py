@@ -494,13 +494,15 @@ class Ledger:
         moved = 0
         for key, attempt, owner, lapsed in started:
             if _owner.is_dead_local(owner):
+                note = _owner.gone_note(owner)
                 moved += self.store.mark_in_doubt(
-                    key, attempt, _owner.gone_note(owner), only_if_expired=False
+                    key, attempt, note, only_if_expired=False, owner=owner
                 )
             elif lapsed and not _owner.is_alive_local(owner):
                 # A live process of this machine (busy, stuck or stopped) may still act.
+                note = "its lease expired with no result"
                 moved += self.store.mark_in_doubt(
-                    key, attempt, "its lease expired with no result", only_if_expired=True
+                    key, attempt, note, only_if_expired=True, owner=owner
                 )
         return moved
 

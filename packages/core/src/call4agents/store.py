@@ -547,13 +547,25 @@ class Store:
             )
         )
 
-    def mark_in_doubt(self, key: str, attempt: int, note: str, *, only_if_expired: bool) -> bool:
+    def mark_in_doubt(
+        self,
+        key: str,
+        attempt: int,
+        note: str,
+        *,
+        only_if_expired: bool,
+        owner: str | None = None,
+    ) -> bool:
         """Move a started attempt to in doubt: its owner died, its lease lapsed.
 
         Closes: two workers both judging one lapsed lease; the attempt and the database clock
-        are checked in the UPDATE itself, so a lease renewed in between is left alone.
+        are checked in the UPDATE itself, so a lease renewed in between is left alone. With
+        ``owner``, the owner judged too: a lost claim's intent adopted meanwhile by a retry of
+        its process keeps its attempt under a new owner, which was not judged.
         """
         conds = [effects.c.key == key, effects.c.attempt == attempt, effects.c.state == "started"]
+        if owner is not None:
+            conds.append(effects.c.owner == owner)
         if only_if_expired:
             conds.append(effects.c.lease_expires_at <= self._now)
         with self.tx() as conn:
