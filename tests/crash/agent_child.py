@@ -7,6 +7,7 @@ outside the ledger. With RETRY_IN_DOUBT=1 the provider drops a line whose idempo
 seen, as Stripe-like APIs do, and the tool is declared retry_in_doubt=True.
 With APPROVAL=1 the tool needs a person's yes. With HOLD=DIR the tool, once running, creates
 DIR/running and waits for DIR/release: a test can act while a call is surely mid-flight.
+With OWNER_HOST=name its leases name that host.
 Exit codes: 0 done, 3 EffectInDoubt, 4 EffectInProgress, 5 ApprovalRequired; SIGKILL at POINT.
 """
 
@@ -27,6 +28,16 @@ keys = sys.argv[4:] or ["bob@example.com"]
 retry = os.environ.get("RETRY_IN_DOUBT") == "1"
 tool_seconds = float(os.environ.get("TOOL_SECONDS", "0"))
 approval = os.environ.get("APPROVAL") == "1"
+
+if os.environ.get("OWNER_HOST"):
+    # Seen from the test, this worker is a process of another machine: a pause is judged by its
+    # lease, since no process table can tell whether it is alive.
+    from dataclasses import replace
+
+    from call4agents import _owner
+
+    elsewhere = replace(_owner.me(), host=os.environ["OWNER_HOST"])
+    _owner._me = (os.getpid(), elsewhere, str(elsewhere))
 ledger = c4a.init(
     os.environ["C4A_TEST_URL"],
     schema=os.environ.get("C4A_TEST_SCHEMA") or None,

@@ -10,9 +10,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import call4agents as c4a
 from call4agents import _owner
 from tests.conftest import Target
 from tests.postgres.helpers import unavailable
@@ -20,11 +22,16 @@ from tests.postgres.helpers import unavailable
 CHILD = Path(__file__).with_name("agent_child.py")
 
 
-def start_paused_worker(target: Target, outbox: Path) -> tuple[subprocess.Popen[str], str]:
-    """A worker that claims the action, then is frozen with SIGSTOP mid-tool (no heartbeat)."""
+def start_paused_worker(
+    target: Target, outbox: Path, *, host: str | None = "elsewhere"
+) -> tuple[subprocess.Popen[str], str]:
+    """A worker that claims the action, then is frozen with SIGSTOP mid-tool (no heartbeat),
+    before it delivers; its leases name ``host`` (None: this machine)."""
     proc = subprocess.Popen(
         [sys.executable, str(CHILD), "none", "late", str(outbox)],
-        env=dict(target.env(), TOOL_SECONDS="1.5", LEASE="0.6"),
+        env=dict(
+            target.env(), TOOL_SECONDS="1.5", LEASE="0.6", **({"OWNER_HOST": host} if host else {})
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -41,10 +48,88 @@ def start_paused_worker(target: Target, outbox: Path) -> tuple[subprocess.Popen[
     pytest.fail("the worker never started its action")
 
 
+def lapsed(ledger: c4a.Ledger, key: str) -> None:
+    """Until the action's lease has lapsed, by the database's clock."""
+    deadline = time.monotonic() + 30
+    while (row := ledger.store.get(key)) is not None and row.lease_live:
+        assert time.monotonic() < deadline, "the lease never lapsed"
+        time.sleep(0.05)
+
+
+def sent(outbox: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in outbox.read_text().splitlines()] if outbox.exists() else []
+
+
+def test_a_stopped_owner_on_this_machine_is_never_taken_over(
+    target: Target, tmp_path: Path
+) -> None:
+    # Stopped past its lease before it acts: alive, so it may still act; a check= that finds
+    # nothing must not make a second attempt run beside it.
+    outbox = tmp_path / "outbox.jsonl"
+    proc, key = start_paused_worker(target, outbox, host=None)
+    ledger = target.open(wait=1.0)
+    checked: list[str] = []
+
+    def nothing_there(to: str) -> c4a.DidNotHappen:
+        checked.append(to)
+        return c4a.DidNotHappen()
+
+    @c4a.effect(name="send_email", ledger=ledger, check=nothing_there)
+    def send_email(to: str) -> dict[str, Any]:
+        raise AssertionError("ran beside an owner that is alive")
+
+    try:
+        lapsed(ledger, key)
+        assert ledger.in_doubt() == []
+        with c4a.run("late", ledger=ledger), pytest.raises(c4a.EffectInProgress):
+            send_email("bob@example.com")
+        with pytest.raises(c4a.LedgerError, match="still alive, perhaps stopped"):
+            ledger.resolve(key, happened=False, by="ann")
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    [result] = json.loads(out)["results"]
+    with c4a.run("late", ledger=ledger):
+        assert send_email("bob@example.com") == result
+    assert checked == []
+    assert [d["pid"] for d in sent(outbox)] == [proc.pid]  # one delivery
+    record = ledger.effect(key)
+    assert (record.state, record.attempt, record.evidence) == ("succeeded", 1, [])
+
+
+def test_an_owner_taken_over_reports_the_ledgers_result(target: Target, tmp_path: Path) -> None:
+    # On another machine a stopped owner is judged by its lease: check= finds nothing and
+    # attempt 2 runs. The owner then acts too (the provider's idempotency key is the fence
+    # there); its caller is told the action's recorded result, not its own attempt's.
+    outbox = tmp_path / "outbox.jsonl"
+    proc, key = start_paused_worker(target, outbox)
+    ledger = target.open()
+
+    @c4a.effect(name="send_email", ledger=ledger, check=lambda to: c4a.DidNotHappen())
+    def send_email(to: str) -> dict[str, Any]:
+        return {"delivered_to": to, "attempt": c4a.current().attempt, "pid": os.getpid()}
+
+    try:
+        lapsed(ledger, key)
+        with c4a.run("late", ledger=ledger):
+            second = send_email("bob@example.com")
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert second["attempt"] == 2
+    assert json.loads(out)["results"] == [second]
+    record = ledger.effect(key)
+    assert (record.state, record.attempt, record.result) == ("succeeded", 2, second)
+    [late] = record.evidence  # its own attempt 1, kept and not reported
+    assert (late["attempt"], json.loads(late["result"])["pid"]) == (1, proc.pid)
+
+
 def test_late_result_settles_the_doubt(target: Target, tmp_path: Path) -> None:
     proc, key = start_paused_worker(target, tmp_path / "outbox.jsonl")
     ledger = target.open()
-    time.sleep(1.0)  # the frozen worker's lease lapses
+    lapsed(ledger, key)
     assert [r.key for r in ledger.in_doubt()] == [key]
     os.kill(proc.pid, signal.SIGCONT)
     out, err = proc.communicate(timeout=60)
@@ -57,7 +142,7 @@ def test_late_result_settles_the_doubt(target: Target, tmp_path: Path) -> None:
 def test_late_success_contradicting_a_resolution_is_doubt(target: Target, tmp_path: Path) -> None:
     proc, key = start_paused_worker(target, tmp_path / "outbox.jsonl")
     ledger = target.open()
-    time.sleep(1.0)
+    lapsed(ledger, key)
     ledger.resolve(key, happened=False, by="ann", note="provider shows nothing yet")
     os.kill(proc.pid, signal.SIGCONT)
     proc.communicate(timeout=60)

@@ -212,8 +212,9 @@ def test_result_never_written_is_doubt_never_a_rerun(pg_target: Target, proxy: P
         with pytest.raises(c4a.EffectInDoubt, match="could not be written to the ledger"):
             tool.send("bob@example.com")
         proxy.accept()
-        # Back up: the intent is still there, so the action is in doubt once its lease ends.
-        with pytest.raises(c4a.EffectInDoubt, match="lease expired"):
+        # Back up: the intent is still there, and this process knows it ran the tool and no
+        # thread of it runs it any more: in doubt at once, never run again.
+        with pytest.raises(c4a.EffectInDoubt, match="stopped running it without recording"):
             tool.send("bob@example.com")
     assert tool.sent == ["bob@example.com"]
     [record] = ledger.in_doubt()
@@ -229,10 +230,13 @@ def test_intent_committed_but_acknowledgement_lost(pg_target: Target, proxy: Pro
             tool.send("bob@example.com")
         assert tool.sent == []  # unsure the intent is durable, so the tool did not run
         proxy.accept()
-        # The intent did land: its lease lapses with no result, so it is in doubt; not run.
-        with pytest.raises(c4a.EffectInDoubt):
-            tool.send("bob@example.com")
-    assert tool.sent == []
+        # The intent did land. It names this process and the claim that got no answer, so the
+        # retry knows it as its own, that nothing ran, and goes on.
+        assert tool.send("bob@example.com") == {"to": "bob@example.com", "n": 1}
+        assert tool.send("bob@example.com") == {"to": "bob@example.com", "n": 1}
+    assert tool.sent == ["bob@example.com"]
+    [record] = pg_target.open().effects("intent")
+    assert (record.state, record.attempt, record.evidence) == ("succeeded", 1, [])
 
 
 def test_listener_unreachable_falls_back_to_polling(pg_target: Target, proxy: Proxy) -> None:
@@ -348,3 +352,38 @@ def test_server_restart_mid_call(pg_target: Target, restart: Callable[[], None])
         "after": {"to": "carol@example.com", "n": 3},
     }
     assert tool.sent == ["warm@example.com", "bob@example.com", "carol@example.com"]
+
+
+def test_hot_path_intent_committed_but_acknowledgement_lost(
+    pg_target: Target, proxy: Proxy
+) -> None:
+    # The claim's one statement commits; its answer never comes back; the line drops.
+    ledger = through(proxy, pg_target, lease=5, wait=5)
+    tool = Tool(ledger)
+    with c4a.run("hot-intent", ledger=ledger):
+        tool.send("warm@example.com")
+        lose_the_acknowledgement(proxy)  # no listener: the claim takes the hot path
+        with pytest.raises(c4a.LedgerError, match="the ledger database failed"):
+            tool.send("bob@example.com")
+        assert tool.sent == ["warm@example.com"]
+        states = {r.args["to"]: r.state for r in pg_target.open().effects("hot-intent")}
+        assert states["bob@example.com"] == "started"  # the intent did commit
+        retried = _retry_until_up(lambda: tool.send("bob@example.com"))
+    assert retried == {"to": "bob@example.com", "n": 2}
+    assert tool.sent == ["warm@example.com", "bob@example.com"]
+    records = {r.args["to"]: r for r in pg_target.open().effects("hot-intent")}
+    assert (records["bob@example.com"].state, records["bob@example.com"].attempt) == (
+        "succeeded",
+        1,
+    )
+
+
+def _retry_until_up(call: Callable[[], Any]) -> Any:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return call()
+        except c4a.LedgerError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)

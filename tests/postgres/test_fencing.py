@@ -25,7 +25,8 @@ from tests.postgres.helpers import deliveries, report, spawn, wait_for
 
 @contextmanager
 def frozen_mid_call(target: Target, tmp_path: Path, **env: str) -> Iterator[subprocess.Popen[str]]:
-    """A worker stopped (SIGSTOP) inside its tool, its 1 s lease already lapsed; resumed after."""
+    """A worker of another machine stopped (SIGSTOP) inside its tool, its 1 s lease already
+    lapsed; resumed after. (A stopped worker of this machine is alive, so it is never doubted.)"""
     started = tmp_path / "started"
     proc = spawn(
         target,
@@ -35,6 +36,7 @@ def frozen_mid_call(target: Target, tmp_path: Path, **env: str) -> Iterator[subp
         TOOL_SECONDS="2",
         LEASE="1",
         STARTED=str(started),
+        OWNER_HOST="elsewhere",
         **env,
     )
     wait_for(started, proc)
@@ -65,6 +67,7 @@ def test_resent_attempt_fences_off_the_late_result(
         assert resend["code"] == 0, resend["stderr"]
     first = report(late)
     assert first["code"] == 0, first["stderr"]
+    assert first["results"] == resend["results"]  # told the action's result, not its own
 
     [record] = pg_target.open().effects("fence")
     newer = resend["results"]["bob@example.com"]
@@ -85,7 +88,12 @@ def test_late_success_after_did_not_happen_is_doubt_with_evidence(
     with frozen_mid_call(pg_target, tmp_path) as late:
         [doubt] = pg_target.open().in_doubt()
         pg_target.open().resolve(doubt.key, happened=False, by="ann", note="not in the log yet")
-    assert report(late)["code"] == 0
+    late_report = report(late)
+    # Its caller is not told its own result as the action's: the action is in doubt.
+    assert late_report["code"] == 1, late_report["stderr"]
+    [error] = late_report["errors"].values()
+    assert error.startswith("EffectInDoubt:"), error
+    assert "kept as evidence" in error, error
 
     [record] = pg_target.open().in_doubt()  # a late success contradicts the resolution
     assert record.resolved_by == "ann"

@@ -5,7 +5,8 @@ Usage: worker.py RUN_ID OUTBOX KEY [KEY ...]
 Environment: C4A_TEST_URL, C4A_TEST_SCHEMA; LEASE and WAIT (seconds); TOOL_SECONDS (how long the
 tool works before it delivers); RETRY_IN_DOUBT=1 (the tool re-sends under its idempotency key and
 the "provider" drops what it has seen); GATE=path (start only once that file exists, so that many
-workers start together); STARTED=path (the tool creates it when it starts).
+workers start together); STARTED=path (the tool creates it when it starts); OWNER_HOST=name (its
+leases name that host, as a worker of another machine would).
 
 The provider is the OUTBOX file: one fsynced JSON line per delivery, outside the ledger.
 Prints one JSON document: results and errors per key, how many statements read the effects table,
@@ -30,6 +31,16 @@ run_id, outbox, keys = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
 retry = os.environ.get("RETRY_IN_DOUBT") == "1"
 tool_seconds = float(os.environ.get("TOOL_SECONDS", "0"))
 gate, started = os.environ.get("GATE"), os.environ.get("STARTED")
+
+if os.environ.get("OWNER_HOST"):
+    # Seen from the test, this worker is a process of another machine: a pause is judged by its
+    # lease, since no process table can tell whether it is alive.
+    from dataclasses import replace
+
+    from call4agents import _owner
+
+    elsewhere = replace(_owner.me(), host=os.environ["OWNER_HOST"])
+    _owner._me = (os.getpid(), elsewhere, str(elsewhere))
 
 # Sleeping with Event.wait, not time.sleep: under libfaketime (the clock-skew tests) Python's
 # time.sleep fails with EINVAL (clock_nanosleep with an absolute deadline), other waits work.

@@ -1,15 +1,26 @@
 """Who holds a lease, and whether that holder is a process on this machine that is gone.
 
-A lease names its owner as ``host/boot/pid/start``. When a resumed process meets a lease held by a
-process of the same machine, boot and pid namespace, it need not wait for the lease to expire: if
-that pid is not running, or runs a different program that reused the pid (its start time
-differs), the owner is dead and the action is in doubt at once.
+A lease names its owner as ``host/boot/pid/start/claim``: the process and which of its claims.
+When a process meets a lease held by a process of the same machine, boot and pid namespace, the
+lease's clock is not what decides:
+
+- that pid is not running, or runs a different program that reused the pid (its start time
+  differs): the owner is dead and the action is in doubt at once;
+- it is running (busy, stuck or stopped with SIGSTOP): it may still act, so it is never judged
+  gone, however long ago its lease lapsed; only an owner on another machine (or in another pid
+  namespace) is judged by its lease;
+- it is this process: the claim number says whether one of our own threads still runs it. A
+  claim whose answer was lost (the intent committed, the connection dropped before it said so)
+  is kept here, so a retry of ours can prove the intent is its own and that nothing ran; until
+  one does, its lease decides, since nothing renews it.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
+import threading
 from dataclasses import dataclass
 from functools import cache
 
@@ -57,9 +68,11 @@ class Owner:
     boot: str
     pid: int
     start: str
+    claim: str = ""  # which claim of the process; "" in leases written before claims were named
 
     def __str__(self) -> str:
-        return f"{self.host}/{self.boot}/{self.pid}/{self.start}"
+        base = f"{self.host}/{self.boot}/{self.pid}/{self.start}"
+        return f"{base}/{self.claim}" if self.claim else base
 
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host}"
@@ -67,12 +80,19 @@ class Owner:
     @classmethod
     def parse(cls, text: str) -> Owner | None:
         parts = text.split("/")
-        if len(parts) != 4 or not parts[2].isdigit():
+        if len(parts) not in (4, 5) or not parts[2].isdigit():
             return None
-        return cls(parts[0], parts[1], int(parts[2]), parts[3])
+        return cls(parts[0], parts[1], int(parts[2]), parts[3], *parts[4:])
 
 
 _me: tuple[int, Owner, str] | None = None  # pid, identity, identity as a lease names it
+_numbers = itertools.count(1)
+_running: set[str] = set()  # owner texts of this process's claims whose tool may be running
+# owner text -> key, of claims whose answer was lost (a key may have several: each retry that
+# cannot reach the database is one more, and any of them may be the one that committed)
+_unanswered: dict[str, str] = {}
+_UNANSWERED_KEPT = 1000
+_lock = threading.Lock()
 
 
 def me() -> Owner:
@@ -91,7 +111,64 @@ def _mine() -> tuple[int, Owner, str]:
     if _me is None or _me[0] != pid:
         owner = Owner(socket.gethostname(), _boot_id(), pid, _start_ticks(pid) or "-")
         _me = (pid, owner, str(owner))
+        # A forked child runs none of its parent's claims and must never adopt one of them.
+        _running.clear()
+        _unanswered.clear()
     return _me
+
+
+def claim_owner() -> str:
+    """The owner text for one new claim, counted as running until ``finished``."""
+    text = f"{_mine()[2]}/{next(_numbers)}"
+    _running.add(text)
+    return text
+
+
+def finished(owner_text: str) -> None:
+    """The claim's tool is not running (it ended, or the claim did not win)."""
+    _running.discard(owner_text)
+
+
+def unanswered(key: str, owner_text: str) -> None:
+    """The claim's answer was lost: its intent may be in the ledger, and nothing ran."""
+    with _lock:
+        _running.discard(owner_text)
+        _unanswered[owner_text] = key
+        if len(_unanswered) > _UNANSWERED_KEPT:
+            _unanswered.pop(next(iter(_unanswered)))
+
+
+def adopt(key: str, owner_text: str | None) -> bool:
+    """True once, for the one caller that may run the intent ``owner_text`` wrote for ``key``:
+    it is a claim of ours whose answer was lost, so its tool never started."""
+    with _lock:
+        if owner_text is None or _unanswered.get(owner_text) != key:
+            return False
+        del _unanswered[owner_text]
+        _running.add(owner_text)
+        return True
+
+
+def _ours(owner: Owner, text: str) -> str:
+    """What became of a claim of this process: "running" (a thread of ours runs its tool, or a
+    lease written before claims were named, which cannot be told apart), "unanswered" (its
+    answer was lost: nothing ran, a retry may adopt it, and until then its lease decides, as
+    for a worker elsewhere), or "gone" (no thread of ours runs it)."""
+    if not owner.claim:
+        return "running"
+    with _lock:
+        if text in _running:
+            return "running"
+        return "unanswered" if text in _unanswered else "gone"
+
+
+def _same_machine(owner: Owner | None, mine: Owner) -> bool:
+    return (
+        owner is not None
+        and owner.host == mine.host
+        and owner.boot == mine.boot
+        and owner.boot != "-"
+    )
 
 
 def is_dead_local(owner_text: str | None) -> bool:
@@ -100,13 +177,32 @@ def is_dead_local(owner_text: str | None) -> bool:
         return False
     owner = Owner.parse(owner_text)
     mine = me()
-    if owner is None or owner.host != mine.host or owner.boot != mine.boot or owner.boot == "-":
+    if owner is None or not _same_machine(owner, mine):
         return False
     if owner.pid == mine.pid:
-        return owner.start != mine.start
+        return owner.start != mine.start or _ours(owner, owner_text) == "gone"
     start = _start_ticks(owner.pid)
     # No such pid, or the pid was reused by a process that started at another time.
     return start is None or (owner.start != "-" and start != owner.start)
+
+
+def is_alive_local(owner_text: str | None) -> bool:
+    """True when we can prove the owner is a process of this machine that still runs (stopped
+    or not): it may yet act, so its lapsed lease must not make the action in doubt."""
+    if not owner_text:
+        return False
+    owner, mine = Owner.parse(owner_text), me()
+    if owner is None or not _same_machine(owner, mine) or is_dead_local(owner_text):
+        return False
+    return owner.pid != mine.pid or _ours(owner, owner_text) == "running"
+
+
+def gone_note(owner_text: str | None) -> str:
+    """Why an action whose owner ``is_dead_local`` is in doubt."""
+    owner = Owner.parse(owner_text or "")
+    if owner is not None and owner.pid == me().pid and owner.start == me().start:
+        return f"its worker ({owner.describe()}) stopped running it without recording an outcome"
+    return f"its worker ({describe(owner_text)}) died while running it"
 
 
 def describe(owner_text: str | None) -> str:

@@ -43,13 +43,16 @@ class _Wait:
             return None
         try:
             if owner_is_gone(row):
-                who = _owner.describe(row.owner)
-                note = f"its worker ({who}) died while running it"
-                self.store.mark_in_doubt(key, row.attempt, note, only_if_expired=False)
+                note = _owner.gone_note(row.owner)
+                self.store.mark_in_doubt(
+                    key, row.attempt, note, only_if_expired=False, owner=row.owner
+                )
                 return 0.0
-            if not row.lease_live:
+            if not row.lease_live and not _owner.is_alive_local(row.owner):
                 note = "its lease expired with no result"
-                self.store.mark_in_doubt(key, row.attempt, note, only_if_expired=True)
+                self.store.mark_in_doubt(
+                    key, row.attempt, note, only_if_expired=True, owner=row.owner
+                )
                 return 0.0
         except LedgerError as exc:
             self._tolerate(exc)
@@ -62,7 +65,7 @@ class _Wait:
                 owner=_owner.describe(row.owner),
                 waited=self.wait,
             )
-        if self.told:
+        if self.told and row.lease_live:
             # Both ends of the lease are the database's clock: only their difference is used.
             lease_left = (row.lease_expires_at or row.now) - row.now
             left = self.deadline - time.monotonic()

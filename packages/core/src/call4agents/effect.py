@@ -115,6 +115,12 @@ class EffectOptions:
         if self.find_existing is not None and self.check is None:
             # What the finder finds also settles a crash between creating and recording.
             object.__setattr__(self, "check", check_from_finder(self.find_existing))
+        if (
+            self.kind == "irreversible"
+            and self.ledger is not None
+            and self.ledger.durability == "process"
+        ):
+            raise _process_irreversible(self.name or "this tool")
         if self.undo is not None and self.name is not None:
             register_undo(self.name, self.undo)  # integrations name their tools here
 
@@ -243,6 +249,8 @@ def prepare(
     if call_id is None and run is not None and run.run_id == run_id:
         call_id = run.call_id
     ledger = ledger or options.ledger or (run.ledger if run else None) or default_ledger()
+    if options.kind == "irreversible" and ledger.durability == "process":
+        raise _process_irreversible(tool)
     if options.scope == "call" and not call_id:
         raise ConfigurationError(
             f"{tool} is scope='call' but no call id is known: run it through an integration, or "
@@ -293,6 +301,15 @@ def _named_key(tool: str, named: object, options: EffectOptions, ledger: Ledger)
     return "key:" + text
 
 
+def _process_irreversible(tool: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"{tool} is kind='irreversible' but its ledger is durability='process', whose commits a "
+        "crash of the database server or the machine can lose (the intent, or the result: the "
+        "action could run again); open the ledger with durability='power' (the default) for it;"
+        " nothing was run"
+    )
+
+
 def _canonicalise(
     tool: str, arguments: Mapping[str, Any], options: EffectOptions, ledger: Ledger
 ) -> CanonicalArgs:
@@ -308,6 +325,7 @@ def _canonicalise(
 @dataclass(frozen=True)
 class _Go:
     attempt: int
+    owner: str  # the claim's owner text: its lease is renewed under it
 
 
 @dataclass(frozen=True)
@@ -336,11 +354,14 @@ def cached(action: Action) -> Any:
     return decode_result(found)
 
 
-def begin(action: Action, *, wait: bool = True) -> _Go | _Found | _Recalled:
+def begin(
+    action: Action, *, wait: bool = True, owner: str | None = None
+) -> _Go | _Found | _Recalled:
     """Claim the action, or wait on a live owner; returns what to do next.
 
     ``wait=False`` returns a live owner's row at once, for callers that wait elsewhere (the
     async path waits on the event loop, so waiters never fill the default thread pool).
+    ``owner``: the claim's owner text, when the caller made it (see ``_in_thread``).
     """
     ledger = action.ledger
     looked = ledger._likely_repeat(action.run_id)
@@ -350,32 +371,81 @@ def begin(action: Action, *, wait: bool = True) -> _Go | _Found | _Recalled:
             ledger._recall_run(action.run_id)  # a resume: its next repeats are near
             ledger.dedup.add(action.tool)
             ledger._remember(action.key, text)
+            if owner is not None:
+                _owner.finished(owner)
             return _Recalled(decode_result(text))
-    owner = _owner.me_text()
+    return _owning(owner, lambda mine: _claim(action, mine, looked=looked, wait=wait))
+
+
+def _owning(owner: str | None, claim: Callable[[str], T]) -> T:
+    """``claim(owner)`` under a claim's owner text (a new one if None); unless it returns the
+    go-ahead to run, no tool runs under that owner, and its process says so (_owner)."""
+    owner = owner or _owner.claim_owner()
+    step: Any = None
+    try:
+        step = claim(owner)
+        return cast(T, step)
+    finally:
+        if not isinstance(step, _Go):
+            _owner.finished(owner)
+
+
+def _claim(action: Action, owner: str, *, looked: bool, wait: bool) -> _Go | _Found:
+    ledger = action.ledger
     gate = budget_gate(action, _gate(action))
     digest = action.args_digest
     while True:
-        claim = ledger.store.claim(
-            key=action.key,
-            run_id=action.run_id,
-            tool=action.tool,
-            kind=action.options.kind,
-            args=action.args_display,
-            owner=owner,
-            ttl=action.ttl,
-            args_digest=digest,
-            gate=gate,
-            read_first=not looked,
-        )
+        try:
+            claim = ledger.store.claim(
+                key=action.key,
+                run_id=action.run_id,
+                tool=action.tool,
+                kind=action.options.kind,
+                args=action.args_display,
+                owner=owner,
+                ttl=action.ttl,
+                args_digest=digest,
+                gate=gate,
+                read_first=not looked,
+            )
+        except LedgerError:
+            # The intent may have committed with its answer lost: kept, so that a retry of this
+            # process knows the intent as its own (and that nothing ran) and goes on.
+            _owner.unanswered(action.key, owner)
+            raise
         if claim.outcome == "run":
             ledger._wrote_intent(action.run_id)
-            return _Go(claim.attempt)
+            return _Go(claim.attempt, owner)
         if claim.refusal is not None:
             raise claim.refusal
-        if claim.row is not None:
-            if claim.row.state == "succeeded":
+        row = claim.row
+        if row is not None:
+            if row.state == "started" and _adopted(action, row, owner):
+                ledger._wrote_intent(action.run_id)
+                return _Go(row.attempt, owner)
+            if row.state == "succeeded":
                 ledger._recall_run(action.run_id)  # a resume: its next repeats are near
-            return _Found(_wait_while_live(action, claim.row) if wait else claim.row)
+            return _Found(_wait_while_live(action, row) if wait else row)
+
+
+def _adopted(action: Action, row: Row, owner: str) -> bool:
+    """Whether ``row`` is an intent this process wrote whose answer was lost, now ``owner``'s.
+
+    Its owner text names one claim of this process, which never ran the tool (it got no
+    answer); ``_owner.adopt`` hands it to one caller only, and moving the row to ``owner``
+    under that owner text and attempt proves nobody moved the action on meanwhile."""
+    lost = row.owner
+    if lost is None or not _owner.adopt(action.key, lost):
+        return False
+    try:
+        return action.ledger.store.adopt(action.key, row.attempt, lost, owner, action.ttl)
+    except LedgerError:
+        # Its answer may be lost too: the row names one of the two, and both stay adoptable.
+        _owner.unanswered(action.key, owner)
+        _owner.unanswered(action.key, lost)
+        raise
+    finally:
+        _owner.finished(lost)
 
 
 def _gate(action: Action) -> Gate | None:
@@ -500,7 +570,26 @@ def record_result(action: Action, attempt: int, result: Any) -> Any:
         ) from None
     if ledger.store.finish(action.key, attempt, state="succeeded", result=encoded):
         ledger._remember(action.key, encoded)
-    return result
+        return result
+    return _fenced_off(action, attempt)
+
+
+def _fenced_off(action: Action, attempt: int) -> Any:
+    """The ledger's answer for an attempt whose result came after the action moved on (its
+    lease was taken over, or it was resolved): never this late result, which is kept as
+    evidence and differs from what every other caller of the action is told."""
+    row = action.ledger.store.get(action.key)
+    if row is not None and row.state == "succeeded":
+        return _recorded_result(action, row)
+    raise EffectInDoubt(
+        key=action.key,
+        run_id=action.run_id,
+        tool=action.tool,
+        reason=f"attempt {attempt} returned after the action had moved on without it (its lease"
+        " lapsed and it was taken over or resolved); its result is kept as evidence, not "
+        "reported as the action's",
+        attempt=row.attempt if row is not None else attempt,
+    )
 
 
 # -- drivers ------------------------------------------------------------------------------------
@@ -528,12 +617,12 @@ def _perform(action: Action, call: Callable[[], T]) -> T:
         if isinstance(step, _Recalled):
             return cast(T, step.value)
         if isinstance(step, _Go):
-            return _execute(action, step.attempt, call)
+            return _execute(action, step, call)
         outcome = settle_found(action, step.row)
         if isinstance(outcome, _Doubt):
             outcome = _on_doubt(action, outcome.row)
             if isinstance(outcome, _Go):
-                return _execute(action, outcome.attempt, call)
+                return _execute(action, outcome, call)
         if outcome is not _AGAIN:
             return cast(T, outcome)
 
@@ -552,20 +641,28 @@ def _on_doubt(action: Action, row: Row) -> Any:
     return _take_over_or_raise(action, row)
 
 
-def _take_over_or_raise(action: Action, row: Row) -> Any:
+def _take_over_or_raise(action: Action, row: Row, owner: str | None = None) -> Any:
+    return _owning(owner, lambda mine: _take_over(action, row, mine))
+
+
+def _take_over(action: Action, row: Row, owner: str) -> Any:
     if not action.options.retry_in_doubt:
         raise in_doubt_error(action, row)
-    attempt = action.ledger.store.take_over(
-        action.key,
-        row.attempt,
-        _owner.me_text(),
-        action.ttl,
-        args=action.args_display,
-        args_digest=action.args_digest,
-    )
+    try:
+        attempt = action.ledger.store.take_over(
+            action.key,
+            row.attempt,
+            owner,
+            action.ttl,
+            args=action.args_display,
+            args_digest=action.args_digest,
+        )
+    except LedgerError:
+        _owner.unanswered(action.key, owner)  # as a lost claim: a retry knows it as its own
+        raise
     if attempt is False:
         raise _other_args_in_doubt(action, row)
-    return _Go(attempt) if attempt is not None else _AGAIN
+    return _Go(attempt, owner) if attempt is not None else _AGAIN
 
 
 def _same_args_or_raise(action: Action, row: Row) -> None:
@@ -587,9 +684,9 @@ def _other_args_in_doubt(action: Action, row: Row) -> EffectInDoubt:
     )
 
 
-def _execute(action: Action, attempt: int, call: Callable[[], T]) -> T:
-    heartbeat = action.ledger._heartbeat
-    heartbeat.hold(action.key, attempt, action.ttl)
+def _execute(action: Action, go: _Go, call: Callable[[], T]) -> T:
+    heartbeat, attempt = action.ledger._heartbeat, go.attempt
+    heartbeat.hold(action.key, attempt, action.ttl, go.owner)
     token = _effect.set(action.context(attempt))
     try:
         try:
@@ -611,6 +708,7 @@ def _execute(action: Action, attempt: int, call: Callable[[], T]) -> T:
         # Held until the outcome is written (retried while the database is away), so that
         # others keep waiting for it rather than judge the action in doubt.
         heartbeat.release(action.key)
+        _owner.finished(go.owner)
 
 
 def _unrecorded(action: Action, attempt: int, lost: LedgerError) -> EffectInDoubt:
@@ -645,17 +743,17 @@ async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
     if hit is not _MISS:
         return cast(T, hit)
     while True:
-        step = await asyncio.to_thread(functools.partial(begin, action, wait=False))
+        step = await _in_thread(lambda owner: begin(action, wait=False, owner=owner))
         if isinstance(step, _Recalled):
             return cast(T, step.value)
         if isinstance(step, _Go):
-            return await _aexecute(action, step.attempt, call)
+            return await _aexecute(action, step, call)
         row = await _waiting.await_while_live(action, step.row)
         outcome = settle_found(action, row)
         if isinstance(outcome, _Doubt):
             outcome = await _aon_doubt(action, outcome.row)
             if isinstance(outcome, _Go):
-                return await _aexecute(action, outcome.attempt, call)
+                return await _aexecute(action, outcome, call)
         if outcome is not _AGAIN:
             return cast(T, outcome)
 
@@ -673,12 +771,24 @@ async def _aon_doubt(action: Action, row: Row) -> Any:
         settled = await asyncio.to_thread(apply_verdict, action, row, verdict)
         if settled is not None:
             return settled
-    return await asyncio.to_thread(_take_over_or_raise, action, row)
+    return await _in_thread(lambda owner: _take_over_or_raise(action, row, owner))
 
 
-async def _aexecute(action: Action, attempt: int, call: Callable[[], Awaitable[T]]) -> T:
-    heartbeat = action.ledger._heartbeat
-    heartbeat.hold(action.key, attempt, action.ttl)
+async def _in_thread(claim: Callable[[str], T]) -> T:
+    """``claim(owner)`` in a thread, under an owner text made here: if this task is cancelled
+    while the thread claims, no tool will run under it, and its process knows at once (an
+    intent that still lands is then in doubt, not held by a lease nobody renews)."""
+    owner = _owner.claim_owner()
+    try:
+        return await asyncio.to_thread(claim, owner)
+    except asyncio.CancelledError:
+        _owner.finished(owner)
+        raise
+
+
+async def _aexecute(action: Action, go: _Go, call: Callable[[], Awaitable[T]]) -> T:
+    heartbeat, attempt = action.ledger._heartbeat, go.attempt
+    heartbeat.hold(action.key, attempt, action.ttl, go.owner)
     token = _effect.set(action.context(attempt))
     try:
         try:
@@ -699,6 +809,7 @@ async def _aexecute(action: Action, attempt: int, call: Callable[[], Awaitable[T
             raise _unrecorded(action, attempt, lost) from lost
     finally:
         heartbeat.release(action.key)  # after the outcome is written, as in _execute
+        _owner.finished(go.owner)
 
 
 # -- a person's decision in code ---------------------------------------------------------------

@@ -131,16 +131,17 @@ class _Heartbeat:
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = weakref.ref(ledger)
-        self._held: dict[str, tuple[int, float, float]] = {}  # key -> (attempt, ttl, renewed at)
+        # key -> (attempt, ttl, renewed at, the claim's owner text)
+        self._held: dict[str, tuple[int, float, float, str]] = {}
         self._lost: set[str] = set()
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")  # when the thread next looks (monotonic clock)
 
-    def hold(self, key: str, attempt: int, ttl: float) -> None:
+    def hold(self, key: str, attempt: int, ttl: float, owner: str) -> None:
         with self._lock:
             now = time.monotonic()
-            self._held[key] = (attempt, ttl, now)
+            self._held[key] = (attempt, ttl, now, owner)
             self._lost.discard(key)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -178,29 +179,29 @@ class _Heartbeat:
                     continue
                 # Look again the moment the first lease is a third through: its renewal then
                 # has the other two thirds to land in, however slow a commit is meanwhile.
-                self._wake_at = min(at + ttl / 3 for _, ttl, at in self._held.values())
+                self._wake_at = min(at + ttl / 3 for _, ttl, at, _ in self._held.values())
                 self._lock.wait(timeout=max(0.0, self._wake_at - time.monotonic()))
                 now = time.monotonic()
-                due = {k: (a, t) for k, (a, t, at) in self._held.items() if now - at >= t / 3}
+                due = {k: (a, t, o) for k, (a, t, at, o) in self._held.items() if now - at >= t / 3}
                 idle_since = now
             if due and not self._renew(due, now):
                 return
 
-    def _renew(self, due: dict[str, tuple[int, float]], now: float) -> bool:
+    def _renew(self, due: dict[str, tuple[int, float, str]], now: float) -> bool:
         ledger = self._ledger()
         if ledger is None:
             return False
-        for ttl in {t for _, t in due.values()}:
-            batch = [(k, a) for k, (a, t) in due.items() if t == ttl]
+        for ttl in {t for _, t, _ in due.values()}:
+            batch = [(k, a, o) for k, (a, t, o) in due.items() if t == ttl]
             try:
-                lost = ledger.store.renew(batch, _owner.me_text(), ttl)
+                lost = ledger.store.renew(batch, ttl)
             except LedgerError:
                 continue  # the database is away; the next beat tries again
             with self._lock:
                 self._lost.update(lost)
-                for key, attempt in batch:
+                for key, attempt, owner in batch:
                     if self._held.get(key, (None,))[0] == attempt:
-                        self._held[key] = (attempt, ttl, now)
+                        self._held[key] = (attempt, ttl, now, owner)
         return True
 
 
@@ -482,7 +483,8 @@ class Ledger:
             return [_record(r) for r in rows]
 
     def sweep(self) -> int:
-        """Mark in doubt every started action whose lease lapsed or whose local owner died."""
+        """Mark in doubt every started action whose local owner died, or whose lease lapsed
+        while its owner is not a live process of this machine."""
         now = now_sql(self.dialect)
         with self.store.read() as conn:
             started = conn.execute(
@@ -495,16 +497,16 @@ class Ledger:
             ).all()
         moved = 0
         for key, attempt, owner, lapsed in started:
-            if lapsed:
+            if _owner.is_dead_local(owner):
+                note = _owner.gone_note(owner)
                 moved += self.store.mark_in_doubt(
-                    key, attempt, "its lease expired with no result", only_if_expired=True
+                    key, attempt, note, only_if_expired=False, owner=owner
                 )
-            elif _owner.is_dead_local(owner):
+            elif lapsed and not _owner.is_alive_local(owner):
+                # A live process of this machine (busy, stuck or stopped) may still act.
+                note = "its lease expired with no result"
                 moved += self.store.mark_in_doubt(
-                    key,
-                    attempt,
-                    f"its worker ({_owner.describe(owner)}) died while running it",
-                    only_if_expired=False,
+                    key, attempt, note, only_if_expired=True, owner=owner
                 )
         return moved
 
@@ -561,6 +563,12 @@ class Ledger:
             raise LedgerError(
                 f"{record.tool} in run {record.run_id!r} is {record.state}, not in doubt: "
                 "there is nothing to resolve"
+            )
+        if record.state == "started" and _owner.is_alive_local(record.owner):
+            raise LedgerError(
+                f"{record.tool} in run {record.run_id!r} is held by a process of this machine "
+                f"that is still alive, perhaps stopped ({_owner.describe(record.owner)}): it may "
+                "yet act, so let it finish, or end that process, then resolve"
             )
         encoded = encode_result(result, max_bytes=self.max_result_bytes) if happened else None
         what = "happened" if happened else "did not happen"

@@ -560,13 +560,25 @@ class Store:
             )
         )
 
-    def mark_in_doubt(self, key: str, attempt: int, note: str, *, only_if_expired: bool) -> bool:
+    def mark_in_doubt(
+        self,
+        key: str,
+        attempt: int,
+        note: str,
+        *,
+        only_if_expired: bool,
+        owner: str | None = None,
+    ) -> bool:
         """Move a started attempt to in doubt: its owner died, its lease lapsed.
 
         Closes: two workers both judging one lapsed lease; the attempt and the database clock
-        are checked in the UPDATE itself, so a lease renewed in between is left alone.
+        are checked in the UPDATE itself, so a lease renewed in between is left alone. With
+        ``owner``, the owner judged too: a lost claim's intent adopted meanwhile by a retry of
+        its process keeps its attempt under a new owner, which was not judged.
         """
         conds = [effects.c.key == key, effects.c.attempt == attempt, effects.c.state == "started"]
+        if owner is not None:
+            conds.append(effects.c.owner == owner)
         if only_if_expired:
             conds.append(effects.c.lease_expires_at <= self._now)
         with self.tx() as conn:
@@ -642,11 +654,31 @@ class Store:
             self._announce(conn, key)
             return True
 
-    def renew(self, leases: Sequence[tuple[str, int]], owner: str, ttl: float) -> list[str]:
-        """Push out the leases this process still holds; returns the keys it no longer holds."""
+    def adopt(self, key: str, attempt: int, owner: str, new_owner: str, ttl: float) -> bool:
+        """Hand a started attempt from ``owner`` to ``new_owner`` with a fresh lease: a claim
+        whose answer was lost, taken up by a retry of the process that made it.
+
+        Closes: adopting an action that moved on meanwhile (judged in doubt, taken over); the
+        attempt, state and owner are checked in the UPDATE itself."""
+        with self.tx() as conn:
+            done = conn.execute(
+                update(effects)
+                .where(
+                    effects.c.key == key,
+                    effects.c.attempt == attempt,
+                    effects.c.state == "started",
+                    effects.c.owner == owner,
+                )
+                .values(owner=new_owner, lease_expires_at=self._now + ttl, updated_at=self._now)
+            )
+            return done.rowcount == 1
+
+    def renew(self, leases: Sequence[tuple[str, int, str]], ttl: float) -> list[str]:
+        """Push out the leases (key, attempt, owner) this process still holds; returns the keys
+        it no longer holds."""
         lost: list[str] = []
         with self.tx() as conn:
-            for key, attempt in leases:
+            for key, attempt, owner in leases:
                 done = conn.execute(
                     update(effects)
                     .where(
