@@ -67,6 +67,10 @@ async def _approved_then_edited(
     if how == "ledger" and ledger is not None:
         [ticket] = ledger.approvals("refund-77", state="pending")
         ledger.approve(ticket.ticket, by="ann")
+    if how == "edited-first":  # edited while it waited; the person then approves the edited item
+        edited = await RunState.from_string(agent, await _edit(state.to_string(), outbox, 9999))
+        edited.approve(edited.get_interruptions()[0])
+        return agent, edited.to_string()
     state.approve(item)  # the SDK's own channel (with OnceOnly: carried to the shown ticket)
     return agent, await _edit(state.to_string(), outbox, 9999)
 
@@ -90,7 +94,7 @@ def test_the_bare_sdk_runs_an_edited_approved_state(tmp_path: Path) -> None:
     assert [line["amount"] for line in outbox.lines()] == [9999]
 
 
-@pytest.mark.parametrize("how", ["state", "ledger"])
+@pytest.mark.parametrize("how", ["state", "ledger", "edited-first"])
 async def test_an_edited_approved_state_runs_nothing_however_often_resumed(
     ledger: c4a.Ledger, tmp_path: Path, how: str
 ) -> None:

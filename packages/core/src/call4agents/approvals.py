@@ -5,7 +5,12 @@ The action key already hashes run, tool and canonical arguments, so a yes for on
 for another. Every state a ticket reaches is signed with the ledger secret over the whole row, so
 a row copied, edited or written by hand verifies as nothing. The decision and its spending are one
 record: deleting a "spent" or "denied" ticket leaves no approval at all, and an old "approved"
-row restored from a backup names an attempt that has already been started, so it cannot be spent.
+row put back beside its action names an attempt that has already been started, so it cannot be
+spent. A whole ledger restored from a backup is the ledger as it was then: a yes spent after the
+backup is unspent again, with its action's row gone (the README says what to settle after one).
+
+Each ticket also records the framework's call id it was opened for: a yes a framework keys by call
+id covers only the arguments first shown under that id (see ``first_shown``).
 """
 
 from __future__ import annotations
