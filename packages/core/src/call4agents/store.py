@@ -50,6 +50,16 @@ from .tables import effects
 OPEN_STATES = ("started", "in_doubt")
 
 
+def _held(key: str, attempt: int, owner: str) -> ColumnElement[bool]:
+    """The action's row while ``owner`` still holds ``attempt`` of it, started."""
+    return and_(
+        effects.c.key == key,
+        effects.c.attempt == attempt,
+        effects.c.state == "started",
+        effects.c.owner == owner,
+    )
+
+
 def dialect_insert(dialect: str) -> Callable[[Table], Any]:
     """The dialect's own INSERT, which has ON CONFLICT: one place for what was five copies."""
     if dialect == "postgresql":
@@ -663,12 +673,7 @@ class Store:
         with self.tx() as conn:
             done = conn.execute(
                 update(effects)
-                .where(
-                    effects.c.key == key,
-                    effects.c.attempt == attempt,
-                    effects.c.state == "started",
-                    effects.c.owner == owner,
-                )
+                .where(_held(key, attempt, owner))
                 .values(owner=new_owner, lease_expires_at=self._now + ttl, updated_at=self._now)
             )
             return done.rowcount == 1
@@ -681,12 +686,7 @@ class Store:
             for key, attempt, owner in leases:
                 done = conn.execute(
                     update(effects)
-                    .where(
-                        effects.c.key == key,
-                        effects.c.attempt == attempt,
-                        effects.c.state == "started",
-                        effects.c.owner == owner,
-                    )
+                    .where(_held(key, attempt, owner))
                     .values(lease_expires_at=self._now + ttl)
                 )
                 if done.rowcount != 1:
