@@ -32,6 +32,8 @@ META = "call4agents"
 DEFAULT_BY = "pydantic-ai DeferredToolResults"
 """Who decided, when ``DeferredToolResults.answered_by`` does not say."""
 
+_UNSPENT = ("pending", "approved")  # a later "no" still wins over these
+
 EDITED = "approved with edited arguments (ToolApproved.override_args)"
 
 
@@ -145,9 +147,9 @@ async def record_denials(
 def _deny_shown(action: Action, ticket: str | None, by: str, reason: str | None) -> bool:
     """Deny the shown ticket; whether a "no" now stands for the call."""
     ledger: Ledger = action.ledger
-    if ticket is None:
-        pending = ledger.approvals(run_id=action.run_id, state="pending")
-        ticket = next((r.ticket for r in pending if r.key == action.key and r.covers(action)), None)
+    if ticket is None:  # a bare "no": the open ticket for this call, a yes not yet spent included
+        open_ = (r for r in ledger.approvals(run_id=action.run_id) if r.state in _UNSPENT)
+        ticket = next((r.ticket for r in open_ if r.key == action.key and r.covers(action)), None)
     if ticket is None:
         return False
     try:
