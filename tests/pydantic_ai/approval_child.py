@@ -6,9 +6,9 @@ Usage: approval_child.py ask|continue|bare|resume|deny|deny-bare WORKDIR [NAME]
 The others continue the saved history (WORKDIR/history.json, which a test may have edited):
 "continue" approves every request as "ann", echoing the metadata (the honest app); "bare" sends
 the same yes keyed by tool call id alone; "resume" sends no answer (a yes given in the ledger);
-"deny" answers no with a reason (and "deny-bare" without the metadata). Each waits until every worker named in WORKDIR/workers has
-reached the same point, then runs. The tool sends slowly, so a second worker meets the first
-one's live lease.
+"deny" answers no with a reason ("deny-bare" without the metadata). Each waits until every
+worker named in WORKDIR/workers has reached the same point, then runs. The tool sends slowly,
+so a second worker meets the first one's live lease.
 """
 
 from __future__ import annotations

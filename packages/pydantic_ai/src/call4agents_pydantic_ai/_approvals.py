@@ -24,15 +24,13 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 import call4agents as c4a
 from call4agents import ApprovalRequest, Ledger, LedgerError
 from call4agents.effect import Action
-from call4agents.integration import shown_other_args
+from call4agents.integration import open_ticket, shown_other_args
 
 META = "call4agents"
 """The key of Call4Agents' entry in ``DeferredToolRequests.metadata[tool_call_id]``."""
 
 DEFAULT_BY = "pydantic-ai DeferredToolResults"
 """Who decided, when ``DeferredToolResults.answered_by`` does not say."""
-
-_UNSPENT = ("pending", "approved")  # a later "no" still wins over these
 
 EDITED = "approved with edited arguments (ToolApproved.override_args)"
 
@@ -148,8 +146,8 @@ def _deny_shown(action: Action, ticket: str | None, by: str, reason: str | None)
     """Deny the shown ticket; whether a "no" now stands for the call."""
     ledger: Ledger = action.ledger
     if ticket is None:  # a bare "no": the open ticket for this call, a yes not yet spent included
-        open_ = (r for r in ledger.approvals(run_id=action.run_id) if r.state in _UNSPENT)
-        ticket = next((r.ticket for r in open_ if r.key == action.key and r.covers(action)), None)
+        found = open_ticket(action)
+        ticket = found.ticket if found is not None else None
     if ticket is None:
         return False
     try:
