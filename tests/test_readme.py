@@ -155,7 +155,10 @@ def test_docs_site_builds_strict_and_offline(tmp_path: Path) -> None:
     """`mkdocs build --strict`: every link and anchor resolves, every page is in the nav, every
     API name is found; the built pages carry the content (a page, the diagram, the reference)."""
     site = tmp_path / "site"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    # Offline: a plugin that tried to download something would meet a proxy that answers nothing.
+    dead = "http://127.0.0.1:9"
+    proxies = {k: dead for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
+    env = {**os.environ, **proxies, "no_proxy": "", "NO_PROXY": "", "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=ROOT,
@@ -169,6 +172,7 @@ def test_docs_site_builds_strict_and_offline(tmp_path: Path) -> None:
     page = (site / "plain-python" / "index.html").read_text(encoding="utf-8")
     assert '<h1 id="once-only-actions-in-plain-python">Once-only actions in plain Python' in page
     assert '<pre class="mermaid"><code>stateDiagram-v2' in page  # the states diagram, as Mermaid
+    assert "fonts.googleapis.com" not in page  # the theme asks no font service either
     reference = (site / "reference" / "core" / "index.html").read_text(encoding="utf-8")
     assert 'id="call4agents.effect.effect"' in reference  # rendered from the docstrings
     assert 'id="call4agents_mcp.OnceOnly"' in (
