@@ -160,8 +160,18 @@ def test_docs_site_builds_strict_and_offline(tmp_path: Path) -> None:
     proxies = {k: dead for k in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY")}
     env = {**os.environ, **proxies, "no_proxy": "", "NO_PROXY": "", "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "--site-dir",
+            str(site),
+            "--config-file",
+            str(ROOT / "mkdocs.yml"),
+        ],
+        cwd=tmp_path,  # paths in mkdocs.yml are the repository's, wherever the build runs from
         env=env,
         capture_output=True,
         text=True,
