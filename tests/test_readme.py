@@ -185,6 +185,7 @@ def test_docs_site_builds_strict_and_offline(tmp_path: Path) -> None:
     assert "fonts.googleapis.com" not in page  # the theme asks no font service either
     reference = (site / "reference" / "core" / "index.html").read_text(encoding="utf-8")
     assert 'id="call4agents.effect.effect"' in reference  # rendered from the docstrings
+    assert ":class:" not in reference  # Sphinx roles shown as plain code (scripts/docs_hooks.py)
     assert 'id="call4agents_mcp.OnceOnly"' in (
         site / "reference" / "integrations" / "index.html"
     ).read_text(encoding="utf-8")
