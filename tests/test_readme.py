@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,10 @@ DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 ALL_MARKDOWN = [*PAGES, *sorted(ROOT.glob("packages/*/README.md"))]
 FRAGMENT = "<!-- fragment -->"
-BLOCK = re.compile(r"^(?P<marker><!-- fragment -->\n)?```python\n(?P<code>.*?)^```", re.M | re.S)
+# A fence may be indented (inside a list item); its code is dedented before it runs.
+BLOCK = re.compile(
+    r"^(?P<marker><!-- fragment -->\n)?[ \t]*```python\n(?P<code>.*?)^[ \t]*```", re.M | re.S
+)
 INCLUDE = re.compile(r'^--8<-- "(?P<path>[^"]+)"$')
 
 
@@ -41,7 +45,7 @@ def snippets_of(text: str, page: str) -> list[Snippet]:
     """Every ```python block of a Markdown page, with how the tests treat it."""
     found = []
     for i, block in enumerate(BLOCK.finditer(text)):
-        code = block["code"]
+        code = textwrap.dedent(block["code"])
         lines = [line for line in code.splitlines() if line.strip()]
         if lines and all(INCLUDE.match(line) for line in lines):
             kind = "include"
@@ -104,10 +108,12 @@ def test_snippet_kinds_are_told_apart() -> None:
         "```python\nprint('runs')\n```\n\n"
         f"{FRAGMENT}\n```python\nsend_email(to)  # a fragment\n```\n\n"
         f"{FRAGMENT}\n\nText between: the marker no longer applies.\n\n```python\nx = 1\n```\n\n"
-        '```python\n--8<-- "examples/plain_python/send_email.py"\n```\n'
+        '```python\n--8<-- "examples/plain_python/send_email.py"\n```\n\n'
+        "1. In a list:\n\n    ```python\n    if True:\n        print('indented')\n    ```\n"
     )
     kinds = [s.kind for s in snippets_of(page, "page")]
-    assert kinds == ["script", "fragment", "script", "include"]
+    assert kinds == ["script", "fragment", "script", "include", "script"]
+    compile(snippets_of(page, "page")[-1].code, "indented", "exec")  # dedented: it compiles
 
 
 def test_shell_commands_exist() -> None:
