@@ -32,10 +32,9 @@ from pydantic import BaseModel
 from sqlalchemy import event, update
 
 import call4agents as c4a
-from call4agents.integration import action_for, run_tool
+from call4agents.integration import action_for, recorded_with_other_args, run_tool
 from call4agents.tables import effects
 from call4agents_mcp import KEY_META, OnceOnly, call_tool
-from call4agents_mcp._server import _args_differ
 from tests.conftest import Target
 
 MODES = ["auto", "legacy"]
@@ -253,8 +252,8 @@ def test_a_key_taken_up_after_a_failure_is_judged_by_the_call_that_ran(
         run_tool(first, refused)
     assert run_tool(second, lambda: {"sent": "b@x"}) == {"sent": "b@x"}
     row = ledger.store.get(first.key)
-    assert not _args_differ(second, row)
-    assert _args_differ(first, row)
+    assert not recorded_with_other_args(second, row)
+    assert recorded_with_other_args(first, row)
 
 
 def test_invalid_key_is_refused_before_running(ledger: c4a.Ledger, outbox: Outbox) -> None:

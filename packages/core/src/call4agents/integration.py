@@ -19,12 +19,13 @@ from typing import Any, TypeVar
 
 from .approvals import ApprovalRequest, first_shown
 from .canonical import canonical_args
-from .context import check_run_id, current_run
+from .context import RunContext, check_run_id, current_run
 from .effect import (
     Action,
     EffectOptions,
     Happened,
     aperform,
+    default_ledger,
     is_in_doubt_error,
     perform,
     prepare,
@@ -38,7 +39,15 @@ from .errors import (
     ResultNotStored,
     ResultPruned,
 )
-from .ledger import Ledger
+from .ledger import Ledger, idempotency_key
+from .observe import (
+    NOT_AN_ENVELOPE,
+    Watch,
+    external_id,
+    outcome_of,
+    register_tool_payload,
+    register_tool_payload_shape,
+)
 from .runs import (
     ESCALATE_ON,
     BudgetExceeded,
@@ -46,8 +55,10 @@ from .runs import (
     check_escalate_on,
     count_model_request,
     escalate_by_policy,
+    external_ids,
     record_model_usage,
 )
+from .store import Row
 
 T = TypeVar("T")
 
@@ -147,7 +158,13 @@ def failure_message(action: Action, exc: BaseException) -> str:
 
 __all__ = [
     "ESCALATE_ON",
+    "NOT_AN_ENVELOPE",
+    "Action",
+    "EffectOptions",
+    "Row",
+    "RunContext",
     "ToolOptions",
+    "Watch",
     "action_for",
     "arun_tool",
     "canonical_args",
@@ -155,14 +172,23 @@ __all__ = [
     "check_run_id",
     "count_model_request",
     "current_run",
+    "default_ledger",
     "ends_run",
     "escalate_by_policy",
+    "external_id",
+    "external_ids",
     "failure_message",
+    "idempotency_key",
     "is_in_doubt_error",
     "message_for_model",
     "open_ticket",
     "options_for",
+    "outcome_of",
     "record_model_usage",
+    "recorded",
+    "recorded_with_other_args",
+    "register_tool_payload",
+    "register_tool_payload_shape",
     "run_tool",
     "shown_other_args",
     "warn_once",
@@ -181,6 +207,26 @@ def shown_other_args(action: Action) -> ApprovalRequest | None:
     those in the ledger.
     """
     return first_shown(action.ledger, action)
+
+
+def recorded(action: Action) -> Row | None:
+    """The action's row as the ledger holds it now (one read), or None if it was never begun."""
+    return action.ledger.store.get(action.key)
+
+
+def recorded_with_other_args(action: Action, row: Row | None) -> bool:
+    """Whether ``row`` (the action's row, just read) was recorded for other arguments.
+
+    Compared by the digest of the arguments' key material, in which a redacted value counts by
+    its HMAC; an action written before the ledger kept digests is compared on the stored display
+    form instead, where a redacted value is "***".
+    """
+    if row is None:
+        return False
+    stored = action.ledger.store.stored_args(action.key)  # one read: gc may run between two
+    if stored is None or stored.pruned:
+        return False  # gc removed the arguments; the tombstone still answers the key
+    return not action.same_args(stored.digest, json.loads(stored.args))
 
 
 def open_ticket(action: Action) -> ApprovalRequest | None:

@@ -226,12 +226,18 @@ def _engine_outcome(watch: Watch, exc: BaseException) -> Outcome:
     return "error"
 
 
-# Framework envelopes a recorded result may be, by class path, and what unwraps each: a
-# function, or "module:function" imported when first needed (a CLI process has not imported the
-# integration, but the decoded result is still the framework's class).
-_ENVELOPES: dict[str, str | Callable[[Any], Any]] = {
-    "langchain_core.messages.tool.ToolMessage": "call4agents_langgraph._hooks:tool_value",
-}
+# How a recorded result is unwrapped to the tool's own value, taught by the integrations (the
+# core names no framework). By class path: a function, or "module:function" imported when first
+# needed. By shape, for a result recorded as plain JSON: functions that return the tool's value,
+# or NOT_AN_ENVELOPE for a result that is not theirs. An integration registers both when it is
+# imported; a process that decodes a recorded result without importing it (the CLI) finds them
+# through the entry point groups below, read once, on the first result no registration explains.
+_ENVELOPES: dict[str, str | Callable[[Any], Any]] = {}
+_SHAPES: list[Callable[[Any], Any]] = []
+ENVELOPE_GROUP = "call4agents.tool_payloads"  # name: class path; value: "module:function"
+SHAPE_GROUP = "call4agents.tool_payload_shapes"  # value: "module:function"
+NOT_AN_ENVELOPE: Any = object()
+_entry_points_read = False
 
 
 def register_tool_payload(cls: type, unwrap: Callable[[Any], Any]) -> None:
@@ -239,23 +245,40 @@ def register_tool_payload(cls: type, unwrap: Callable[[Any], Any]) -> None:
     _ENVELOPES[f"{cls.__module__}.{cls.__qualname__}"] = unwrap
 
 
-def tool_payload(result: Any) -> Any:
-    """The tool's own value inside a framework's envelope, for showing it and finding its ids.
+def register_tool_payload_shape(unwrap: Callable[[Any], Any]) -> None:
+    """Teach hand-offs and spans a framework's result recorded as plain JSON (see ``_SHAPES``)."""
+    if unwrap not in _SHAPES:
+        _SHAPES.append(unwrap)
 
-    LangGraph records a ``ToolMessage`` (see ``_ENVELOPES``). An MCP server records a whole
-    ``CallToolResult`` (``content`` plus ``structuredContent``); the tool's value is its
-    ``structuredContent``, which wraps a non-object value as ``{"result": value}``.
-    """
+
+def tool_payload(result: Any) -> Any:
+    """The tool's own value inside a framework's envelope, for showing it and finding its ids."""
     kind = type(result)
     unwrap = _ENVELOPES.get(f"{kind.__module__}.{kind.__qualname__}")
     if unwrap is not None:
         return _resolved(kind, unwrap)(result)
-    if not isinstance(result, Mapping) or not isinstance(result.get("content"), list):
-        return result
-    inner = result.get("structuredContent")
-    if not isinstance(inner, Mapping):
-        return result
-    return inner["result"] if set(inner) == {"result"} else inner
+    for shape in _SHAPES:
+        inner = shape(result)
+        if inner is not NOT_AN_ENVELOPE:
+            return inner
+    if not _entry_points_read and (isinstance(result, Mapping) or kind.__module__ != "builtins"):
+        _read_entry_points()
+        return tool_payload(result)
+    return result
+
+
+def _read_entry_points() -> None:
+    global _entry_points_read
+    _entry_points_read = True
+    from importlib.metadata import entry_points
+
+    for found in entry_points(group=ENVELOPE_GROUP):
+        _ENVELOPES.setdefault(found.name, found.value)
+    for found in entry_points(group=SHAPE_GROUP):
+        try:
+            register_tool_payload_shape(found.load())
+        except (ImportError, AttributeError):
+            continue  # the integration is not installed here: its results are shown as recorded
 
 
 def _resolved(kind: type, unwrap: str | Callable[[Any], Any]) -> Callable[[Any], Any]:

@@ -21,8 +21,7 @@ from pydantic import Discriminator
 from typing_extensions import NotRequired, TypedDict
 
 from call4agents import ApprovalRequired, ConfigurationError, LedgerError
-from call4agents.effect import Action
-from call4agents.integration import open_ticket
+from call4agents.integration import Action, open_ticket
 
 DEFAULT_BY = "a person, through a LangGraph interrupt"
 

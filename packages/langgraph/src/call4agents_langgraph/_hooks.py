@@ -24,7 +24,12 @@ from langgraph.prebuilt.tool_node import msg_content_output
 from langgraph.types import Command
 
 from call4agents import EffectOptions
-from call4agents.integration import check_recording_as, undo_on_value, when_done
+from call4agents.integration import (
+    check_recording_as,
+    register_tool_payload,
+    undo_on_value,
+    when_done,
+)
 
 # The tool call being run, for the message a finder's result becomes (a repeat retargets it).
 current_call_id: ContextVar[str] = ContextVar("call4agents_langgraph_call_id", default="")
@@ -80,3 +85,6 @@ def _found_as_message(tool: str, finder: Callable[..., Any]) -> Callable[..., An
         return when_done(finder(**arguments), record)
 
     return adapted
+
+
+register_tool_payload(ToolMessage, tool_value)  # spans and hand-offs see the tool's own value

@@ -37,8 +37,8 @@ from call4agents import (
     ResultNotStored,
     ResultPruned,
 )
-from call4agents.effect import Action
 from call4agents.integration import (
+    Action,
     action_for,
     arun_tool,
     check_escalate_on,

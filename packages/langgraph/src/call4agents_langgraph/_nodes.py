@@ -21,8 +21,7 @@ from langgraph.runtime import get_runtime
 
 import call4agents as c4a
 from call4agents import ConfigurationError
-from call4agents.effect import Action
-from call4agents.integration import action_for, arun_tool, ends_run, run_tool
+from call4agents.integration import Action, action_for, arun_tool, ends_run, run_tool
 
 from ._endings import as_signal
 from ._ids import thread_run_id

@@ -13,25 +13,27 @@ framework's MCP client. :func:`ending_of` reads a result that says the run ended
 an escalation) as ``c4a.BudgetExceeded`` / ``c4a.Escalated``; ``call_tool`` raises it.
 """
 
-try:
-    import mcp.server  # noqa: F401
-except ImportError as _error:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        'call4agents_mcp needs the MCP Python SDK (mcp>=2.3): pip install "call4agents-core[mcp]"'
-    ) from _error
+from __future__ import annotations
 
-import call4agents as _core
+import importlib
+from typing import TYPE_CHECKING, Any
 
-if not getattr(_core, "__c4a_core__", False):  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "the installed `call4agents` is not the Call4Agents core (PyPI has an unrelated project "
-        'of that name): pip uninstall call4agents, then pip install "call4agents-core[mcp]"'
-    )
+if TYPE_CHECKING:
+    from ._endings import ending_of
+    from ._keys import KEY_META, call_tool, idempotency_key, process_tool_call, tool_meta_resolver
+    from ._server import OnceOnly
 
-from ._endings import ending_of
-from ._keys import KEY_META, call_tool, idempotency_key, process_tool_call, tool_meta_resolver
-from ._server import OnceOnly
-
+# Names load on first use, so a process that only decodes recorded results (the CLI, through
+# the ``_payload`` entry point) does not import the MCP SDK.
+_WHERE = {
+    "KEY_META": "._keys",
+    "OnceOnly": "._server",
+    "call_tool": "._keys",
+    "ending_of": "._endings",
+    "idempotency_key": "._keys",
+    "process_tool_call": "._keys",
+    "tool_meta_resolver": "._keys",
+}
 __all__ = [
     "KEY_META",
     "OnceOnly",
@@ -41,3 +43,31 @@ __all__ = [
     "process_tool_call",
     "tool_meta_resolver",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'call4agents_mcp' has no attribute {name!r}")
+    _check_environment()
+    value = getattr(importlib.import_module(where, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def _check_environment() -> None:
+    try:
+        import mcp.server  # noqa: F401
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "call4agents_mcp needs the MCP Python SDK (mcp>=2.3): "
+            'pip install "call4agents-core[mcp]"'
+        ) from error
+    import call4agents as core
+
+    if not getattr(core, "__c4a_core__", False):  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "the installed `call4agents` is not the Call4Agents core (PyPI has an unrelated "
+            "project of that name): pip uninstall call4agents, then "
+            'pip install "call4agents-core[mcp]"'
+        )

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from call4agents.runs import BudgetExceeded, Escalated, Handoff, external_ids
+from call4agents import BudgetExceeded, Escalated, Handoff
+from call4agents.integration import external_ids
 
 from ._hooks import tool_value
 from ._outcomes import OUTCOME_META, error_result
 
 if TYPE_CHECKING:
-    from call4agents.effect import Action
+    from call4agents.integration import Action
 
 ESCALATED = "escalated"
 BUDGET_EXCEEDED = "budget_exceeded"

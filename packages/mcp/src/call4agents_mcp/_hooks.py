@@ -27,7 +27,7 @@ import anyio.to_thread
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
-from call4agents.effect import EffectOptions
+from call4agents import EffectOptions
 from call4agents.integration import check_recording_as, undo_on_value
 
 _RESULT_FIELDS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})

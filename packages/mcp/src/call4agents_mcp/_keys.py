@@ -11,9 +11,8 @@ import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from call4agents.canonical import canonical_args
-from call4agents.context import check_run_id, current_run
-from call4agents.errors import ConfigurationError
+from call4agents import ConfigurationError
+from call4agents.integration import canonical_args, check_run_id, current_run
 
 from ._endings import ending_in_error, ending_of
 

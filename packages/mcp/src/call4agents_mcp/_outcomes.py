@@ -15,8 +15,7 @@ from typing import Any, Final
 from mcp.server.mcpserver.exceptions import UnexpectedToolError
 from pydantic import BaseModel
 
-from call4agents.effect import Action
-from call4agents.errors import (
+from call4agents import (
     ApprovalDenied,
     ApprovalRequired,
     Call4AgentsError,
@@ -26,7 +25,7 @@ from call4agents.errors import (
     ResultNotStored,
     ResultPruned,
 )
-from call4agents.integration import ends_run, message_for_model
+from call4agents.integration import Action, ends_run, message_for_model
 
 OUTCOME_META: Final = "io.call4agents/outcome"
 """``_meta`` field of an answer the ledger gave: ``{"outcome": "replayed" | "in_doubt" | ...}``."""

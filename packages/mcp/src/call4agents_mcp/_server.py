@@ -41,14 +41,20 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 import call4agents as c4a
-from call4agents.effect import Action, EffectOptions
-from call4agents.errors import (
+from call4agents import (
+    Budget,
+    BudgetExceeded,
     Call4AgentsError,
     ConfigurationError,
+    EffectOptions,
+    Escalated,
+    Ledger,
     LedgerError,
     ResultNotStored,
 )
 from call4agents.integration import (
+    Action,
+    Row,
     action_for,
     arun_tool,
     check_escalate_on,
@@ -56,15 +62,18 @@ from call4agents.integration import (
     escalate_by_policy,
     is_in_doubt_error,
     options_for,
+    recorded,
+    recorded_with_other_args,
+    register_tool_payload_shape,
     warn_once,
 )
-from call4agents.ledger import Ledger
-from call4agents.runs import Budget, BudgetExceeded, Escalated
-from call4agents.store import Row
 
 from . import _endings, _hooks
 from . import _outcomes as out
 from ._keys import EXTENSION, KEY_META, MAX_KEY_LENGTH, client_key
+from ._payload import tool_payload
+
+register_tool_payload_shape(tool_payload)  # spans and hand-offs see the tool's own value
 
 logger = logging.getLogger("call4agents_mcp")
 T = TypeVar("T")
@@ -383,8 +392,8 @@ class OnceOnly(Extension):
             action = action_for(
                 call.tool, call.arguments, keyed, run_id=run_id, ledger=self._ledger
             )
-            row = action.ledger.store.get(action.key)
-            if _args_differ(action, row):
+            row = recorded(action)
+            if recorded_with_other_args(action, row):
                 raise out.KeyReused(call.tool)
             _refuse_after_escalation(action, row)
             return action
@@ -407,7 +416,7 @@ class OnceOnly(Extension):
             )
             return None
         action = self._windowed(call, options, run_id)
-        _refuse_after_escalation(action, action.ledger.store.get(action.key))
+        _refuse_after_escalation(action, recorded(action))
         return action
 
     def _windowed(self, call: _Call, options: EffectOptions, run_id: str) -> Action:
@@ -428,7 +437,7 @@ class OnceOnly(Extension):
         # `window` seconds is always found, wherever the boundary falls.
         bucket = int(time.time() // self._window)
         earlier = at(f"window/{self._window:g}/{bucket - 1}")
-        if earlier.ledger.store.get(earlier.key) is not None:
+        if recorded(earlier) is not None:
             return earlier
         return at(f"window/{self._window:g}/{bucket}")
 
@@ -588,22 +597,7 @@ def _run_id(namespace: str) -> str:
 
 def _other_args(action: Action) -> bool:
     """True if the action's key is already recorded with other arguments (a reused client key)."""
-    return _args_differ(action, action.ledger.store.get(action.key))
-
-
-def _args_differ(action: Action, row: Row | None) -> bool:
-    """``_other_args`` given the action's row as just read.
-
-    Compared by the digest of the arguments' key material, in which a redacted value counts by
-    its HMAC; an action written before the ledger kept digests is compared on the stored display
-    form instead, where a redacted value is "***".
-    """
-    if row is None:
-        return False
-    stored = action.ledger.store.stored_args(action.key)  # one read: gc may run between two
-    if stored is None or stored.pruned:
-        return False  # gc removed the arguments; the tombstone still answers the key
-    return not action.same_args(stored.digest, json.loads(stored.args))
+    return recorded_with_other_args(action, recorded(action))
 
 
 def _seeded(options: EffectOptions, hints: Mapping[str, Any]) -> EffectOptions:

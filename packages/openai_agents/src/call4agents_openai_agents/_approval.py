@@ -33,8 +33,7 @@ from call4agents import (
     LedgerError,
     UnstableArguments,
 )
-from call4agents.effect import Action
-from call4agents.integration import ends_run, shown_other_args
+from call4agents.integration import Action, ends_run, shown_other_args
 
 if TYPE_CHECKING:
     from ._once import OnceOnly

@@ -31,10 +31,10 @@ from agents.exceptions import AgentsException
 
 import call4agents as c4a
 from call4agents import Budget, ConfigurationError, EffectOptions
-from call4agents.context import current_run
 from call4agents.integration import (
     check_escalate_on,
     count_model_request,
+    current_run,
     ends_run,
     escalate_by_policy,
     record_model_usage,

@@ -12,10 +12,23 @@ from agents import Agent, FunctionTool, Handoff, RunContextWrapper, RunState, To
 from agents.items import ToolApprovalItem
 from agents.tool_context import ToolContext
 
-from call4agents import ApprovalRequest, Budget, ConfigurationError, EffectOptions, Ledger
-from call4agents.context import check_run_id, current_run
-from call4agents.effect import Action, default_ledger
-from call4agents.integration import ToolOptions, action_for, options_for, warn_once
+from call4agents import (
+    ApprovalRequest,
+    Budget,
+    ConfigurationError,
+    EffectOptions,
+    Ledger,
+    default_ledger,
+)
+from call4agents.integration import (
+    Action,
+    ToolOptions,
+    action_for,
+    check_run_id,
+    current_run,
+    options_for,
+    warn_once,
+)
 
 from . import _approval, _tools
 from ._controls import RunControls, hooks_for, instructions_for

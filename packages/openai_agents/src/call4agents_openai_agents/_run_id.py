@@ -21,7 +21,7 @@ from typing import Any
 from agents import RunContextWrapper, Usage
 
 from call4agents import ConfigurationError
-from call4agents.context import check_run_id, current_run
+from call4agents.integration import check_run_id, current_run
 
 CONTEXT_KEY = "call4agents_run_id"
 """The attribute (or mapping key) of the run context that names the run."""

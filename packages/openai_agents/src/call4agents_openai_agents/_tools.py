@@ -38,8 +38,13 @@ from call4agents import (
     LedgerError,
     UnstableArguments,
 )
-from call4agents.effect import Action, is_in_doubt_error
-from call4agents.integration import arun_tool, ends_run, message_for_model
+from call4agents.integration import (
+    Action,
+    arun_tool,
+    ends_run,
+    is_in_doubt_error,
+    message_for_model,
+)
 
 from ._approval import policy
 from ._run_id import resolve_run_id

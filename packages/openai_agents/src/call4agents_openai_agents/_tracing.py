@@ -17,9 +17,7 @@ from agents.tracing.span_data import CustomSpanData
 from agents.tracing.spans import NoOpSpan
 
 from call4agents import _semconv as sc
-from call4agents.effect import Action
-from call4agents.ledger import idempotency_key
-from call4agents.observe import Watch, external_id, outcome_of
+from call4agents.integration import Action, Watch, external_id, idempotency_key, outcome_of
 
 T = TypeVar("T")
 

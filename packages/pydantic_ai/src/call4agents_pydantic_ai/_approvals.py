@@ -23,8 +23,7 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 
 import call4agents as c4a
 from call4agents import ApprovalRequest, Ledger, LedgerError
-from call4agents.effect import Action
-from call4agents.integration import open_ticket, shown_other_args
+from call4agents.integration import Action, open_ticket, shown_other_args
 
 META = "call4agents"
 """The key of Call4Agents' entry in ``DeferredToolRequests.metadata[tool_call_id]``."""

@@ -36,18 +36,19 @@ from call4agents import (
     Ledger,
     OutcomeUnknown,
 )
-from call4agents.context import RunContext as C4ARun
-from call4agents.effect import Action, is_in_doubt_error
 from call4agents.integration import (
+    Action,
     action_for,
     arun_tool,
     check_escalate_on,
     current_run,
     ends_run,
     escalate_by_policy,
+    is_in_doubt_error,
     options_for,
     with_escalate_on,
 )
+from call4agents.integration import RunContext as C4ARun
 
 from . import _approvals, _outcomes, _run_controls
 from ._run_id import run_id_of

@@ -29,8 +29,7 @@ from call4agents import (
     LedgerError,
     UnstableArguments,
 )
-from call4agents.effect import Action
-from call4agents.integration import message_for_model
+from call4agents.integration import Action, message_for_model
 
 # Pydantic AI's own control flow raised by a tool or an inner hook: it passes through untouched.
 CONTROL_FLOW: tuple[type[BaseException], ...] = (

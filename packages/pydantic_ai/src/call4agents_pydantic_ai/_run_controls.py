@@ -168,7 +168,7 @@ def refreshed(exc: BaseException, ledger: Ledger | None) -> BaseException:
 
 
 def _default_ledger() -> Ledger:
-    from call4agents.effect import default_ledger
+    from call4agents import default_ledger
 
     return default_ledger()
 
