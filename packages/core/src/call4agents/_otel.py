@@ -24,10 +24,12 @@ from . import _semconv as sc
 from .errors import LedgerError
 from .ledger import idempotency_key
 from .observe import AInner, Inner, Layer, Outcome, Watch, approval_of, external_id, outcome_of
+from .run_notes import COMPLETED, ERROR
 
 if TYPE_CHECKING:
     from .effect import Action
     from .ledger import Ledger
+    from .run_notes import RunSummary
     from .stats import OpenFigures
 
 T = TypeVar("T")
@@ -36,6 +38,11 @@ T = TypeVar("T")
 _PROVIDERS_FROM_ENV = any(
     os.environ.get(name) for name in ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
 )
+
+# Buckets for cost per run (in the budget's currency) and tool calls per run: the upper
+# percentiles are what an alert watches, so the tail needs resolution.
+_COST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 100.0)
+_CALL_BUCKETS = (0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144)
 
 # Outcomes that are a pause or an answer rather than a failure of the operation.
 _NOT_ERRORS = frozenset({"ok", "deduped", "approval_required"})
@@ -67,6 +74,12 @@ class OtelLayer(Layer):
         self.duration = meter.create_histogram(
             sc.METRIC_DURATION, unit="s", description="Time of one action, ledger work included"
         )
+        self.unapproved = meter.create_counter(
+            sc.METRIC_UNAPPROVED,
+            unit="{execution}",
+            description="Approval-required tools that ran with no spent yes in the ledger",
+        )
+        self._run_instruments(meter)
         # Ledgers actions ran against, read by the gauges; weak so a closed ledger can go.
         self.ledgers: weakref.WeakSet[Ledger] = weakref.WeakSet()
         meter.create_observable_gauge(
@@ -87,6 +100,56 @@ class OtelLayer(Layer):
             unit="s",
             description="Age of the oldest approval ticket still waiting",
         )
+
+    def _run_instruments(self, meter: metrics.Meter) -> None:
+        self.without_read = meter.create_counter(
+            sc.METRIC_RUNS_WITHOUT_READ,
+            unit="{run}",
+            description="Runs that completed without ever calling a read tool",
+        )
+        self.run_cost = meter.create_histogram(
+            sc.METRIC_RUN_COST,
+            unit="{cost}",
+            description="Cost a run had spent when it left, from its budget's counters",
+            explicit_bucket_boundaries_advisory=_COST_BUCKETS,
+        )
+        self.run_tool_calls = meter.create_histogram(
+            sc.METRIC_RUN_TOOL_CALLS,
+            unit="{call}",
+            description="Tool calls made in one entry of a run",
+            explicit_bucket_boundaries_advisory=_CALL_BUCKETS,
+        )
+        self.run_duration = meter.create_histogram(
+            sc.METRIC_RUN_DURATION, unit="s", description="Wall-clock time of one entry of a run"
+        )
+        meter.create_observable_gauge(
+            sc.METRIC_ESCALATIONS_OPEN,
+            [self._escalations_open],
+            unit="{run}",
+            description="Escalated runs nobody has picked up yet",
+        )
+        meter.create_observable_gauge(
+            sc.METRIC_ESCALATIONS_OLDEST_AGE,
+            [self._escalations_age],
+            unit="s",
+            description="Age of the oldest escalation nobody has picked up yet",
+        )
+
+    def run_left(self, summary: RunSummary) -> None:
+        if self.silent():
+            return
+        reason = summary.terminal_reason
+        if reason in (COMPLETED, ERROR):  # run controls count their endings as they record them
+            self.runs_ended.add(1, {sc.RUN_TERMINAL_REASON: reason})
+        if summary.without_read:
+            self.without_read.add(1)
+        if summary.cost_spent is not None:
+            self.run_cost.record(summary.cost_spent)
+        self.run_tool_calls.record(summary.tool_calls)
+        self.run_duration.record(summary.wall_clock_ms / 1000.0)
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes(_run_attributes(summary))
 
     def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
         span = trace.get_current_span()
@@ -189,7 +252,7 @@ class OtelLayer(Layer):
         action: Action,
         watch: Watch,
         outcome: Outcome,
-        approval: tuple[str, str],
+        approval: tuple[str, str] | None,
         started: float,
         *,
         result: Any = None,
@@ -201,6 +264,9 @@ class OtelLayer(Layer):
         self.duration.record(elapsed, tool)
         if watch.executed and action.options.kind == "irreversible":
             self.irreversible.add(1, {sc.GEN_AI_TOOL_NAME: action.tool})
+        if watch.executed and action.needs_approval and approval == ("", ""):
+            self.unapproved.add(1, {sc.GEN_AI_TOOL_NAME: action.tool})
+        approval = approval or ("", "")
         if not span.is_recording():
             span.end()
             return
@@ -227,6 +293,23 @@ class OtelLayer(Layer):
         for url, figures in self._figures():
             yield Observation(figures.approvals_oldest_age or 0.0, {sc.LEDGER: url})
 
+    def _escalations_open(self, options: CallbackOptions) -> Iterable[Observation]:
+        for url, (count, _) in self._escalations():
+            yield Observation(count, {sc.LEDGER: url})
+
+    def _escalations_age(self, options: CallbackOptions) -> Iterable[Observation]:
+        for url, (_, age) in self._escalations():
+            yield Observation(age or 0.0, {sc.LEDGER: url})
+
+    def _escalations(self) -> Iterator[tuple[str, tuple[int, float | None]]]:
+        from .stats import open_escalations
+
+        for ledger in list(self.ledgers):
+            try:
+                yield ledger.url, open_escalations(ledger)
+            except (LedgerError, SQLAlchemyError):
+                continue  # as in _figures
+
     def _figures(self) -> Iterator[tuple[str, OpenFigures]]:
         from .stats import open_figures
 
@@ -235,6 +318,25 @@ class OtelLayer(Layer):
                 yield ledger.url, open_figures(ledger)
             except (LedgerError, SQLAlchemyError):
                 continue  # a ledger that cannot be read now reports nothing, not a wrong zero
+
+
+def _run_attributes(summary: RunSummary) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        sc.RUN_ID: summary.run_id,
+        sc.RUN_TOOL_CALLS: summary.tool_calls,
+        sc.BUDGET_WALL_CLOCK_MS: summary.wall_clock_ms,
+    }
+    if summary.trigger is not None:
+        found[sc.RUN_TRIGGER] = summary.trigger
+    if summary.terminal_reason is not None:
+        found[sc.RUN_TERMINAL_REASON] = summary.terminal_reason
+    if summary.without_read is not None:
+        found[sc.RUN_WITHOUT_READ] = summary.without_read
+    if summary.cost_spent is not None:
+        found[sc.BUDGET_COST_SPENT] = summary.cost_spent
+    if summary.escalation_reason is not None:
+        found[sc.ESCALATION_REASON] = summary.escalation_reason
+    return found
 
 
 def _leave(token: object | None) -> None:
@@ -277,24 +379,27 @@ def _result_text(action: Action, result: Any) -> str:
         return repr(result)[:2000]
 
 
-def _approval(action: Action, outcome: Outcome, exc: BaseException | None) -> tuple[str, str]:
+def _approval(
+    action: Action, outcome: Outcome, exc: BaseException | None
+) -> tuple[str, str] | None:
+    """(ticket, decided_by); None when the ledger could not say (never counted as unapproved)."""
     if not _asks_ledger(action, outcome, exc):
         return "", ""
     try:
         return approval_of(action, outcome, exc)
     except Exception:  # noqa: BLE001 - telemetry must never turn an outcome into another error
-        return "", ""
+        return None
 
 
 async def _aapproval(
     action: Action, outcome: Outcome, exc: BaseException | None
-) -> tuple[str, str]:
+) -> tuple[str, str] | None:
     if not _asks_ledger(action, outcome, exc):
         return "", ""
     try:
         return await asyncio.to_thread(approval_of, action, outcome, exc)
     except Exception:  # noqa: BLE001 - as in _approval
-        return "", ""
+        return None
 
 
 def _asks_ledger(action: Action, outcome: Outcome, exc: BaseException | None) -> bool:

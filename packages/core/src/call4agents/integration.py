@@ -16,9 +16,10 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from . import run_notes
 from .approvals import ApprovalRequest, first_shown
 from .canonical import canonical_args
-from .context import check_run_id, current_run
+from .context import Trigger, check_run_id, current_run, run_part
 from .effect import (
     Action,
     EffectOptions,
@@ -38,6 +39,7 @@ from .errors import (
     ResultPruned,
 )
 from .ledger import Ledger
+from .run_notes import TRIGGERS, note_tool
 from .runs import (
     ESCALATE_ON,
     BudgetExceeded,
@@ -89,12 +91,47 @@ def action_for(
 
 def run_tool(action: Action, call: Callable[[], T]) -> T:
     """Run a sync tool call once for ``action``; a repeat returns the recorded result."""
+    note_tool(action.run_id, action.options.kind)
     return call() if not action.options.recorded else perform(action, call)
 
 
 async def arun_tool(action: Action, call: Callable[[], Awaitable[T]]) -> T:
     """Run an async tool call once for ``action``; ledger I/O stays off the event loop."""
+    note_tool(action.run_id, action.options.kind)
     return await call() if not action.options.recorded else await aperform(action, call)
+
+
+def note_unrecorded(options: EffectOptions) -> None:
+    """A tool call that skips the ledger (kind ``read`` or ``none``) was made in the current
+    run: counted for the run's summary, where a ``read`` is the evidence behind a completion."""
+    run = current_run()
+    if run is not None:
+        note_tool(run.run_id, options.kind)
+
+
+def run_started(run_id: str, *, ledger: Ledger | None = None, trigger: str | None = None) -> None:
+    """The framework's run of ``run_id`` began, for integrations whose framework has no single
+    block around the run (a hook before and one after): pair with :func:`run_finished`."""
+    run_notes.enter(run_id, ledger, run_notes.check_trigger(trigger, "OnceOnly"))
+
+
+def run_finished(run_id: str, exc: BaseException | None = None) -> None:
+    """The framework's run of ``run_id`` ended (``exc`` None: completed); see ``run_started``."""
+    notes = run_notes.leave(run_id)
+    if notes is not None:
+        run_notes.finish(notes, exc)
+
+
+async def arun_finished(run_id: str, exc: BaseException | None = None) -> None:
+    """``run_finished`` with its ledger write off the event loop."""
+    notes = run_notes.leave(run_id)
+    if notes is not None:
+        await run_notes.afinish(notes, exc)
+
+
+def check_trigger(value: object) -> Trigger | None:
+    """An integration's ``OnceOnly(trigger=...)``: one of TRIGGERS or None, else a clear error."""
+    return run_notes.check_trigger(value, "OnceOnly")
 
 
 def ends_run(exc: BaseException) -> bool:
@@ -146,12 +183,16 @@ def failure_message(action: Action, exc: BaseException) -> str:
 
 __all__ = [
     "ESCALATE_ON",
+    "TRIGGERS",
     "ToolOptions",
+    "Trigger",
     "action_for",
+    "arun_finished",
     "arun_tool",
     "canonical_args",
     "check_escalate_on",
     "check_run_id",
+    "check_trigger",
     "count_model_request",
     "current_run",
     "ends_run",
@@ -159,8 +200,12 @@ __all__ = [
     "failure_message",
     "is_in_doubt_error",
     "message_for_model",
+    "note_unrecorded",
     "options_for",
     "record_model_usage",
+    "run_finished",
+    "run_part",
+    "run_started",
     "run_tool",
     "shown_other_args",
     "warn_once",

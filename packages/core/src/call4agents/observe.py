@@ -33,6 +33,7 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .effect import Action
+    from .run_notes import RunSummary
 
 T = TypeVar("T")
 
@@ -74,6 +75,9 @@ class Layer:
 
     def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
         """A run control ended run ``run_id``; ``count`` once per ending, not per span marked."""
+
+    def run_left(self, summary: RunSummary) -> None:
+        """The outermost ``c4a.run`` block of a run left (see ``run_notes``)."""
 
 
 class _Chain(Layer):
@@ -136,6 +140,13 @@ def run_ended(run_id: str, reason: str, *, count: bool = True) -> None:
     layer = _layers.get("otel")
     if layer is not None:
         layer.run_ended(run_id, reason, count=count)
+
+
+def run_left(summary: RunSummary) -> None:
+    """Tell telemetry what one entry of a run did, as its outermost block leaves."""
+    layer = _layers.get("otel")
+    if layer is not None:
+        layer.run_left(summary)
 
 
 # -- what one action did ----------------------------------------------------------------------
@@ -388,6 +399,11 @@ class _Lazy(Layer):
         real = self._real()
         if real is not None:
             real.run_ended(run_id, reason, count=count)
+
+    def run_left(self, summary: RunSummary) -> None:
+        real = self._real()
+        if real is not None:
+            real.run_left(summary)
 
 
 def _auto() -> None:

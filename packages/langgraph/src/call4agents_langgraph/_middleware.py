@@ -22,7 +22,6 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
 from typing_extensions import NotRequired
 
-import call4agents as c4a
 from call4agents import (
     ApprovalDenied,
     ApprovalRequired,
@@ -46,6 +45,7 @@ from call4agents.integration import (
     escalate_by_policy,
     message_for_model,
     options_for,
+    run_part,
     run_tool,
     with_escalate_on,
 )
@@ -335,7 +335,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         """
         if run_id is None:
             return contextlib.nullcontext()
-        return c4a.run(run_id, ledger=self.ledger, budget=self.budget)
+        return run_part(run_id, ledger=self.ledger, budget=self.budget)
 
     @contextlib.contextmanager
     def _tool_run(self, request: ToolCallRequest, call: _Call | None) -> Iterator[None]:

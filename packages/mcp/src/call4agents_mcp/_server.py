@@ -56,6 +56,7 @@ from call4agents.integration import (
     escalate_by_policy,
     is_in_doubt_error,
     options_for,
+    run_part,
     warn_once,
 )
 from call4agents.ledger import Ledger
@@ -268,7 +269,7 @@ class OnceOnly(Extension):
 
     def _run(self, run_id: str, ledger: Ledger | None) -> c4a.run:
         """The run a call belongs to, with this server's budget (checked as the call claims)."""
-        return c4a.run(run_id, ledger=ledger, budget=self._budget)
+        return run_part(run_id, ledger=ledger, budget=self._budget)
 
     async def _once(
         self,

@@ -38,6 +38,7 @@ from call4agents.integration import (
     ends_run,
     escalate_by_policy,
     record_model_usage,
+    run_part,
     with_escalate_on,
 )
 
@@ -89,7 +90,7 @@ class Scope:
     budget: Budget | None  # None: the enclosing run's budget (if any) applies
 
     def enter(self) -> c4a.run:
-        return c4a.run(self.run_id, ledger=self.ledger, budget=self.budget)
+        return run_part(self.run_id, ledger=self.ledger, budget=self.budget)
 
     def call(self, fn: Callable[[], T]) -> T:
         with self.enter():
