@@ -8,6 +8,7 @@ into the framework's tool-error shape with :func:`message_for_model`.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
@@ -111,8 +112,20 @@ def note_unrecorded(options: EffectOptions) -> None:
 
 def run_started(run_id: str, *, ledger: Ledger | None = None, trigger: str | None = None) -> None:
     """The framework's run of ``run_id`` began, for integrations whose framework has no single
-    block around the run (a hook before and one after): pair with :func:`run_finished`."""
-    run_notes.enter(run_id, ledger, run_notes.check_trigger(trigger, "OnceOnly"))
+    block around the run (a hook before and one after): pair with :func:`run_finished`.
+    A run that never reached its ``run_finished`` (it raised, or paused) is dropped here."""
+    notes = run_notes.enter(run_id, ledger, check_trigger(trigger), fresh=True)
+    if notes is not None:
+        run_notes.enter_soon(notes)
+
+
+async def arun_started(
+    run_id: str, *, ledger: Ledger | None = None, trigger: str | None = None
+) -> None:
+    """``run_started`` with its ledger read off the event loop."""
+    notes = run_notes.enter(run_id, ledger, check_trigger(trigger), fresh=True)
+    if notes is not None:
+        await asyncio.to_thread(run_notes.look_back, notes)
 
 
 def run_finished(run_id: str, exc: BaseException | None = None) -> None:
@@ -188,6 +201,7 @@ __all__ = [
     "Trigger",
     "action_for",
     "arun_finished",
+    "arun_started",
     "arun_tool",
     "canonical_args",
     "check_escalate_on",

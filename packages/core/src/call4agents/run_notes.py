@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, exists, or_, select, update
 
@@ -93,12 +93,16 @@ _open: dict[str, Notes] = {}
 _lock = threading.Lock()
 
 
-def enter(run_id: str, ledger: Ledger | None, trigger: str | None) -> Notes | None:
+def enter(
+    run_id: str, ledger: Ledger | None, trigger: str | None, *, fresh: bool = False
+) -> Notes | None:
     """The outermost (or a nested) block of ``run_id`` began in this process; the new notes
-    when it is the outermost (see :func:`look_back` for the ledger's read)."""
+    when it is the outermost (see :func:`look_back` for the ledger's read). ``fresh``: a
+    framework's run began, and notes still open for it are from a run that never finished
+    (it raised, or paused for a person): they are dropped."""
     with _lock:
         found = _open.get(run_id)
-        if found is None:
+        if found is None or fresh:
             _open[run_id] = found = Notes(run_id, ledger, trigger)
             return found
         found.depth += 1
@@ -290,6 +294,24 @@ def triggers(ledger: Ledger, run_id: str) -> list[str]:
             .order_by(run_counters.c.value)
         ).scalars()
         return [name[len(TRIGGER) :] for name in rows]
+
+
+def run_document(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
+    """The run's own record for ``call4agents show --json``; None if it was never recorded."""
+    with ledger.store.read() as conn:
+        values = _counters(conn, run_id)
+    if ENTERED_AT not in values:
+        return None
+    completed = COMPLETED_AT in values
+    return {
+        "triggers": triggers(ledger, run_id),
+        "wall_clock_ms": values.get(WALL_CLOCK_MS, 0.0),
+        "tool_calls": int(values.get(TOOL_CALLS, 0)),
+        "reads": int(values.get(READS, 0)),
+        "completed": completed,
+        "completed_without_read": completed and not values.get(READS),
+        "cost_spent": values.get("cost"),
+    }
 
 
 def run_text(ledger: Ledger, run_id: str) -> str | None:

@@ -20,6 +20,7 @@ from langchain.agents.middleware.types import ModelCallResult, PrivateStateAttr
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
+from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
 from call4agents import (
@@ -38,14 +39,21 @@ from call4agents import (
 )
 from call4agents.effect import Action
 from call4agents.integration import (
+    Trigger,
     action_for,
+    arun_finished,
+    arun_started,
     arun_tool,
     check_escalate_on,
+    check_trigger,
     ends_run,
     escalate_by_policy,
     message_for_model,
+    note_unrecorded,
     options_for,
+    run_finished,
     run_part,
+    run_started,
     run_tool,
     with_escalate_on,
 )
@@ -114,6 +122,8 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
             with a hand-off) instead of going back to the model: ``"in_doubt"``, ``"denied"``,
             ``"budget"``. Added to every tool's ``EffectOptions.escalate_on`` (which may also
             be given per tool in ``tools=``); ``"budget"`` covers model requests too.
+        trigger: what started the thread's run: ``"user"``, ``"schedule"``, ``"webhook"``; the
+            ledger records ``"retry"`` itself when the thread had recorded actions before.
     """
 
     state_schema = OnceOnlyState
@@ -126,9 +136,11 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         default: EffectOptions | None = None,
         budget: Budget | None = None,
         escalate_on: Collection[str] = (),
+        trigger: Trigger | None = None,
     ) -> None:
         super().__init__()
         self.ledger = ledger
+        self.trigger = check_trigger(trigger)
         self.default = default or EffectOptions()
         # Not `self.tools`: create_agent reads a middleware's `tools` as tools it contributes.
         self.tool_options = _checked_options(tools, self.default)
@@ -159,6 +171,36 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
     def _for_call(self, options: EffectOptions) -> EffectOptions:
         return _hooks.for_tool_calls(with_escalate_on(options, self.escalate_on))
 
+    # -- the agent's run as a whole: its trigger, and a completion without any read ---------------
+
+    def before_agent(self, state: OnceOnlyState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        run_id = _thread_or_none(getattr(runtime, "execution_info", None), state)
+        if run_id is not None:
+            run_started(run_id, ledger=self.ledger, trigger=self.trigger)
+        return None
+
+    async def abefore_agent(
+        self, state: OnceOnlyState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        run_id = _thread_or_none(getattr(runtime, "execution_info", None), state)
+        if run_id is not None:
+            await arun_started(run_id, ledger=self.ledger, trigger=self.trigger)
+        return None
+
+    def after_agent(self, state: OnceOnlyState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        run_id = _thread_or_none(getattr(runtime, "execution_info", None), state)
+        if run_id is not None:
+            run_finished(run_id)  # reached the end: completed
+        return None
+
+    async def aafter_agent(
+        self, state: OnceOnlyState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        run_id = _thread_or_none(getattr(runtime, "execution_info", None), state)
+        if run_id is not None:
+            await arun_finished(run_id)
+        return None
+
     # -- create_agent middleware and ToolNode wrappers ---------------------------------------------
 
     def wrap_tool_call(self, request: ToolCallRequest, handler: SyncHandler) -> ToolResult:
@@ -166,6 +208,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         call = self._prepare(request)
         with self._ending(), self._tool_run(request, call), _endings.watch() as watcher:
             if call is None:
+                self._note_unrecorded(request)
                 result = handler(request)
                 watcher.raise_found()
                 return result
@@ -183,6 +226,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         call = self._prepare(request)
         with self._ending(), self._tool_run(request, call), _endings.watch() as watcher:
             if call is None:
+                self._note_unrecorded(request)
                 result = await handler(request)
                 watcher.raise_found()
                 return result
@@ -195,6 +239,12 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
                 except _REFUSALS as exc:
                     return error_message(call.tool_call, message_for_model(exc), key=exc.key)
             raise _unsettled(call)
+
+    def _note_unrecorded(self, request: ToolCallRequest) -> None:
+        """A read (or a ``none`` tool) counts for the run: a read is the evidence behind it."""
+        name = request.tool_call["name"]
+        if request.tool is not None or name in self.tool_options:
+            note_unrecorded(self._call_options(name))
 
     def _prepare(self, request: ToolCallRequest) -> _Call | None:
         """Key the call, or None for a call that passes straight through (reads, unknown tools)."""
