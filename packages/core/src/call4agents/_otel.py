@@ -23,7 +23,19 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import _semconv as sc
 from .errors import LedgerError
 from .ledger import idempotency_key
-from .observe import AInner, Inner, Layer, Outcome, Watch, approval_of, external_id, outcome_of
+from .observe import (
+    _NO_STEP,
+    AInner,
+    Inner,
+    Layer,
+    Outcome,
+    Step,
+    StepFigures,
+    Watch,
+    approval_of,
+    external_id,
+    outcome_of,
+)
 from .run_notes import COMPLETED, ERROR
 
 if TYPE_CHECKING:
@@ -160,6 +172,16 @@ class OtelLayer(Layer):
             self.runs_ended.add(1, {sc.RUN_TERMINAL_REASON: reason})
             attributes = {sc.RUN_ID: run_id, sc.RUN_TERMINAL_REASON: reason}
             span.add_event(sc.EVENT_RUN_ENDED, attributes)
+
+    def step(self, run_id: str | None, index: int | None) -> Step:
+        if self.silent():
+            return _NO_STEP
+        current = trace.get_current_span()
+        if current.is_recording() and _is_model_span(current):
+            # The framework's own span of this model request (Pydantic AI's `chat <model>`
+            # runs around its capabilities): the step's figures go on it, no second span.
+            return _StepSpan(None, run_id, index, span=current)
+        return _StepSpan(self.tracer, run_id, index)
 
     # -- spans -------------------------------------------------------------------------------
 
@@ -318,6 +340,72 @@ class OtelLayer(Layer):
                 yield ledger.url, open_figures(ledger)
             except (LedgerError, SQLAlchemyError):
                 continue  # a ledger that cannot be read now reports nothing, not a wrong zero
+
+
+class _StepSpan(Step):
+    """``call4agents.step``: current while open, so the framework's model span is its child."""
+
+    def __init__(
+        self,
+        tracer: trace.Tracer | None,
+        run_id: str | None,
+        index: int | None,
+        *,
+        span: Span | None = None,
+    ) -> None:
+        attributes: dict[str, Any] = {}
+        if run_id is not None:
+            attributes[sc.RUN_ID] = run_id
+        if index is not None:
+            attributes[sc.STEP_INDEX] = index
+        self.own = span is None  # False: the framework's span, which it ends itself
+        if span is None:
+            assert tracer is not None
+            span = tracer.start_span(sc.STEP_SPAN, kind=SpanKind.INTERNAL, attributes=attributes)
+        else:
+            span.set_attributes(attributes)
+        self.span = span
+        self.token: object | None = None
+
+    def __enter__(self) -> Step:
+        if self.own and self.span.is_recording():
+            self.token = context.attach(trace.set_span_in_context(self.span))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _leave(self.token)
+        if not self.own:
+            return
+        error = exc[1] if len(exc) > 1 else None
+        if isinstance(error, BaseException):
+            self.span.set_attribute(sc.ERROR_TYPE, type(error).__qualname__)
+        self.span.end()
+
+    def finish(self, figures: StepFigures) -> None:
+        if not self.span.is_recording():
+            return
+        found = {
+            sc.STEP_STOP_REASON: figures.stop_reason,
+            sc.GEN_AI_RESPONSE_MODEL: figures.model,
+            sc.GEN_AI_INPUT_TOKENS: figures.input_tokens,
+            sc.GEN_AI_OUTPUT_TOKENS: figures.output_tokens,
+            sc.GEN_AI_CACHE_READ_TOKENS: figures.cache_read_tokens,
+            sc.GEN_AI_CACHE_WRITE_TOKENS: figures.cache_write_tokens,
+        }
+        if not self.own:  # the framework's span has its own model, tokens and finish reasons
+            found = {sc.STEP_STOP_REASON: figures.stop_reason}
+        self.span.set_attributes({k: v for k, v in found.items() if v is not None})
+        if self.own and figures.finish_reason is not None:
+            self.span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, [figures.finish_reason])
+
+
+# GenAI span names of one model call: "{operation} {model}".
+_MODEL_OPERATIONS = ("chat ", "text_completion ", "generate_content ")
+
+
+def _is_model_span(span: Span) -> bool:
+    name = getattr(span, "name", "")  # the SDK's spans have a name; others are never merged
+    return isinstance(name, str) and name.startswith(_MODEL_OPERATIONS)
 
 
 def _run_attributes(summary: RunSummary) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from . import run_notes
+from . import observe, run_notes
 from .approvals import ApprovalRequest, first_shown
 from .canonical import canonical_args
 from .context import Trigger, check_run_id, current_run, run_part
@@ -40,6 +40,7 @@ from .errors import (
     ResultPruned,
 )
 from .ledger import Ledger
+from .observe import Step, StepFigures
 from .run_notes import TRIGGERS, note_tool
 from .runs import (
     ESCALATE_ON,
@@ -142,6 +143,13 @@ async def arun_finished(run_id: str, exc: BaseException | None = None) -> None:
         await run_notes.afinish(notes, exc)
 
 
+def step(run_id: str | None, index: int | None) -> Step:
+    """A span for one turn of the agent loop (``call4agents.step``), current while open:
+    ``with step(run_id, n) as s: response = call_model(); s.finish(StepFigures(...))``.
+    A shared no-op while no OpenTelemetry SDK records anything."""
+    return observe.step(run_id, index)
+
+
 def check_trigger(value: object) -> Trigger | None:
     """An integration's ``OnceOnly(trigger=...)``: one of TRIGGERS or None, else a clear error."""
     return run_notes.check_trigger(value, "OnceOnly")
@@ -197,6 +205,8 @@ def failure_message(action: Action, exc: BaseException) -> str:
 __all__ = [
     "ESCALATE_ON",
     "TRIGGERS",
+    "Step",
+    "StepFigures",
     "ToolOptions",
     "Trigger",
     "action_for",
@@ -222,6 +232,7 @@ __all__ = [
     "run_started",
     "run_tool",
     "shown_other_args",
+    "step",
     "warn_once",
 ]
 

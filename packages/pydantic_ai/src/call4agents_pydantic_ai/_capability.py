@@ -49,10 +49,11 @@ from call4agents.integration import (
     escalate_by_policy,
     note_unrecorded,
     options_for,
+    step,
     with_escalate_on,
 )
 
-from . import _approvals, _outcomes, _run_controls
+from . import _approvals, _outcomes, _run_controls, _steps
 from ._run_id import run_id_of
 
 _NO_TOOLS: Mapping[str, EffectOptions | Mapping[str, Any]] = MappingProxyType({})
@@ -201,23 +202,31 @@ class OnceOnly(AbstractCapability[Any]):
     ) -> ModelResponse:
         """Count each model request in the ledger before it is made, and its usage after."""
         await self._end_if_ended()
-        with self._scope(ctx):
-            if not _run_controls.budgeted():
-                return await handler(request_context)
-            await self._settle()
-            try:
-                request_context = await _run_controls.before_request(request_context)
-            except BudgetExceeded as exc:
-                await self._escalate(exc)
-                raise
-            try:
-                response = await handler(request_context)
-            except BaseException:
-                self._counted(None)
-                raise
-            self._counted(response)
-            await _run_controls.after_response(response)
+        with self._scope(ctx), step(ctx.conversation_id, ctx.run_step) as turn:
+            response = await self._request(request_context, handler)
+            turn.finish(_steps.figures(response))
             return response
+
+    async def _request(
+        self, request_context: ModelRequestContext, handler: WrapModelRequestHandler
+    ) -> ModelResponse:
+        """The request, counted against the run's budget when it has one."""
+        if not _run_controls.budgeted():
+            return await handler(request_context)
+        await self._settle()
+        try:
+            request_context = await _run_controls.before_request(request_context)
+        except BudgetExceeded as exc:
+            await self._escalate(exc)
+            raise
+        try:
+            response = await handler(request_context)
+        except BaseException:
+            self._counted(None)
+            raise
+        self._counted(response)
+        await _run_controls.after_response(response)
+        return response
 
     def _counted(self, response: ModelResponse | None) -> None:
         if self._account is not None:

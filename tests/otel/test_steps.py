@@ -1,0 +1,84 @@
+"""One ``call4agents.step`` span per turn of the agent loop, nested with the framework's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from pydantic_ai import Agent
+from pydantic_ai.models.instrumented import InstrumentationSettings
+from pydantic_ai.models.test import TestModel
+
+from call4agents_pydantic_ai import OnceOnly
+from tests.conftest import Target
+from tests.otel.conftest import Telemetry
+from tests.pydantic_ai.scripted import Outbox
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def test_pydantic_ai_steps_nest_the_frameworks_model_spans(
+    target: Target, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    agent: Agent[None, str] = Agent(
+        TestModel(call_tools=["send_email"]),
+        capabilities=[OnceOnly(ledger=target.open(), trigger="webhook")],
+    )
+    agent.instrument = InstrumentationSettings(tracer_provider=telemetry.tracer_provider)
+
+    @agent.tool_plain
+    def send_email(to: str, body: str) -> str:
+        """Email a customer."""
+        return outbox.send(to, body)
+
+    agent.run_sync("Tell Bob", conversation_id="conv-steps")
+    spans = telemetry.exporter.get_finished_spans()
+    # Pydantic AI's own `chat` span of each request is the step: it carries the step's index
+    # and stop reason beside its own model and token figures; no second span duplicates it.
+    assert telemetry.spans("call4agents.step") == []
+    chats = sorted(telemetry.spans("chat"), key=lambda s: attrs(s)["call4agents.step.index"])
+    assert [attrs(s)["call4agents.step.index"] for s in chats] == [1, 2]
+    assert [attrs(s)["call4agents.step.stop_reason"] for s in chats] == ["tool_call", "end"]
+    for chat in chats:
+        assert attrs(chat)["call4agents.run.id"] == "conv-steps"
+        assert attrs(chat)["gen_ai.usage.input_tokens"] > 0
+    # Our tool span sits under Pydantic AI's, in the same trace as the steps.
+    [tool] = telemetry.ours()
+    assert tool.context.trace_id == chats[0].context.trace_id
+    [run] = [s for s in spans if "call4agents.run.trigger" in attrs(s)]
+    assert attrs(run)["call4agents.run.trigger"] == "webhook"
+    assert attrs(run)["call4agents.run.terminal_reason"] == "completed"
+
+
+def test_pydantic_ai_steps_without_instrumentation(
+    target: Target, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    outbox = Outbox(tmp_path / "outbox.jsonl")
+    agent: Agent[None, str] = Agent(
+        TestModel(call_tools=["send_email"]), capabilities=[OnceOnly(ledger=target.open())]
+    )
+
+    @agent.tool_plain
+    def send_email(to: str, body: str) -> str:
+        """Email a customer."""
+        return outbox.send(to, body)
+
+    tracer = telemetry.tracer_provider.get_tracer("app")
+    with tracer.start_as_current_span("job"):
+        agent.run_sync("Tell Bob", conversation_id="conv-plain")
+    steps = sorted(
+        telemetry.spans("call4agents.step"), key=lambda s: attrs(s)["call4agents.step.index"]
+    )
+    assert [attrs(s)["call4agents.step.stop_reason"] for s in steps] == ["tool_call", "end"]
+    [job] = telemetry.spans("job")
+    for step in steps:
+        assert step.parent is not None
+        assert step.parent.span_id == job.context.span_id
+        assert attrs(step)["gen_ai.response.model"] == "test"
+        assert attrs(step)["gen_ai.usage.input_tokens"] > 0
+        assert attrs(step)["gen_ai.usage.output_tokens"] > 0
+        assert "gen_ai.usage.cache_read.input_tokens" not in attrs(step)  # none reported
