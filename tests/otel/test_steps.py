@@ -5,15 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 from opentelemetry.sdk.trace import ReadableSpan
 from pydantic_ai import Agent
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.models.test import TestModel
 
+from call4agents_langgraph import OnceOnly as OnceOnlyLG
 from call4agents_pydantic_ai import OnceOnly
 from tests.conftest import Target
+from tests.langgraph.fake_model import StepModel
+from tests.langgraph.helpers import Outbox as LgOutbox
 from tests.otel.conftest import Telemetry
 from tests.pydantic_ai.scripted import Outbox
+
+LG_CONFIG: Any = {"configurable": {"thread_id": "thread-steps"}}
 
 
 def attrs(span: ReadableSpan) -> dict[str, Any]:
@@ -82,3 +91,70 @@ def test_pydantic_ai_steps_without_instrumentation(
         assert attrs(step)["gen_ai.usage.input_tokens"] > 0
         assert attrs(step)["gen_ai.usage.output_tokens"] > 0
         assert "gen_ai.usage.cache_read.input_tokens" not in attrs(step)  # none reported
+
+
+def _graph(target: Target, outbox: LgOutbox, usage: tuple[int, int] | None) -> Any:
+    @tool
+    def lookup(order: str) -> str:
+        """Look an order up."""
+        return f"order {order}: paid"
+
+    @tool
+    def send_email(to: str, body: str) -> str:
+        """Email a customer."""
+        outbox.send(to, body)
+        return f"sent to {to}"
+
+    model = StepModel(
+        calls=[("lookup", {"order": "o-1"}), ("send_email", {"to": "bob", "body": "hi"})],
+        usage=usage,
+    )
+    return create_agent(
+        model,
+        [lookup, send_email],
+        middleware=[
+            OnceOnlyLG(ledger=target.open(), tools={"lookup": {"kind": "read"}}, trigger="user")
+        ],
+        checkpointer=InMemorySaver(),
+    )
+
+
+def test_langgraph_one_step_per_model_call(
+    target: Target, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    graph = _graph(target, LgOutbox(tmp_path / "outbox.jsonl"), usage=(120, 30))
+    tracer = telemetry.tracer_provider.get_tracer("app")
+    with tracer.start_as_current_span("ticket"):
+        graph.invoke({"messages": [HumanMessage("mail bob")]}, LG_CONFIG)
+    steps = telemetry.spans("call4agents.step")
+    assert [attrs(s)["call4agents.step.index"] for s in steps] == [1, 2, 3]
+    assert [attrs(s)["call4agents.step.stop_reason"] for s in steps] == [
+        "tool_call",
+        "tool_call",
+        "end",
+    ]
+    assert {attrs(s)["gen_ai.usage.input_tokens"] for s in steps} == {120}
+    assert {attrs(s)["gen_ai.usage.output_tokens"] for s in steps} == {30}
+    [ticket] = telemetry.spans("ticket")
+    assert {s.context.trace_id for s in steps} == {ticket.context.trace_id}
+    # The final answer ends the run: completed, with a read behind it, and its trigger.
+    [run] = [
+        s for s in telemetry.exporter.get_finished_spans() if "call4agents.run.trigger" in attrs(s)
+    ]
+    assert attrs(run)["call4agents.run.trigger"] == "user"
+    assert attrs(run)["call4agents.run.terminal_reason"] == "completed"
+    assert attrs(run)["call4agents.run.without_read"] is False
+    assert attrs(run)["call4agents.run.tool_calls"] == 2
+
+
+def test_langgraph_tokens_stay_unset_when_the_model_reports_none(
+    target: Target, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    graph = _graph(target, LgOutbox(tmp_path / "outbox.jsonl"), usage=None)
+    graph.invoke({"messages": [HumanMessage("mail bob")]}, LG_CONFIG)
+    steps = telemetry.spans("call4agents.step")
+    assert len(steps) == 3
+    for step in steps:
+        assert "gen_ai.usage.input_tokens" not in attrs(step)
+        assert "gen_ai.usage.output_tokens" not in attrs(step)
+        assert attrs(step)["call4agents.step.stop_reason"] in ("tool_call", "end")

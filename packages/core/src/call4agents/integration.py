@@ -120,6 +120,17 @@ def run_started(run_id: str, *, ledger: Ledger | None = None, trigger: str | Non
         run_notes.enter_soon(notes)
 
 
+def run_continues(run_id: str, *, ledger: Ledger | None = None, trigger: str | None = None) -> None:
+    """Open the run's notes unless they are open already: for a framework whose run has no
+    hook at its start, only at each step (the first step in this process opens them). The
+    look at the ledger for a retry goes to a worker thread inside a running event loop."""
+    if run_notes.is_open(run_id):
+        return
+    notes = run_notes.enter(run_id, ledger, check_trigger(trigger))
+    if notes is not None:
+        run_notes.enter_soon(notes)
+
+
 async def arun_started(
     run_id: str, *, ledger: Ledger | None = None, trigger: str | None = None
 ) -> None:
@@ -227,6 +238,7 @@ __all__ = [
     "note_unrecorded",
     "options_for",
     "record_model_usage",
+    "run_continues",
     "run_finished",
     "run_part",
     "run_started",

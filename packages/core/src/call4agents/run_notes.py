@@ -137,6 +137,10 @@ def enter_soon(notes: Notes) -> None:
     loop.run_in_executor(None, look_back, notes)
 
 
+def is_open(run_id: str) -> bool:
+    return run_id in _open
+
+
 def leave(run_id: str) -> Notes | None:
     """A block of ``run_id`` ended; the notes once its outermost block has."""
     with _lock:

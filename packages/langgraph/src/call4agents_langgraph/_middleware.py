@@ -20,7 +20,6 @@ from langchain.agents.middleware.types import ModelCallResult, PrivateStateAttr
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
-from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
 from call4agents import (
@@ -42,7 +41,6 @@ from call4agents.integration import (
     Trigger,
     action_for,
     arun_finished,
-    arun_started,
     arun_tool,
     check_escalate_on,
     check_trigger,
@@ -51,14 +49,14 @@ from call4agents.integration import (
     message_for_model,
     note_unrecorded,
     options_for,
+    run_continues,
     run_finished,
     run_part,
-    run_started,
     run_tool,
     with_escalate_on,
 )
 
-from . import _approval, _endings, _hooks, _model, _nodes, _order
+from . import _approval, _endings, _hooks, _model, _nodes, _order, _steps
 from ._ids import BRANCH_KEY, no_thread_error, thread_run_id
 from ._otel_parent import instrumented_parent
 from ._results import ToolReportedError, ToolResult, check_reported_error, deliver, error_message
@@ -170,36 +168,6 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
 
     def _for_call(self, options: EffectOptions) -> EffectOptions:
         return _hooks.for_tool_calls(with_escalate_on(options, self.escalate_on))
-
-    # -- the agent's run as a whole: its trigger, and a completion without any read ---------------
-
-    def before_agent(self, state: OnceOnlyState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        run_id = _thread_or_none(getattr(runtime, "execution_info", None), state)
-        if run_id is not None:
-            run_started(run_id, ledger=self.ledger, trigger=self.trigger)
-        return None
-
-    async def abefore_agent(
-        self, state: OnceOnlyState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        run_id = _thread_or_none(getattr(runtime, "execution_info", None), state)
-        if run_id is not None:
-            await arun_started(run_id, ledger=self.ledger, trigger=self.trigger)
-        return None
-
-    def after_agent(self, state: OnceOnlyState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        run_id = _thread_or_none(getattr(runtime, "execution_info", None), state)
-        if run_id is not None:
-            run_finished(run_id)  # reached the end: completed
-        return None
-
-    async def aafter_agent(
-        self, state: OnceOnlyState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        run_id = _thread_or_none(getattr(runtime, "execution_info", None), state)
-        if run_id is not None:
-            await arun_finished(run_id)
-        return None
 
     # -- create_agent middleware and ToolNode wrappers ---------------------------------------------
 
@@ -354,7 +322,8 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
     ) -> ModelCallResult[Any]:
         """Count the model request against the run's budget; past the soft threshold, tell the
         model to wrap up. Past a hard limit the run ends with ``c4a.BudgetExceeded``."""
-        with self._ending(), self._model_run(request):
+        run_id = self._model_run_id(request)
+        with self._ending(), self._model_run(request), _steps.step(run_id, request) as turn:
             try:
                 request = _model.before(request, self.ledger)
             except BudgetExceeded as exc:
@@ -362,13 +331,17 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
                 raise
             response = handler(request)
             _model.after(response, self.ledger)
-            return response
+            stop = _steps.finish(turn, response)
+        if stop == "end" and run_id is not None:
+            run_finished(run_id)  # the model answered without asking for tools: completed
+        return response
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: AsyncModelHandler
     ) -> ModelCallResult[Any]:
         """The async form of :meth:`wrap_model_call`."""
-        with self._ending(), self._model_run(request):
+        run_id = self._model_run_id(request)
+        with self._ending(), self._model_run(request), _steps.step(run_id, request) as turn:
             try:
                 request = await _model.abefore(request, self.ledger)
             except BudgetExceeded as exc:
@@ -376,7 +349,10 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
                 raise
             response = await handler(request)
             await _model.aafter(response, self.ledger)
-            return response
+            stop = _steps.finish(turn, response)
+        if stop == "end" and run_id is not None:
+            await arun_finished(run_id)
+        return response
 
     def _run_scope(self, run_id: str | None) -> contextlib.AbstractContextManager[Any]:
         """The thread's run around a step, with this OnceOnly's budget (or the enclosing one's).
@@ -401,6 +377,16 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
                 yield
         finally:
             _hooks.current_call_id.reset(token)
+
+    def _model_run_id(self, request: ModelRequest[Any]) -> str | None:
+        """The thread's run id; its first model request in this process opens the run's notes
+        (trigger, tool calls, reads), which its final answer closes."""
+        runtime = request.runtime
+        info = getattr(runtime, "execution_info", None) if runtime is not None else None
+        run_id = _thread_or_none(info, request.state)
+        if run_id is not None:
+            run_continues(run_id, ledger=self.ledger, trigger=self.trigger)
+        return run_id
 
     def _model_run(self, request: ModelRequest[Any]) -> contextlib.AbstractContextManager[Any]:
         runtime = request.runtime
