@@ -127,3 +127,16 @@ def test_an_error_ends_the_run_as_error_and_a_nested_block_does_not_end_it(
     ended = telemetry.points("call4agents.runs.ended")
     assert sum(p.value for p in ended) == 1
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_gc_and_delete_run_forget_the_runs_summary(target: Target, telemetry: Telemetry) -> None:
+    ledger = c4a.init(target.open())
+    send, _ = _tools()
+    for run_id in ("t-6", "t-7"):
+        with c4a.run(run_id, trigger="schedule"):
+            send(run_id)
+    assert run_text(ledger, "t-6") is not None
+    ledger.delete_run("t-6")
+    assert run_text(ledger, "t-6") is None
+    ledger.gc(0)  # every run was entered before now
+    assert run_text(ledger, "t-7") is None

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Connection, exists, or_, select, update
+from sqlalchemy import Connection, delete, exists, or_, select, update
 
 from . import observe
 from .errors import ApprovalRequired, ConfigurationError, LedgerError
@@ -90,6 +90,7 @@ class RunSummary:
 
 
 _open: dict[str, Notes] = {}
+_KEPT = 10_000
 _lock = threading.Lock()
 
 
@@ -103,6 +104,10 @@ def enter(
     with _lock:
         found = _open.get(run_id)
         if found is None or fresh:
+            if len(_open) >= _KEPT and run_id not in _open:
+                # Runs that never reached their end (a thread left waiting forever): the oldest
+                # goes, so a long-lived worker's memory stays bounded.
+                _open.pop(next(iter(_open)))
             _open[run_id] = found = Notes(run_id, ledger, trigger)
             return found
         found.depth += 1
@@ -287,6 +292,19 @@ def _put(
             .where(run_counters.c.run_id == run_id, run_counters.c.name == name)
             .values(value=value)
         )
+
+
+def forget(conn: Connection, *, run_id: str | None = None, before: float | None = None) -> None:
+    """Delete the "run." counters of one run (``delete_run``), or of runs last entered before
+    ``before`` (``gc``). A budget's counters are left as they are."""
+    mine = run_counters.c.name.like(PREFIX + "%")
+    if run_id is not None:
+        conn.execute(delete(run_counters).where(mine, run_counters.c.run_id == run_id))
+    if before is not None:
+        old = select(run_counters.c.run_id).where(
+            run_counters.c.name == ENTERED_AT, run_counters.c.value < before
+        )
+        conn.execute(delete(run_counters).where(mine, run_counters.c.run_id.in_(old)))
 
 
 def triggers(ledger: Ledger, run_id: str) -> list[str]:
