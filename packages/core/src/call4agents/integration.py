@@ -12,6 +12,7 @@ import asyncio
 import functools
 import inspect
 import json
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
@@ -236,6 +237,7 @@ __all__ = [
     "is_in_doubt_error",
     "message_for_model",
     "note_unrecorded",
+    "open_ticket",
     "options_for",
     "record_model_usage",
     "run_continues",
@@ -261,6 +263,17 @@ def shown_other_args(action: Action) -> ApprovalRequest | None:
     those in the ledger.
     """
     return first_shown(action.ledger, action)
+
+
+def open_ticket(action: Action) -> ApprovalRequest | None:
+    """The live ticket for this call's arguments that a "no" can still reach: pending, or
+    approved and not yet spent. A later no wins over a yes until the yes is used."""
+    now = time.time()
+    for ticket in action.ledger.approvals(run_id=action.run_id):
+        live = ticket.state in ("pending", "approved") and ticket.expires_at > now
+        if live and ticket.key == action.key and ticket.covers(action):
+            return ticket
+    return None
 
 
 def warn_once(topic: str, message: str) -> None:
