@@ -14,6 +14,7 @@ from pydantic_ai import Agent
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.models.test import TestModel
 
+import call4agents as c4a
 from call4agents_langgraph import OnceOnly as OnceOnlyLG
 from call4agents_pydantic_ai import OnceOnly
 from tests.conftest import Target
@@ -158,3 +159,19 @@ def test_langgraph_tokens_stay_unset_when_the_model_reports_none(
         assert "gen_ai.usage.input_tokens" not in attrs(step)
         assert "gen_ai.usage.output_tokens" not in attrs(step)
         assert attrs(step)["call4agents.step.stop_reason"] in ("tool_call", "end")
+
+
+def test_langgraph_inside_the_callers_run_block_is_ended_by_that_block(
+    target: Target, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    graph = _graph(target, LgOutbox(tmp_path / "outbox.jsonl"), usage=None)
+    tracer = telemetry.tracer_provider.get_tracer("app")
+    with tracer.start_as_current_span("job"), c4a.run("thread-steps", trigger="schedule"):
+        graph.invoke({"messages": [HumanMessage("mail bob")]}, LG_CONFIG)
+        graph.invoke({"messages": [HumanMessage("mail bob again")]}, LG_CONFIG)
+    # One run: the caller's block, not each graph's final answer, ends it.
+    ended = telemetry.points("call4agents.runs.ended")
+    assert sum(p.value for p in ended) == 1
+    [job] = telemetry.spans("job")
+    assert attrs(job)["call4agents.run.trigger"] == "schedule"
+    assert attrs(job)["call4agents.run.tool_calls"] == 2

@@ -217,7 +217,7 @@ class run:
 class run_part(run):
     """``c4a.run`` for a block that is only part of a run: an integration's scope around one
     tool call or model request. Calls inside are noted on the run, but leaving it does not end
-    the run (the framework's run as a whole does, through ``integration.run_started``)."""
+    the run (the whole run's block does, or ``integration.run_finished`` at its final answer)."""
 
     _whole = False
 

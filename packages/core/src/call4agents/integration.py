@@ -8,7 +8,6 @@ into the framework's tool-error shape with :func:`message_for_model`.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
@@ -112,45 +111,28 @@ def note_unrecorded(options: EffectOptions) -> None:
         note_tool(run.run_id, options.kind)
 
 
-def run_started(run_id: str, *, ledger: Ledger | None = None, trigger: str | None = None) -> None:
-    """The framework's run of ``run_id`` began, for integrations whose framework has no single
-    block around the run (a hook before and one after): pair with :func:`run_finished`.
-    A run that never reached its ``run_finished`` (it raised, or paused) is dropped here."""
-    notes = run_notes.enter(run_id, ledger, check_trigger(trigger), fresh=True)
-    if notes is not None:
-        run_notes.enter_soon(notes)
-
-
 def run_continues(run_id: str, *, ledger: Ledger | None = None, trigger: str | None = None) -> None:
     """Open the run's notes unless they are open already: for a framework whose run has no
     hook at its start, only at each step (the first step in this process opens them). The
     look at the ledger for a retry goes to a worker thread inside a running event loop."""
     if run_notes.is_open(run_id):
         return
-    notes = run_notes.enter(run_id, ledger, check_trigger(trigger))
+    notes = run_notes.enter(run_id, ledger, check_trigger(trigger), by_steps=True)
     if notes is not None:
         run_notes.enter_soon(notes)
 
 
-async def arun_started(
-    run_id: str, *, ledger: Ledger | None = None, trigger: str | None = None
-) -> None:
-    """``run_started`` with its ledger read off the event loop."""
-    notes = run_notes.enter(run_id, ledger, check_trigger(trigger), fresh=True)
-    if notes is not None:
-        await asyncio.to_thread(run_notes.look_back, notes)
-
-
 def run_finished(run_id: str, exc: BaseException | None = None) -> None:
-    """The framework's run of ``run_id`` ended (``exc`` None: completed); see ``run_started``."""
-    notes = run_notes.leave(run_id)
+    """The framework's run of ``run_id`` ended (``exc`` None: completed). Only a run opened by
+    :func:`run_continues` is ended here; one inside the caller's ``c4a.run`` block ends with it."""
+    notes = run_notes.leave_steps(run_id)
     if notes is not None:
         run_notes.finish(notes, exc)
 
 
 async def arun_finished(run_id: str, exc: BaseException | None = None) -> None:
     """``run_finished`` with its ledger write off the event loop."""
-    notes = run_notes.leave(run_id)
+    notes = run_notes.leave_steps(run_id)
     if notes is not None:
         await run_notes.afinish(notes, exc)
 
@@ -223,7 +205,6 @@ __all__ = [
     "Trigger",
     "action_for",
     "arun_finished",
-    "arun_started",
     "arun_tool",
     "canonical_args",
     "check_escalate_on",
@@ -243,7 +224,6 @@ __all__ = [
     "run_continues",
     "run_finished",
     "run_part",
-    "run_started",
     "run_tool",
     "shown_other_args",
     "step",

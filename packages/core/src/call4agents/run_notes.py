@@ -67,6 +67,7 @@ class Notes:
     trigger: str | None
     started: float = field(default_factory=time.perf_counter)
     depth: int = 1
+    by_steps: bool = False  # opened by a framework's step, not by a `c4a.run` block
     tool_calls: int = 0
     reads: int = 0
     # Whether the run had recorded actions (or had completed) before this entry: the ledger's
@@ -95,20 +96,19 @@ _lock = threading.Lock()
 
 
 def enter(
-    run_id: str, ledger: Ledger | None, trigger: str | None, *, fresh: bool = False
+    run_id: str, ledger: Ledger | None, trigger: str | None, *, by_steps: bool = False
 ) -> Notes | None:
     """The outermost (or a nested) block of ``run_id`` began in this process; the new notes
-    when it is the outermost (see :func:`look_back` for the ledger's read). ``fresh``: a
-    framework's run began, and notes still open for it are from a run that never finished
-    (it raised, or paused for a person): they are dropped."""
+    when it is the outermost (see :func:`look_back` for the ledger's read). ``by_steps``: opened
+    by a framework's first step, to be ended by its final answer (:func:`leave_steps`)."""
     with _lock:
         found = _open.get(run_id)
-        if found is None or fresh:
+        if found is None:
             if len(_open) >= _KEPT and run_id not in _open:
                 # Runs that never reached their end (a thread left waiting forever): the oldest
                 # goes, so a long-lived worker's memory stays bounded.
                 _open.pop(next(iter(_open)))
-            _open[run_id] = found = Notes(run_id, ledger, trigger)
+            _open[run_id] = found = Notes(run_id, ledger, trigger, by_steps=by_steps)
             return found
         found.depth += 1
         found.trigger = found.trigger or trigger
@@ -144,6 +144,15 @@ def enter_soon(notes: Notes) -> None:
 
 def is_open(run_id: str) -> bool:
     return run_id in _open
+
+
+def leave_steps(run_id: str) -> Notes | None:
+    """A framework's run ended at its final answer: its notes, if a step opened them."""
+    with _lock:
+        found = _open.get(run_id)
+        if found is None or not found.by_steps:
+            return None
+        return _open.pop(run_id)
 
 
 def leave(run_id: str) -> Notes | None:
