@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
@@ -175,3 +176,31 @@ def test_langgraph_inside_the_callers_run_block_is_ended_by_that_block(
     [job] = telemetry.spans("job")
     assert attrs(job)["call4agents.run.trigger"] == "schedule"
     assert attrs(job)["call4agents.run.tool_calls"] == 2
+
+
+def test_langgraph_escalation_ends_the_run_its_steps_opened(
+    target: Target, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    @tool
+    def refund(amount: int) -> str:
+        """Refund the customer."""
+        c4a.escalate("refunds need a person")
+
+    graph = create_agent(
+        StepModel(calls=[("refund", {"amount": 5})]),
+        [refund],
+        middleware=[OnceOnlyLG(ledger=target.open())],
+        checkpointer=InMemorySaver(),
+    )
+    tracer = telemetry.tracer_provider.get_tracer("app")
+
+    def escalating() -> None:
+        with tracer.start_as_current_span("job"):
+            graph.invoke({"messages": [HumanMessage("refund")]}, LG_CONFIG)
+
+    with pytest.raises(c4a.Escalated):
+        escalating()
+    spans = telemetry.exporter.get_finished_spans()
+    [ended] = [s for s in spans if attrs(s).get("call4agents.escalation.reason")]
+    assert attrs(ended)["call4agents.escalation.reason"] == "refunds need a person"
+    assert attrs(ended)["call4agents.run.terminal_reason"] == "escalated"

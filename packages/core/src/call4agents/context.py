@@ -166,7 +166,7 @@ class run:
         _run.reset(self._tokens.pop())
         if exc is not None:
             _mark_ending(self._ctx.run_id, exc)
-        notes = self._left()
+        notes = self._left(exc)
         if notes is not None:
             from .run_notes import finish, settle
 
@@ -180,12 +180,15 @@ class run:
             loop.run_in_executor(None, settle, notes, exc)
             finish(notes, exc, write=False)
 
-    def _left(self) -> Notes | None:
-        if not self._whole:
-            return None
-        from .run_notes import leave
+    def _left(self, exc: BaseException | None) -> Notes | None:
+        from .run_notes import ending_of, leave, leave_steps
 
-        return leave(self._ctx.run_id)
+        if self._whole:
+            return leave(self._ctx.run_id)
+        if exc is not None and ending_of(exc)[0] not in (None, "error"):
+            # An escalation or a budget cut leaving a step ends the run a step opened.
+            return leave_steps(self._ctx.run_id)
+        return None
 
     async def __aenter__(self) -> run:
         if self._ctx.budget is not None:
@@ -207,7 +210,7 @@ class run:
         _run.reset(self._tokens.pop())
         if exc is not None:
             _mark_ending(self._ctx.run_id, exc)
-        notes = self._left()
+        notes = self._left(exc)
         if notes is not None:
             from .run_notes import afinish
 
