@@ -13,7 +13,9 @@ drown the difference), interleaved in rounds so drift touches each alike:
 - ``otel SDK``: a real TracerProvider and MeterProvider that record every span and metric
   (spans handed to a batch processor with an exporter that drops them, so export is not timed).
 
-Times are ``time.perf_counter_ns`` around each single call, after a warm-up.
+Times are ``time.perf_counter_ns`` around each single call, after a warm-up. The per-step span
+row times what an integration adds to each turn of the agent loop (``integration.step`` opened,
+given the model's figures, closed), beside an empty call timed the same way (the floor).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 import call4agents as c4a
 from call4agents import observe
+from call4agents.integration import StepFigures, step
 
 SETUPS = ("off", "otel API only", "no-op providers", "otel SDK")
 
@@ -64,6 +67,18 @@ def send(i: int, to: str = "bob@example.com") -> dict[str, Any]:
     return {"ok": True, "id": i}
 
 
+_FIGURES = StepFigures(stop_reason="tool_call", model="m", input_tokens=100, output_tokens=20)
+
+
+def one_step(i: int) -> None:
+    with step("bench", i) as turn:
+        turn.finish(_FIGURES)
+
+
+def nothing(i: int) -> None:
+    return None
+
+
 def _time(fn: Callable[[], Any]) -> int:
     started = time.perf_counter_ns()
     fn()
@@ -81,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     providers = (tracer_provider, meter_provider)
     fresh: dict[str, list[int]] = {s: [] for s in SETUPS}
     repeat: dict[str, list[int]] = {s: [] for s in SETUPS}
+    steps: dict[str, list[int]] = {s: [] for s in SETUPS}
+    floor: dict[str, list[int]] = {s: [] for s in SETUPS}
     with tempfile.TemporaryDirectory() as tmp:
         ledgers = {
             s: c4a.Ledger(f"sqlite:///{Path(tmp) / f'{i}.db'}", durability="process")
@@ -96,12 +113,21 @@ def main(argv: Sequence[str] | None = None) -> None:
                     ids = range(r * per_round, (r + 1) * per_round)
                     fresh[setup] += [_time(lambda i=i: send(i)) for i in ids]
                     repeat[setup] += [_time(lambda i=i: send(i)) for i in ids]
+                    steps[setup] += [_time(lambda i=i: one_step(i)) for i in ids]
+                    floor[setup] += [_time(lambda i=i: nothing(i)) for i in ids]
         for ledger in ledgers.values():
             ledger.close()
     observe.configure(None)
     tracer_provider.shutdown()
     meter_provider.shutdown()
     _report(fresh, repeat)
+    _report_steps(steps, floor)
+
+
+def _report_steps(steps: dict[str, list[int]], floor: dict[str, list[int]]) -> None:
+    for label, data in (("per-step span", steps), ("empty call (floor)", floor)):
+        cells = " ".join(f"{_us(data[s], 0.5):>13.1f} us" for s in SETUPS)
+        print(f"{label + ' median':32} {cells}")
 
 
 def _us(values: list[int], q: float) -> float:

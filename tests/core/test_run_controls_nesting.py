@@ -16,7 +16,9 @@ def counters(ledger: c4a.Ledger, run_id: str) -> dict[str, float]:
     with ledger.engine.connect() as conn:
         rows = conn.execute(
             select(run_counters.c.name, run_counters.c.value).where(
-                run_counters.c.run_id == run_id, run_counters.c.name != "started_at"
+                run_counters.c.run_id == run_id,
+                run_counters.c.name != "started_at",
+                ~run_counters.c.name.like("run.%"),  # the run's own summary, not its budget
             )
         ).all()
     return {name: float(value) for name, value in rows}

@@ -32,11 +32,13 @@ class Telemetry:
         return [s for s in self.exporter.get_finished_spans() if s.name.startswith(prefix)]
 
     def ours(self) -> list[ReadableSpan]:
-        """Spans made by Call4Agents (not by a framework's own instrumentation)."""
+        """Action spans made by Call4Agents (not a framework's own, nor our step spans)."""
         return [
             s
             for s in self.exporter.get_finished_spans()
-            if s.instrumentation_scope is not None and s.instrumentation_scope.name == "call4agents"
+            if s.instrumentation_scope is not None
+            and s.instrumentation_scope.name == "call4agents"
+            and s.name != "call4agents.step"
         ]
 
     def points(self, name: str) -> list[Any]:

@@ -99,7 +99,8 @@ def test_runs_carry_their_terminal_reason(ledger: c4a.Ledger, telemetry: Telemet
     assert runs["agent run budget"].attributes["call4agents.run.terminal_reason"] == "step_limit"
     assert runs["agent run budget"].attributes["call4agents.run.id"] == "r-budget"
     assert runs["agent run escalate"].attributes["call4agents.run.terminal_reason"] == "escalated"
-    assert "call4agents.run.terminal_reason" not in runs["agent run plain"].attributes
+    # A run that left normally completed (no run control ended it).
+    assert runs["agent run plain"].attributes["call4agents.run.terminal_reason"] == "completed"
     events = [e for e in runs["agent run escalate"].events if e.name == "call4agents.run.ended"]
     assert len(events) == 1
     assert events[0].attributes["call4agents.run.id"] == "r-esc"

@@ -362,3 +362,23 @@ def test_arguments_and_results_when_opted_in(
     [otel] = telemetry_with_args.ours()
     assert attrs(otel)["gen_ai.tool.call.arguments"] == '{"to":"bob"}'
     assert attrs(otel)["gen_ai.tool.call.result"] == '{"id":"msg-bob","to":"bob"}'
+
+
+def test_the_run_completes_with_its_trigger_and_without_a_read(
+    ledger: c4a.Ledger, telemetry: Telemetry, sdk_trace: Collected
+) -> None:
+    tracer = telemetry.tracer_provider.get_tracer("support-app")
+    with tracer.start_as_current_span("handle ticket"):
+        run(
+            OnceOnly(trigger="schedule"),
+            [call("send_email", "call-1", to="bob")],
+            [assistant_message("sent")],
+        )
+    [outer] = telemetry.spans("handle ticket")
+    a = attrs(outer)
+    assert a["call4agents.run.trigger"] == "schedule"
+    assert a["call4agents.run.terminal_reason"] == "completed"
+    assert a["call4agents.run.without_read"] is True  # it sent without looking anything up
+    assert a["call4agents.run.tool_calls"] == 1
+    with pytest.raises(c4a.ConfigurationError, match="OnceOnly\\(trigger='later'\\)"):
+        OnceOnly(trigger="later")  # type: ignore[arg-type]

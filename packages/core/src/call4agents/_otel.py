@@ -23,11 +23,25 @@ from sqlalchemy.exc import SQLAlchemyError
 from . import _semconv as sc
 from .errors import LedgerError
 from .ledger import idempotency_key
-from .observe import AInner, Inner, Layer, Outcome, Watch, approval_of, external_id, outcome_of
+from .observe import (
+    _NO_STEP,
+    AInner,
+    Inner,
+    Layer,
+    Outcome,
+    Step,
+    StepFigures,
+    Watch,
+    approval_of,
+    external_id,
+    outcome_of,
+)
+from .run_notes import COMPLETED, ERROR
 
 if TYPE_CHECKING:
     from .effect import Action
     from .ledger import Ledger
+    from .run_notes import RunSummary
     from .stats import OpenFigures
 
 T = TypeVar("T")
@@ -36,6 +50,11 @@ T = TypeVar("T")
 _PROVIDERS_FROM_ENV = any(
     os.environ.get(name) for name in ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
 )
+
+# Buckets for cost per run (in the budget's currency) and tool calls per run: the upper
+# percentiles are what an alert watches, so the tail needs resolution.
+_COST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 100.0)
+_CALL_BUCKETS = (0, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144)
 
 # Outcomes that are a pause or an answer rather than a failure of the operation.
 _NOT_ERRORS = frozenset({"ok", "deduped", "approval_required"})
@@ -67,6 +86,12 @@ class OtelLayer(Layer):
         self.duration = meter.create_histogram(
             sc.METRIC_DURATION, unit="s", description="Time of one action, ledger work included"
         )
+        self.unapproved = meter.create_counter(
+            sc.METRIC_UNAPPROVED,
+            unit="{execution}",
+            description="Approval-required tools that ran with no spent yes in the ledger",
+        )
+        self._run_instruments(meter)
         # Ledgers actions ran against, read by the gauges; weak so a closed ledger can go.
         self.ledgers: weakref.WeakSet[Ledger] = weakref.WeakSet()
         meter.create_observable_gauge(
@@ -88,6 +113,56 @@ class OtelLayer(Layer):
             description="Age of the oldest approval ticket still waiting",
         )
 
+    def _run_instruments(self, meter: metrics.Meter) -> None:
+        self.without_read = meter.create_counter(
+            sc.METRIC_RUNS_WITHOUT_READ,
+            unit="{run}",
+            description="Runs that completed without ever calling a read tool",
+        )
+        self.run_cost = meter.create_histogram(
+            sc.METRIC_RUN_COST,
+            unit="{cost}",
+            description="Cost a run had spent when it left, from its budget's counters",
+            explicit_bucket_boundaries_advisory=_COST_BUCKETS,
+        )
+        self.run_tool_calls = meter.create_histogram(
+            sc.METRIC_RUN_TOOL_CALLS,
+            unit="{call}",
+            description="Tool calls made in one entry of a run",
+            explicit_bucket_boundaries_advisory=_CALL_BUCKETS,
+        )
+        self.run_duration = meter.create_histogram(
+            sc.METRIC_RUN_DURATION, unit="s", description="Wall-clock time of one entry of a run"
+        )
+        meter.create_observable_gauge(
+            sc.METRIC_ESCALATIONS_OPEN,
+            [self._escalations_open],
+            unit="{run}",
+            description="Escalated runs nobody has picked up yet",
+        )
+        meter.create_observable_gauge(
+            sc.METRIC_ESCALATIONS_OLDEST_AGE,
+            [self._escalations_age],
+            unit="s",
+            description="Age of the oldest escalation nobody has picked up yet",
+        )
+
+    def run_left(self, summary: RunSummary) -> None:
+        if self.silent():
+            return
+        reason = summary.terminal_reason
+        if reason in (COMPLETED, ERROR):  # run controls count their endings as they record them
+            self.runs_ended.add(1, {sc.RUN_TERMINAL_REASON: reason})
+        if summary.without_read:
+            self.without_read.add(1)
+        if summary.cost_spent is not None:
+            self.run_cost.record(summary.cost_spent)
+        self.run_tool_calls.record(summary.tool_calls)
+        self.run_duration.record(summary.wall_clock_ms / 1000.0)
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes(_run_attributes(summary))
+
     def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
         span = trace.get_current_span()
         if span.is_recording():
@@ -97,6 +172,16 @@ class OtelLayer(Layer):
             self.runs_ended.add(1, {sc.RUN_TERMINAL_REASON: reason})
             attributes = {sc.RUN_ID: run_id, sc.RUN_TERMINAL_REASON: reason}
             span.add_event(sc.EVENT_RUN_ENDED, attributes)
+
+    def step(self, run_id: str | None, index: int | None) -> Step:
+        if self.silent():
+            return _NO_STEP
+        current = trace.get_current_span()
+        if current.is_recording() and _is_model_span(current):
+            # The framework's own span of this model request (Pydantic AI's `chat <model>`
+            # runs around its capabilities): the step's figures go on it, no second span.
+            return _StepSpan(None, run_id, index, span=current)
+        return _StepSpan(self.tracer, run_id, index)
 
     # -- spans -------------------------------------------------------------------------------
 
@@ -189,7 +274,7 @@ class OtelLayer(Layer):
         action: Action,
         watch: Watch,
         outcome: Outcome,
-        approval: tuple[str, str],
+        approval: tuple[str, str] | None,
         started: float,
         *,
         result: Any = None,
@@ -201,6 +286,9 @@ class OtelLayer(Layer):
         self.duration.record(elapsed, tool)
         if watch.executed and action.options.kind == "irreversible":
             self.irreversible.add(1, {sc.GEN_AI_TOOL_NAME: action.tool})
+        if watch.executed and action.needs_approval and approval == ("", ""):
+            self.unapproved.add(1, {sc.GEN_AI_TOOL_NAME: action.tool})
+        approval = approval or ("", "")
         if not span.is_recording():
             span.end()
             return
@@ -227,6 +315,23 @@ class OtelLayer(Layer):
         for url, figures in self._figures():
             yield Observation(figures.approvals_oldest_age or 0.0, {sc.LEDGER: url})
 
+    def _escalations_open(self, options: CallbackOptions) -> Iterable[Observation]:
+        for url, (count, _) in self._escalations():
+            yield Observation(count, {sc.LEDGER: url})
+
+    def _escalations_age(self, options: CallbackOptions) -> Iterable[Observation]:
+        for url, (_, age) in self._escalations():
+            yield Observation(age or 0.0, {sc.LEDGER: url})
+
+    def _escalations(self) -> Iterator[tuple[str, tuple[int, float | None]]]:
+        from .stats import open_escalations
+
+        for ledger in list(self.ledgers):
+            try:
+                yield ledger.url, open_escalations(ledger)
+            except (LedgerError, SQLAlchemyError):
+                continue  # as in _figures
+
     def _figures(self) -> Iterator[tuple[str, OpenFigures]]:
         from .stats import open_figures
 
@@ -235,6 +340,91 @@ class OtelLayer(Layer):
                 yield ledger.url, open_figures(ledger)
             except (LedgerError, SQLAlchemyError):
                 continue  # a ledger that cannot be read now reports nothing, not a wrong zero
+
+
+class _StepSpan(Step):
+    """``call4agents.step``: current while open, so the framework's model span is its child."""
+
+    def __init__(
+        self,
+        tracer: trace.Tracer | None,
+        run_id: str | None,
+        index: int | None,
+        *,
+        span: Span | None = None,
+    ) -> None:
+        attributes: dict[str, Any] = {}
+        if run_id is not None:
+            attributes[sc.RUN_ID] = run_id
+        if index is not None:
+            attributes[sc.STEP_INDEX] = index
+        self.own = span is None  # False: the framework's span, which it ends itself
+        if span is None:
+            assert tracer is not None
+            span = tracer.start_span(sc.STEP_SPAN, kind=SpanKind.INTERNAL, attributes=attributes)
+        else:
+            span.set_attributes(attributes)
+        self.span = span
+        self.token: object | None = None
+
+    def __enter__(self) -> Step:
+        if self.own and self.span.is_recording():
+            self.token = context.attach(trace.set_span_in_context(self.span))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _leave(self.token)
+        if not self.own:
+            return
+        error = exc[1] if len(exc) > 1 else None
+        if isinstance(error, BaseException):
+            self.span.set_attribute(sc.ERROR_TYPE, type(error).__qualname__)
+        self.span.end()
+
+    def finish(self, figures: StepFigures) -> None:
+        if not self.span.is_recording():
+            return
+        found = {
+            sc.STEP_STOP_REASON: figures.stop_reason,
+            sc.GEN_AI_RESPONSE_MODEL: figures.model,
+            sc.GEN_AI_INPUT_TOKENS: figures.input_tokens,
+            sc.GEN_AI_OUTPUT_TOKENS: figures.output_tokens,
+            sc.GEN_AI_CACHE_READ_TOKENS: figures.cache_read_tokens,
+            sc.GEN_AI_CACHE_WRITE_TOKENS: figures.cache_write_tokens,
+        }
+        if not self.own:  # the framework's span has its own model, tokens and finish reasons
+            found = {sc.STEP_STOP_REASON: figures.stop_reason}
+        self.span.set_attributes({k: v for k, v in found.items() if v is not None})
+        if self.own and figures.finish_reason is not None:
+            self.span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, [figures.finish_reason])
+
+
+# GenAI span names of one model call: "{operation} {model}".
+_MODEL_OPERATIONS = ("chat ", "text_completion ", "generate_content ")
+
+
+def _is_model_span(span: Span) -> bool:
+    name = getattr(span, "name", "")  # the SDK's spans have a name; others are never merged
+    return isinstance(name, str) and name.startswith(_MODEL_OPERATIONS)
+
+
+def _run_attributes(summary: RunSummary) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        sc.RUN_ID: summary.run_id,
+        sc.RUN_TOOL_CALLS: summary.tool_calls,
+        sc.BUDGET_WALL_CLOCK_MS: summary.wall_clock_ms,
+    }
+    if summary.trigger is not None:
+        found[sc.RUN_TRIGGER] = summary.trigger
+    if summary.terminal_reason is not None:
+        found[sc.RUN_TERMINAL_REASON] = summary.terminal_reason
+    if summary.without_read is not None:
+        found[sc.RUN_WITHOUT_READ] = summary.without_read
+    if summary.cost_spent is not None:
+        found[sc.BUDGET_COST_SPENT] = summary.cost_spent
+    if summary.escalation_reason is not None:
+        found[sc.ESCALATION_REASON] = summary.escalation_reason
+    return found
 
 
 def _leave(token: object | None) -> None:
@@ -277,24 +467,27 @@ def _result_text(action: Action, result: Any) -> str:
         return repr(result)[:2000]
 
 
-def _approval(action: Action, outcome: Outcome, exc: BaseException | None) -> tuple[str, str]:
+def _approval(
+    action: Action, outcome: Outcome, exc: BaseException | None
+) -> tuple[str, str] | None:
+    """(ticket, decided_by); None when the ledger could not say (never counted as unapproved)."""
     if not _asks_ledger(action, outcome, exc):
         return "", ""
     try:
         return approval_of(action, outcome, exc)
     except Exception:  # noqa: BLE001 - telemetry must never turn an outcome into another error
-        return "", ""
+        return None
 
 
 async def _aapproval(
     action: Action, outcome: Outcome, exc: BaseException | None
-) -> tuple[str, str]:
+) -> tuple[str, str] | None:
     if not _asks_ledger(action, outcome, exc):
         return "", ""
     try:
         return await asyncio.to_thread(approval_of, action, outcome, exc)
     except Exception:  # noqa: BLE001 - as in _approval
-        return "", ""
+        return None
 
 
 def _asks_ledger(action: Action, outcome: Outcome, exc: BaseException | None) -> bool:

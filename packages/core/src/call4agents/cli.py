@@ -34,7 +34,7 @@ from sqlalchemy import Connection, Engine, func, select, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import _db, migrations
+from . import _db, migrations, run_notes
 from .errors import Call4AgentsError, ConfigurationError, LedgerError
 from .ledger import EffectRecord, Ledger, RunSummary
 from .runs import Handoff, RunStatus, spending_text
@@ -400,10 +400,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         status = ledger.run_status(args.run)
         handoff = ledger.handoff(args.run) if status is not None else None
         spent = spending_text(ledger, args.run)
+        noted = run_notes.run_text(ledger, args.run)
+        document = run_notes.run_document(ledger, args.run) if args.json else None
     if args.handoff:
         return _show_handoff(args, handoff)
     if args.json:
-        return _show_json(args, found, status, handoff)
+        return _show_json(args, found, status, handoff, document)
     if not found:  # escalated before any action, or waiting for a person's answer
         print(f"Run {args.run}: no actions")
         if waiting:
@@ -438,6 +440,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"\n{summary}")
     if spent:
         print(spent)
+    if noted:
+        print(noted)
     if status is not None:
         print("\n" + _ending_text(status, handoff))
     return EXIT_OK
@@ -462,6 +466,7 @@ def _show_json(
     found: Sequence[EffectRecord],
     status: RunStatus | None,
     handoff: Handoff | None,
+    run: dict[str, Any] | None = None,
 ) -> int:
     """One document for the run: its actions, how a run control ended it, and its hand-off.
 
@@ -477,6 +482,7 @@ def _show_json(
                 "actions": actions,
                 "ending": _ending_document(status),
                 "handoff": handoff.as_dict() if handoff is not None else None,
+                "run": run,  # trigger, time, tool calls, reads (see run_notes.run_document)
             }
         )
     return EXIT_OK
@@ -548,10 +554,20 @@ def cmd_stats(args: argparse.Namespace) -> int:
     since = parse_age(args.since) if args.since else None
     with _open(args) as ledger:
         figures = stats.compute(ledger, since)
+        watched = stats.alert_figures(ledger, figures, since)
     if args.json:
-        _print_json(figures.as_dict())
+        _print_json({**figures.as_dict(), "alerts": watched.as_dict()})
     else:
         print(stats.render(figures))
+        print(stats.render_alerts(watched))
+    return EXIT_OK
+
+
+def cmd_alerts(args: argparse.Namespace) -> int:
+    """Print the shipped Prometheus rules (``call4agents alerts > call4agents.rules.yml``)."""
+    from importlib.resources import files
+
+    print(files("call4agents").joinpath("alerts/call4agents.rules.yml").read_text(), end="")
     return EXIT_OK
 
 
@@ -930,6 +946,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("stats", cmd_stats, "health figures: in doubt, approvals waiting, irreversible")
     p.add_argument("--since", metavar="AGE", help="only actions started in the last AGE (24h)")
+
+    command("alerts", cmd_alerts, "print Prometheus alerting and recording rules to load")
 
     p = command("export", cmd_export, "write a run's recorded actions to a replay file")
     p.add_argument("run", help="the run id")

@@ -13,13 +13,16 @@ from collections.abc import Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 
 from .errors import Call4AgentsError, ConfigurationError
 
 if TYPE_CHECKING:
     from .ledger import Ledger
+    from .run_notes import Notes
     from .runs import Budget
+
+Trigger = Literal["user", "schedule", "webhook", "retry"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -82,11 +85,29 @@ class run:
     """Everything called inside belongs to run ``run_id``, the id that survives resumes.
 
     Works with ``with`` and ``async with``. Nesting replaces the run for the inner block.
+
+    ``trigger`` says what started it: ``"user"``, ``"schedule"``, ``"webhook"`` (or
+    ``"retry"``). The ledger itself records ``"retry"`` when the run is entered again after it
+    had recorded actions. When the outermost block of the run leaves, one small write records
+    the entry (trigger, time, tool calls, whether a ``read`` tool was called) for
+    ``call4agents show``/``stats``, and the current span gets the run's attributes.
     """
 
+    # A block that is only part of a run (an integration's scope around one tool call or model
+    # request) notes calls but never ends the run: that is the whole run's block's to do.
+    _whole = True
+
     def __init__(
-        self, run_id: str, *, ledger: Ledger | None = None, budget: Budget | None = None
+        self,
+        run_id: str,
+        *,
+        ledger: Ledger | None = None,
+        budget: Budget | None = None,
+        trigger: Trigger | None = None,
     ) -> None:
+        from .run_notes import check_trigger
+
+        self._trigger = check_trigger(trigger)
         self._ctx = RunContext(check_run_id(run_id), ledger, budget=budget)
         self._tokens: list[Token[RunContext | None]] = []
 
@@ -96,7 +117,19 @@ class run:
 
     def __enter__(self) -> run:
         self._start_clock()
+        notes = self._note_entry()
+        if notes is not None:
+            from .run_notes import enter_soon
+
+            enter_soon(notes)
         return self._push()
+
+    def _note_entry(self) -> Notes | None:
+        if not self._whole:
+            return None
+        from .run_notes import enter
+
+        return enter(self._ctx.run_id, self._ctx.ledger, self._trigger)
 
     def _start_clock(self) -> None:
         """Note in the ledger when this run first ran with its budget: its deadline's start."""
@@ -133,11 +166,39 @@ class run:
         _run.reset(self._tokens.pop())
         if exc is not None:
             _mark_ending(self._ctx.run_id, exc)
+        notes = self._left(exc)
+        if notes is not None:
+            from .run_notes import finish, settle
+
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                finish(notes, exc)
+                return
+            # A plain `with` inside a coroutine: the write goes to a worker thread, and the span
+            # gets what is known in memory (the ledger's retry verdict is in the record).
+            loop.run_in_executor(None, settle, notes, exc)
+            finish(notes, exc, write=False)
+
+    def _left(self, exc: BaseException | None) -> Notes | None:
+        from .run_notes import ending_of, leave, leave_steps
+
+        if self._whole:
+            return leave(self._ctx.run_id)
+        if exc is not None and ending_of(exc)[0] not in (None, "error"):
+            # An escalation or a budget cut leaving a step ends the run a step opened.
+            return leave_steps(self._ctx.run_id)
+        return None
 
     async def __aenter__(self) -> run:
         if self._ctx.budget is not None:
             # The ledger write that starts the clock stays off the event loop's thread.
             await asyncio.to_thread(self._start_clock)
+        notes = self._note_entry()
+        if notes is not None:
+            from .run_notes import look_back
+
+            await asyncio.to_thread(look_back, notes)
         return self._push()
 
     async def __aexit__(
@@ -146,7 +207,22 @@ class run:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.__exit__(exc_type, exc, tb)
+        _run.reset(self._tokens.pop())
+        if exc is not None:
+            _mark_ending(self._ctx.run_id, exc)
+        notes = self._left(exc)
+        if notes is not None:
+            from .run_notes import afinish
+
+            await afinish(notes, exc)
+
+
+class run_part(run):
+    """``c4a.run`` for a block that is only part of a run: an integration's scope around one
+    tool call or model request. Calls inside are noted on the run, but leaving it does not end
+    the run (the whole run's block does, or ``integration.run_finished`` at its final answer)."""
+
+    _whole = False
 
 
 def _mark_ending(run_id: str, exc: BaseException) -> None:

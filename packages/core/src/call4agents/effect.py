@@ -43,6 +43,7 @@ from .errors import (
 )
 from .ledger import Ledger, idempotency_key
 from .lookup import afinder_first, check_from_finder, finder_first
+from .run_notes import note_tool
 from .runs import budget_gate, check_escalate_on, escalate_by_policy
 from .store import Row
 from .undo import register_undo
@@ -990,6 +991,9 @@ class Effect(Generic[P, T]):
             else {}
         )
         arguments = self.arguments(args, kwargs)
+        run = current_run()
+        if run is not None:  # counted for the run's summary (a read is its evidence)
+            note_tool(run.run_id, options.kind)
         if not options.recorded:
             return cast(T, fn(*args, **kwargs, **injected))
         action = prepare(self.tool, arguments, options)

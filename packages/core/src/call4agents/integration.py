@@ -17,9 +17,10 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from . import observe, run_notes
 from .approvals import ApprovalRequest, first_shown
 from .canonical import canonical_args
-from .context import RunContext, check_run_id, current_run
+from .context import RunContext, Trigger, check_run_id, current_run, run_part
 from .effect import (
     Action,
     EffectOptions,
@@ -42,12 +43,15 @@ from .errors import (
 from .ledger import Ledger, idempotency_key
 from .observe import (
     NOT_AN_ENVELOPE,
+    Step,
+    StepFigures,
     Watch,
     external_id,
     outcome_of,
     register_tool_payload,
     register_tool_payload_shape,
 )
+from .run_notes import TRIGGERS, note_tool
 from .runs import (
     ESCALATE_ON,
     BudgetExceeded,
@@ -101,12 +105,60 @@ def action_for(
 
 def run_tool(action: Action, call: Callable[[], T]) -> T:
     """Run a sync tool call once for ``action``; a repeat returns the recorded result."""
+    note_tool(action.run_id, action.options.kind)
     return call() if not action.options.recorded else perform(action, call)
 
 
 async def arun_tool(action: Action, call: Callable[[], Awaitable[T]]) -> T:
     """Run an async tool call once for ``action``; ledger I/O stays off the event loop."""
+    note_tool(action.run_id, action.options.kind)
     return await call() if not action.options.recorded else await aperform(action, call)
+
+
+def note_unrecorded(options: EffectOptions) -> None:
+    """A tool call that skips the ledger (kind ``read`` or ``none``) was made in the current
+    run: counted for the run's summary, where a ``read`` is the evidence behind a completion."""
+    run = current_run()
+    if run is not None:
+        note_tool(run.run_id, options.kind)
+
+
+def run_continues(run_id: str, *, ledger: Ledger | None = None, trigger: str | None = None) -> None:
+    """Open the run's notes unless they are open already: for a framework whose run has no
+    hook at its start, only at each step (the first step in this process opens them). The
+    look at the ledger for a retry goes to a worker thread inside a running event loop."""
+    if run_notes.is_open(run_id):
+        return
+    notes = run_notes.enter(run_id, ledger, check_trigger(trigger), by_steps=True)
+    if notes is not None:
+        run_notes.enter_soon(notes)
+
+
+def run_finished(run_id: str, exc: BaseException | None = None) -> None:
+    """The framework's run of ``run_id`` ended (``exc`` None: completed). Only a run opened by
+    :func:`run_continues` is ended here; one inside the caller's ``c4a.run`` block ends with it."""
+    notes = run_notes.leave_steps(run_id)
+    if notes is not None:
+        run_notes.finish(notes, exc)
+
+
+async def arun_finished(run_id: str, exc: BaseException | None = None) -> None:
+    """``run_finished`` with its ledger write off the event loop."""
+    notes = run_notes.leave_steps(run_id)
+    if notes is not None:
+        await run_notes.afinish(notes, exc)
+
+
+def step(run_id: str | None, index: int | None) -> Step:
+    """A span for one turn of the agent loop (``call4agents.step``), current while open:
+    ``with step(run_id, n) as s: response = call_model(); s.finish(StepFigures(...))``.
+    A shared no-op while no OpenTelemetry SDK records anything."""
+    return observe.step(run_id, index)
+
+
+def check_trigger(value: object) -> Trigger | None:
+    """An integration's ``OnceOnly(trigger=...)``: one of TRIGGERS or None, else a clear error."""
+    return run_notes.check_trigger(value, "OnceOnly")
 
 
 def ends_run(exc: BaseException) -> bool:
@@ -159,17 +211,23 @@ def failure_message(action: Action, exc: BaseException) -> str:
 __all__ = [
     "ESCALATE_ON",
     "NOT_AN_ENVELOPE",
+    "TRIGGERS",
     "Action",
     "EffectOptions",
     "Row",
     "RunContext",
+    "Step",
+    "StepFigures",
     "ToolOptions",
+    "Trigger",
     "Watch",
     "action_for",
+    "arun_finished",
     "arun_tool",
     "canonical_args",
     "check_escalate_on",
     "check_run_id",
+    "check_trigger",
     "count_model_request",
     "current_run",
     "default_ledger",
@@ -181,6 +239,7 @@ __all__ = [
     "idempotency_key",
     "is_in_doubt_error",
     "message_for_model",
+    "note_unrecorded",
     "open_ticket",
     "options_for",
     "outcome_of",
@@ -189,8 +248,12 @@ __all__ = [
     "recorded_with_other_args",
     "register_tool_payload",
     "register_tool_payload_shape",
+    "run_continues",
+    "run_finished",
+    "run_part",
     "run_tool",
     "shown_other_args",
+    "step",
     "warn_once",
 ]
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, func, select, tuple_, update
 
-from . import _db, _files, _owner, approvals
+from . import _db, _files, _owner, approvals, run_notes
 from ._hits import DedupCounter
 from .approvals import ApprovalRequest, Signer
 from .codec import decode_result, encode_result
@@ -656,6 +656,7 @@ class Ledger:
                 )
             conn.execute(delete(approvals_table).where(approvals_table.c.run_id == run_id))
             conn.execute(delete(runs_table).where(runs_table.c.run_id == run_id))
+            run_notes.forget(conn, run_id=run_id)
             return int(conn.execute(delete(effects).where(effects.c.run_id == run_id)).rowcount)
 
     # -- retention ------------------------------------------------------------------------------
@@ -680,6 +681,7 @@ class Ledger:
         deleted = self._gc_batches(effects.c.state == "failed", cutoff, batch, prune=False)
         with self.store.tx() as conn:  # dedup counts of that age go too (one row per tool-minute)
             conn.execute(delete(dedup_hits).where(dedup_hits.c.minute < int(cutoff // 60)))
+            run_notes.forget(conn, before=cutoff)  # the run summaries of runs that old
         with self.store.read() as conn:
             kept = conn.execute(
                 select(func.count()).where(

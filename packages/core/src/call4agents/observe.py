@@ -33,6 +33,7 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .effect import Action
+    from .run_notes import RunSummary
 
 T = TypeVar("T")
 
@@ -74,6 +75,13 @@ class Layer:
 
     def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
         """A run control ended run ``run_id``; ``count`` once per ending, not per span marked."""
+
+    def run_left(self, summary: RunSummary) -> None:
+        """The outermost ``c4a.run`` block of a run left (see ``run_notes``)."""
+
+    def step(self, run_id: str | None, index: int | None) -> Step:
+        """A span for one step of the agent loop (see :func:`step`)."""
+        return _NO_STEP
 
 
 class _Chain(Layer):
@@ -136,6 +144,52 @@ def run_ended(run_id: str, reason: str, *, count: bool = True) -> None:
     layer = _layers.get("otel")
     if layer is not None:
         layer.run_ended(run_id, reason, count=count)
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """What one step (a model request and what it asked for) reported. None: the framework
+    gave no figure, and the attribute stays unset rather than a wrong zero."""
+
+    stop_reason: str | None = None  # tool_call | end | token_limit | refusal
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    finish_reason: str | None = None  # the provider's own word, as the framework passed it on
+
+
+class Step:
+    """One step's span; ``finish`` before the block ends. A no-op when nothing records."""
+
+    def finish(self, figures: StepFigures) -> None:
+        """Put what the model reported on the step's span."""
+
+    def __enter__(self) -> Step:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_STEP = Step()
+
+
+def step(run_id: str | None, index: int | None) -> Step:
+    """A span for one turn of the agent loop, current while it is open (the framework's own
+    model span nests under it). The same cheap no-op object while no SDK records anything."""
+    layer = _layers.get("otel")
+    if layer is None:
+        return _NO_STEP
+    return layer.step(run_id, index)
+
+
+def run_left(summary: RunSummary) -> None:
+    """Tell telemetry what one entry of a run did, as its outermost block leaves."""
+    layer = _layers.get("otel")
+    if layer is not None:
+        layer.run_left(summary)
 
 
 # -- what one action did ----------------------------------------------------------------------
@@ -411,6 +465,15 @@ class _Lazy(Layer):
         real = self._real()
         if real is not None:
             real.run_ended(run_id, reason, count=count)
+
+    def run_left(self, summary: RunSummary) -> None:
+        real = self._real()
+        if real is not None:
+            real.run_left(summary)
+
+    def step(self, run_id: str | None, index: int | None) -> Step:
+        real = self._real()
+        return real.step(run_id, index) if real is not None else _NO_STEP
 
 
 def _auto() -> None:

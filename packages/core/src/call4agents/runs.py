@@ -533,7 +533,8 @@ def _chain() -> tuple[tuple[str, Budget], ...]:
 def spending_text(ledger: Ledger, run_id: str) -> str | None:
     """What a run's budget counted, in one line for ``call4agents show``; None if nothing."""
     with ledger.store.read() as conn:
-        values = _counters(conn, run_id)
+        # Names under "run." are the run's own record (run_notes), not what a budget counted.
+        values = {k: v for k, v in _counters(conn, run_id).items() if not k.startswith("run.")}
     if not values:
         return None
     per_tool = ", ".join(

@@ -8,15 +8,17 @@ added there every few seconds (see ``_hits``), so the last few seconds may not s
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 
+from .run_notes import COMPLETED_AT, ENTERED_AT, READS, TOOL_CALLS, TRIGGER
 from .store import now_sql
-from .tables import approvals, dedup_hits, effects, in_open_state, runs
+from .tables import approvals, dedup_hits, effects, in_open_state, run_counters, runs
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -198,3 +200,145 @@ def _age(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.0f}s"
+
+
+# -- figures the shipped alerts watch (alerts/call4agents.rules.yml) -----------------------------
+
+
+def open_escalations(ledger: Ledger) -> tuple[int, float | None]:
+    """Escalated runs nobody has picked up yet, and the age of the oldest.
+
+    Picked up means the run was entered again after it was escalated (a person resuming it),
+    or a later control (an undo) changed its ending.
+    """
+    entered = (
+        select(run_counters.c.value)
+        .where(run_counters.c.run_id == runs.c.run_id, run_counters.c.name == ENTERED_AT)
+        .scalar_subquery()
+    )
+    with ledger.store.read() as conn:
+        now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
+        count, oldest = conn.execute(
+            select(func.count(), func.min(runs.c.updated_at)).where(
+                runs.c.status == "escalated",
+                or_(entered.is_(None), entered < runs.c.updated_at),
+            )
+        ).one()
+    return int(count), None if oldest is None else max(0.0, now - float(oldest))
+
+
+@dataclass(frozen=True)
+class AlertFigures:
+    """The figures behind the shipped alerts and recording rules, from the ledger."""
+
+    irreversible_executions: int
+    dedup_rate: float | None
+    escalations_open: int
+    escalations_oldest_age: float | None
+    runs_completed: int
+    runs_completed_without_read: int
+    without_read_share: float | None
+    cost_per_run_p95: float | None
+    cost_per_run_p99: float | None
+    tool_calls_per_run_p95: float | None
+    runs_by_trigger: dict[str, int] = field(default_factory=dict)
+    runs_by_ending: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def alert_figures(ledger: Ledger, stats: Stats, since: float | None = None) -> AlertFigures:
+    """The alerts' figures for runs active in the last ``since`` seconds (all time if None).
+
+    Cost per run is what a budget's counters recorded (runs without a budget have no cost);
+    a run counts once however many times it was entered.
+    """
+    counters = _run_counter_rows(ledger, since)
+    completed = [r for r, v in counters.items() if COMPLETED_AT in v]
+    without = [r for r in completed if not counters[r].get(READS)]
+    costs = sorted(v["cost"] for v in counters.values() if "cost" in v)
+    calls = sorted(v[TOOL_CALLS] for v in counters.values() if TOOL_CALLS in v)
+    triggers: Counter[str] = Counter(
+        name[len(TRIGGER) :] for v in counters.values() for name in v if name.startswith(TRIGGER)
+    )
+    endings_done = _endings(ledger, since)
+    if completed:
+        endings_done["completed"] = len(completed)
+    escalations, oldest = open_escalations(ledger)
+    return AlertFigures(
+        irreversible_executions=stats.irreversible_executions,
+        dedup_rate=stats.dedup_rate,
+        escalations_open=escalations,
+        escalations_oldest_age=oldest,
+        runs_completed=len(completed),
+        runs_completed_without_read=len(without),
+        without_read_share=len(without) / len(completed) if completed else None,
+        cost_per_run_p95=_quantile(costs, 0.95),
+        cost_per_run_p99=_quantile(costs, 0.99),
+        tool_calls_per_run_p95=_quantile(calls, 0.95),
+        runs_by_trigger=dict(sorted(triggers.items())),
+        runs_by_ending=dict(sorted(endings_done.items())),
+    )
+
+
+def _run_counter_rows(ledger: Ledger, since: float | None) -> dict[str, dict[str, float]]:
+    """Each run's counters, for runs entered (or budgeted) in the window."""
+    with ledger.store.read() as conn:
+        now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
+        active = select(run_counters.c.run_id).where(
+            run_counters.c.name.in_((ENTERED_AT, "started_at")),
+            *([] if since is None else [run_counters.c.value >= now - since]),
+        )
+        rows = conn.execute(
+            select(run_counters.c.run_id, run_counters.c.name, run_counters.c.value).where(
+                run_counters.c.run_id.in_(active)
+            )
+        ).all()
+    found: dict[str, dict[str, float]] = {}
+    for run_id, name, value in rows:
+        found.setdefault(run_id, {})[name] = float(value)
+    return found
+
+
+def _endings(ledger: Ledger, since: float | None) -> Counter[str]:
+    """Endings recorded by run controls (escalated, a budget limit, undone) in the window."""
+    with ledger.store.read() as conn:
+        now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
+        rows = conn.execute(
+            select(runs.c.status, func.count())
+            .where(*([] if since is None else [runs.c.updated_at >= now - since]))
+            .group_by(runs.c.status)
+        ).all()
+    return Counter({str(status): int(n) for status, n in rows})
+
+
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank quantile of sorted ``values``."""
+    if not values:
+        return None
+    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+
+def render_alerts(figures: AlertFigures) -> str:
+    """The alerts' figures as readable lines, under ``render``'s."""
+    share = figures.without_read_share
+    lines = [
+        f"Escalations open:         {figures.escalations_open}"
+        f"{_oldest(figures.escalations_oldest_age)}",
+        f"Completed without a read: {figures.runs_completed_without_read} of "
+        f"{figures.runs_completed} completed runs"
+        + ("" if share is None else f" ({share:.1%}; claims without evidence?)"),
+        f"Cost per run:             p95 {_num(figures.cost_per_run_p95)}, "
+        f"p99 {_num(figures.cost_per_run_p99)} (runs with a budget)",
+        f"Tool calls per run:       p95 {_num(figures.tool_calls_per_run_p95)}",
+        "Runs by trigger:          "
+        + (", ".join(f"{n} {t}" for t, n in figures.runs_by_trigger.items()) or "none given"),
+        "Runs by ending:           "
+        + (", ".join(f"{n} {t}" for t, n in figures.runs_by_ending.items()) or "none"),
+    ]
+    return "\n".join(lines)
+
+
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"

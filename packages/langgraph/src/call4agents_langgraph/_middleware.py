@@ -22,7 +22,6 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphInterrupt
 from typing_extensions import NotRequired
 
-import call4agents as c4a
 from call4agents import (
     ApprovalDenied,
     ApprovalRequired,
@@ -39,18 +38,25 @@ from call4agents import (
 )
 from call4agents.integration import (
     Action,
+    Trigger,
     action_for,
+    arun_finished,
     arun_tool,
     check_escalate_on,
+    check_trigger,
     ends_run,
     escalate_by_policy,
     message_for_model,
+    note_unrecorded,
     options_for,
+    run_continues,
+    run_finished,
+    run_part,
     run_tool,
     with_escalate_on,
 )
 
-from . import _approval, _endings, _hooks, _model, _nodes, _order
+from . import _approval, _endings, _hooks, _model, _nodes, _order, _steps
 from ._ids import BRANCH_KEY, no_thread_error, thread_run_id
 from ._otel_parent import instrumented_parent
 from ._results import ToolReportedError, ToolResult, check_reported_error, deliver, error_message
@@ -114,6 +120,8 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
             with a hand-off) instead of going back to the model: ``"in_doubt"``, ``"denied"``,
             ``"budget"``. Added to every tool's ``EffectOptions.escalate_on`` (which may also
             be given per tool in ``tools=``); ``"budget"`` covers model requests too.
+        trigger: what started the thread's run: ``"user"``, ``"schedule"``, ``"webhook"``; the
+            ledger records ``"retry"`` itself when the thread had recorded actions before.
     """
 
     state_schema = OnceOnlyState
@@ -126,9 +134,11 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         default: EffectOptions | None = None,
         budget: Budget | None = None,
         escalate_on: Collection[str] = (),
+        trigger: Trigger | None = None,
     ) -> None:
         super().__init__()
         self.ledger = ledger
+        self.trigger = check_trigger(trigger)
         self.default = default or EffectOptions()
         # Not `self.tools`: create_agent reads a middleware's `tools` as tools it contributes.
         self.tool_options = _checked_options(tools, self.default)
@@ -166,6 +176,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         call = self._prepare(request)
         with self._ending(), self._tool_run(request, call), _endings.watch() as watcher:
             if call is None:
+                self._note_unrecorded(request)
                 result = handler(request)
                 watcher.raise_found()
                 return result
@@ -184,6 +195,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         call = self._prepare(request)
         with self._ending(), self._tool_run(request, call), _endings.watch() as watcher:
             if call is None:
+                self._note_unrecorded(request)
                 result = await handler(request)
                 watcher.raise_found()
                 return result
@@ -197,6 +209,12 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
                 except _REFUSALS as exc:
                     return error_message(call.tool_call, message_for_model(exc), key=exc.key)
             raise _unsettled(call)
+
+    def _note_unrecorded(self, request: ToolCallRequest) -> None:
+        """A read (or a ``none`` tool) counts for the run: a read is the evidence behind it."""
+        name = request.tool_call["name"]
+        if request.tool is not None or name in self.tool_options:
+            note_unrecorded(self._call_options(name))
 
     def _prepare(self, request: ToolCallRequest) -> _Call | None:
         """Key the call, or None for a call that passes straight through (reads, unknown tools)."""
@@ -311,7 +329,8 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
     ) -> ModelCallResult[Any]:
         """Count the model request against the run's budget; past the soft threshold, tell the
         model to wrap up. Past a hard limit the run ends with ``c4a.BudgetExceeded``."""
-        with self._ending(), self._model_run(request):
+        run_id = self._model_run_id(request)
+        with self._ending(), self._model_run(request), _steps.step(run_id, request) as turn:
             try:
                 request = _model.before(request, self.ledger)
             except BudgetExceeded as exc:
@@ -319,13 +338,17 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
                 raise
             response = handler(request)
             _model.after(response, self.ledger)
-            return response
+            stop = _steps.finish(turn, response)
+        if stop == "end" and run_id is not None:
+            run_finished(run_id)  # the model answered without asking for tools: completed
+        return response
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: AsyncModelHandler
     ) -> ModelCallResult[Any]:
         """The async form of :meth:`wrap_model_call`."""
-        with self._ending(), self._model_run(request):
+        run_id = self._model_run_id(request)
+        with self._ending(), self._model_run(request), _steps.step(run_id, request) as turn:
             try:
                 request = await _model.abefore(request, self.ledger)
             except BudgetExceeded as exc:
@@ -333,7 +356,10 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
                 raise
             response = await handler(request)
             await _model.aafter(response, self.ledger)
-            return response
+            stop = _steps.finish(turn, response)
+        if stop == "end" and run_id is not None:
+            await arun_finished(run_id)
+        return response
 
     def _run_scope(self, run_id: str | None) -> contextlib.AbstractContextManager[Any]:
         """The thread's run around a step, with this OnceOnly's budget (or the enclosing one's).
@@ -342,7 +368,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         """
         if run_id is None:
             return contextlib.nullcontext()
-        return c4a.run(run_id, ledger=self.ledger, budget=self.budget)
+        return run_part(run_id, ledger=self.ledger, budget=self.budget)
 
     @contextlib.contextmanager
     def _tool_run(self, request: ToolCallRequest, call: _Call | None) -> Iterator[None]:
@@ -358,6 +384,16 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
                 yield
         finally:
             _hooks.current_call_id.reset(token)
+
+    def _model_run_id(self, request: ModelRequest[Any]) -> str | None:
+        """The thread's run id; its first model request in this process opens the run's notes
+        (trigger, tool calls, reads), which its final answer closes."""
+        runtime = request.runtime
+        info = getattr(runtime, "execution_info", None) if runtime is not None else None
+        run_id = _thread_or_none(info, request.state)
+        if run_id is not None:
+            run_continues(run_id, ledger=self.ledger, trigger=self.trigger)
+        return run_id
 
     def _model_run(self, request: ModelRequest[Any]) -> contextlib.AbstractContextManager[Any]:
         runtime = request.runtime

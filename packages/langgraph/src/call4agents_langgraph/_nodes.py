@@ -21,7 +21,7 @@ from langgraph.runtime import get_runtime
 
 import call4agents as c4a
 from call4agents import ConfigurationError
-from call4agents.integration import Action, action_for, arun_tool, ends_run, run_tool
+from call4agents.integration import Action, action_for, arun_tool, ends_run, run_part, run_tool
 
 from ._endings import as_signal
 from ._ids import thread_run_id
@@ -90,7 +90,7 @@ class NodeSteps:
             # @c4a.effect functions called in the node belong to the thread's run too, and spend
             # its budget: OnceOnly's own, or an enclosing run's.
             with (
-                c4a.run(run_id, ledger=once.ledger, budget=once.budget),
+                run_part(run_id, ledger=once.ledger, budget=once.budget),
                 c4a.tool_call(scope.task),
             ):
                 yield

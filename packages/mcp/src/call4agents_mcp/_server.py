@@ -65,6 +65,7 @@ from call4agents.integration import (
     recorded,
     recorded_with_other_args,
     register_tool_payload_shape,
+    run_part,
     warn_once,
 )
 
@@ -277,7 +278,7 @@ class OnceOnly(Extension):
 
     def _run(self, run_id: str, ledger: Ledger | None) -> c4a.run:
         """The run a call belongs to, with this server's budget (checked as the call claims)."""
-        return c4a.run(run_id, ledger=ledger, budget=self._budget)
+        return run_part(run_id, ledger=ledger, budget=self._budget)
 
     async def _once(
         self,

@@ -32,12 +32,17 @@ from agents.exceptions import AgentsException
 import call4agents as c4a
 from call4agents import Budget, ConfigurationError, EffectOptions
 from call4agents.integration import (
+    Trigger,
+    arun_finished,
     check_escalate_on,
     count_model_request,
     current_run,
     ends_run,
     escalate_by_policy,
+    note_unrecorded,
     record_model_usage,
+    run_continues,
+    run_part,
     with_escalate_on,
 )
 
@@ -89,7 +94,7 @@ class Scope:
     budget: Budget | None  # None: the enclosing run's budget (if any) applies
 
     def enter(self) -> c4a.run:
-        return c4a.run(self.run_id, ledger=self.ledger, budget=self.budget)
+        return run_part(self.run_id, ledger=self.ledger, budget=self.budget)
 
     def call(self, fn: Callable[[], T]) -> T:
         with self.enter():
@@ -106,6 +111,8 @@ class RunControls:
         escalate_on: Iterable[str],
         ledger: Ledger | None,
         run_id: RunIdSource,
+        trigger: Trigger | None = None,
+        options: Callable[[str], EffectOptions] | None = None,
     ) -> None:
         if budget is not None and not isinstance(budget, Budget):
             raise ConfigurationError(
@@ -115,6 +122,29 @@ class RunControls:
         self.escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
         self.ledger = ledger
         self.run_id = run_id
+        self.trigger = trigger
+        self.options = options
+
+    # -- the run as a whole: its trigger, reads, and completion -----------------------------------
+
+    def step_started(self, wrapper: RunContextWrapper[Any]) -> None:
+        """A model request: the run's first in this process opens its notes."""
+        run_id = resolve_run_id(wrapper, self.run_id)
+        if run_id is not None:
+            run_continues(run_id, ledger=self.ledger, trigger=self.trigger)
+
+    def tool_started(self, tool: Tool) -> None:
+        """A tool the ledger does not record (a read): counted for the run's summary."""
+        if self.options is not None:
+            found = self.options(tool.name)
+            if not found.recorded:
+                note_unrecorded(found)
+
+    async def completed(self, wrapper: RunContextWrapper[Any]) -> None:
+        """The agent produced its final output: the run completed."""
+        run_id = resolve_run_id(wrapper, self.run_id)
+        if run_id is not None:
+            await arun_finished(run_id)
 
     # -- scopes -----------------------------------------------------------------------------------
 
@@ -206,6 +236,7 @@ class BudgetHooks(AgentHooks[Any]):
         system_prompt: str | None,
         input_items: list[TResponseInputItem],
     ) -> None:
+        self.controls.step_started(context)
         await self.controls.before_request(context)  # raises to end the run before the request
         if self.inner is not None:
             await self.inner.on_llm_start(context, agent, system_prompt, input_items)
@@ -222,6 +253,7 @@ class BudgetHooks(AgentHooks[Any]):
             await self.inner.on_start(context, agent)
 
     async def on_end(self, context: AgentHookContext[Any], agent: Agent[Any], output: Any) -> None:
+        await self.controls.completed(context)
         if self.inner is not None:
             await self.inner.on_end(context, agent, output)
 
@@ -234,6 +266,7 @@ class BudgetHooks(AgentHooks[Any]):
     async def on_tool_start(
         self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
     ) -> None:
+        self.controls.tool_started(tool)
         if self.inner is not None:
             await self.inner.on_tool_start(context, agent, tool)
 

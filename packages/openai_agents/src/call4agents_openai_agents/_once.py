@@ -23,8 +23,10 @@ from call4agents import (
 from call4agents.integration import (
     Action,
     ToolOptions,
+    Trigger,
     action_for,
     check_run_id,
+    check_trigger,
     current_run,
     options_for,
     warn_once,
@@ -75,6 +77,9 @@ class OnceOnly:
             ``"denied"`` (a recorded no), ``"budget"`` (any hard limit of the budget). Added to
             every tool's ``EffectOptions.escalate_on`` (which may also be given per tool in
             ``tools=``); ``"budget"`` covers model requests too.
+        trigger: what started the run: ``"user"``, ``"schedule"``, ``"webhook"``; the ledger
+            records ``"retry"`` itself when the run had recorded actions before. The run's first
+            model request in this process opens it, the agent's final output completes it.
     """
 
     def __init__(
@@ -87,11 +92,17 @@ class OnceOnly:
         trust_state_approvals: bool = True,
         budget: Budget | None = None,
         escalate_on: Iterable[str] = (),
+        trigger: Trigger | None = None,
     ) -> None:
         self._ledger = ledger
         self._run_id = check_run_id(run_id) if isinstance(run_id, str) else run_id
         self.controls = RunControls(
-            budget=budget, escalate_on=escalate_on, ledger=ledger, run_id=self._run_id
+            budget=budget,
+            escalate_on=escalate_on,
+            ledger=ledger,
+            run_id=self._run_id,
+            trigger=check_trigger(trigger),
+            options=self._options_of,
         )
         self._tools: ToolOptions = dict(tools or {})
         self._default = default or EffectOptions()
@@ -103,6 +114,9 @@ class OnceOnly:
                 options_for(name, self._tools, self._default)
             except TypeError as exc:
                 raise ConfigurationError(f"tools[{name!r}]: {exc}") from None
+
+    def _options_of(self, tool: str) -> EffectOptions:
+        return options_for(tool, self._tools, self._default)
 
     # -- wrapping ---------------------------------------------------------------------------------
 

@@ -38,19 +38,23 @@ from call4agents import (
 )
 from call4agents.integration import (
     Action,
+    Trigger,
     action_for,
     arun_tool,
     check_escalate_on,
+    check_trigger,
     current_run,
     ends_run,
     escalate_by_policy,
     is_in_doubt_error,
+    note_unrecorded,
     options_for,
+    step,
     with_escalate_on,
 )
 from call4agents.integration import RunContext as C4ARun
 
-from . import _approvals, _outcomes, _run_controls
+from . import _approvals, _outcomes, _run_controls, _steps
 from ._run_id import run_id_of
 
 _NO_TOOLS: Mapping[str, EffectOptions | Mapping[str, Any]] = MappingProxyType({})
@@ -79,6 +83,8 @@ class OnceOnly(AbstractCapability[Any]):
             (a "no" in the ledger or in ``DeferredToolResults``), ``"budget"`` (a tool call or
             a model request refused by the budget). Added to every tool's
             ``EffectOptions.escalate_on``, which may also be given per tool in ``tools=``.
+        trigger: what started the run: ``"user"``, ``"schedule"``, ``"webhook"``; the ledger
+            records ``"retry"`` itself when the conversation had recorded actions before.
 
     The run id is the run's ``conversation_id``; ``scope="call"`` tools add the model's
     ``tool_call_id``. The whole run happens inside ``c4a.run(conversation_id)``, so tools and
@@ -100,6 +106,7 @@ class OnceOnly(AbstractCapability[Any]):
         default: EffectOptions = _WRITE,
         budget: Budget | None = None,
         escalate_on: Collection[str] = (),
+        trigger: Trigger | None = None,
     ) -> None:
         if not isinstance(default, EffectOptions):
             raise ConfigurationError("OnceOnly(default=...) takes a c4a.EffectOptions(...)")
@@ -109,6 +116,7 @@ class OnceOnly(AbstractCapability[Any]):
                 "c4a.Budget(max_tool_calls=20, max_model_requests=10)"
             )
         self.ledger = ledger
+        self.trigger = check_trigger(trigger)
         self.escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
         # The core escalates by policy where each call runs, so the policy goes in the options.
         self.default = with_escalate_on(default, self.escalate_on)
@@ -160,15 +168,17 @@ class OnceOnly(AbstractCapability[Any]):
         Pydantic AI carries context variables set here into the run body, its tool tasks and
         delegate agents started from tools, which then count against this run's budget.
         """
-        with (
-            _run_controls.scope(ctx.conversation_id, self.ledger, self.budget),
-            _run_controls.account_for(ctx.usage) as (account, owns),
-        ):
-            self._c4a_run, self._account, self._owns_account = current_run(), account, owns
-            result = await handler()
-            await self._settle()
-            await self._end_if_ended()
-            return result
+        whole = _run_controls.scope(
+            ctx.conversation_id, self.ledger, self.budget, whole=True, trigger=self.trigger
+        )
+        # `async with`: the run's start and end are recorded off the event loop's thread.
+        async with whole:
+            with _run_controls.account_for(ctx.usage) as (account, owns):
+                self._c4a_run, self._account, self._owns_account = current_run(), account, owns
+                result = await handler()
+                await self._settle()
+                await self._end_if_ended()
+                return result
 
     async def wrap_node_run(
         self, ctx: RunContext[Any], *, node: AgentNode[Any], handler: WrapNodeRunHandler[Any]
@@ -193,23 +203,31 @@ class OnceOnly(AbstractCapability[Any]):
     ) -> ModelResponse:
         """Count each model request in the ledger before it is made, and its usage after."""
         await self._end_if_ended()
-        with self._scope(ctx):
-            if not _run_controls.budgeted():
-                return await handler(request_context)
-            await self._settle()
-            try:
-                request_context = await _run_controls.before_request(request_context)
-            except BudgetExceeded as exc:
-                await self._escalate(exc)
-                raise
-            try:
-                response = await handler(request_context)
-            except BaseException:
-                self._counted(None)
-                raise
-            self._counted(response)
-            await _run_controls.after_response(response)
+        with self._scope(ctx), step(ctx.conversation_id, ctx.run_step) as turn:
+            response = await self._request(request_context, handler)
+            turn.finish(_steps.figures(response))
             return response
+
+    async def _request(
+        self, request_context: ModelRequestContext, handler: WrapModelRequestHandler
+    ) -> ModelResponse:
+        """The request, counted against the run's budget when it has one."""
+        if not _run_controls.budgeted():
+            return await handler(request_context)
+        await self._settle()
+        try:
+            request_context = await _run_controls.before_request(request_context)
+        except BudgetExceeded as exc:
+            await self._escalate(exc)
+            raise
+        try:
+            response = await handler(request_context)
+        except BaseException:
+            self._counted(None)
+            raise
+        self._counted(response)
+        await _run_controls.after_response(response)
+        return response
 
     def _counted(self, response: ModelResponse | None) -> None:
         if self._account is not None:
@@ -292,6 +310,7 @@ class OnceOnly(AbstractCapability[Any]):
     ) -> Any:
         options = self.options(tool)
         if not options.recorded:
+            note_unrecorded(options)  # a read is the evidence behind the run's completion
             return await handler(args)
         try:
             action = self._action(ctx, call, tool, args, options)

@@ -24,7 +24,13 @@ from pydantic_ai.usage import RequestUsage, RunUsage
 
 import call4agents as c4a
 from call4agents import Budget, BudgetExceeded, Escalated, Ledger
-from call4agents.integration import count_model_request, current_run, record_model_usage
+from call4agents.integration import (
+    Trigger,
+    count_model_request,
+    current_run,
+    record_model_usage,
+    run_part,
+)
 
 
 @dataclass
@@ -173,12 +179,23 @@ def _default_ledger() -> Ledger:
     return default_ledger()
 
 
-def scope(run_id: str | None, ledger: Ledger | None, budget: Budget | None) -> Any:
+def scope(
+    run_id: str | None,
+    ledger: Ledger | None,
+    budget: Budget | None,
+    *,
+    whole: bool = False,
+    trigger: Trigger | None = None,
+) -> Any:
     """``c4a.run`` for the conversation: tools, model requests and policy code see the run.
 
+    ``whole``: the block around the agent's whole run (its end is the run's end); otherwise
+    a block around one hook Pydantic AI did not carry the run's context into.
     Pydantic AI gives every run a conversation id; a run without one (a future mode) runs
     outside any ``c4a.run``, and its recorded tools say so when they are called.
     """
     if not run_id:
         return nullcontext()
-    return c4a.run(run_id, ledger=ledger, budget=budget)
+    if whole:
+        return c4a.run(run_id, ledger=ledger, budget=budget, trigger=trigger)
+    return run_part(run_id, ledger=ledger, budget=budget)
