@@ -362,9 +362,19 @@ def _denied(action: Action, row: Mapping[str, Any]) -> ApprovalDenied:
 
 
 def decide(
-    ledger: Ledger, ticket: str, *, approve: bool, by: str, reason: str | None
+    ledger: Ledger,
+    ticket: str,
+    *,
+    approve: bool,
+    by: str,
+    reason: str | None,
+    only_if_pending: bool = False,
 ) -> ApprovalRequest:
-    """Record a person's answer to a pending ticket. Twice the same answer is one answer."""
+    """Record a person's answer to a pending ticket. Twice the same answer is one answer.
+
+    With ``only_if_pending`` a ticket someone already answered is returned as it stands, its
+    answer untouched: two people deciding at once, the first answer stands and the second sees it.
+    """
     _check_by(by)
     signer = ledger.signer()
     with ledger.store.tx() as conn:
@@ -383,6 +393,8 @@ def decide(
                 "without the ledger's secret. Nothing was decided; ask for a new approval."
             )
         wanted = "approved" if approve else "denied"
+        if only_if_pending and row["state"] != "pending":
+            return _request(row)
         if row["state"] == wanted:
             return _request(row)  # a double click
         _check_transition(row, approve)
@@ -473,6 +485,12 @@ def list_requests(
         stmt = stmt.where(approvals.c.state == state)
     with ledger.store.read() as conn:
         return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
+
+
+def find_request(ledger: Ledger, ticket: str) -> ApprovalRequest | None:
+    with ledger.store.read() as conn:
+        row = conn.execute(select(approvals).where(approvals.c.ticket == ticket)).mappings().first()
+    return _request(dict(row)) if row is not None else None
 
 
 def _check_by(by: str) -> None:

@@ -510,8 +510,11 @@ class Ledger:
                 )
         return moved
 
-    def runs(self, *, limit: int = 100) -> list[RunSummary]:
-        """The most recently active runs, newest first."""
+    def runs(
+        self, *, limit: int = 100, tool: str | None = None, search: str | None = None
+    ) -> list[RunSummary]:
+        """The most recently active runs, newest first; ``tool`` keeps the runs that called that
+        tool, ``search`` those whose run id contains the text."""
 
         def count(state: str) -> Any:
             return func.sum(func.cast(effects.c.state == state, effects.c.attempt.type))
@@ -531,6 +534,11 @@ class Ledger:
             .order_by(func.max(effects.c.updated_at).desc())
             .limit(limit)
         )
+        if tool is not None:
+            called = select(effects.c.run_id).where(effects.c.tool == tool)
+            stmt = stmt.where(effects.c.run_id.in_(called))
+        if search:
+            stmt = stmt.where(effects.c.run_id.contains(search, autoescape=True))
         with self.store.read() as conn:
             return [
                 RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7]))
@@ -582,13 +590,30 @@ class Ledger:
 
     # -- approvals ------------------------------------------------------------------------------
 
-    def approve(self, ticket: str, *, by: str, reason: str | None = None) -> ApprovalRequest:
-        """A person's yes to the exact call a ticket shows; spent by one execution."""
-        return approvals.decide(self, ticket, approve=True, by=by, reason=reason)
+    def approve(
+        self, ticket: str, *, by: str, reason: str | None = None, only_if_pending: bool = False
+    ) -> ApprovalRequest:
+        """A person's yes to the exact call a ticket shows; spent by one execution.
 
-    def deny(self, ticket: str, *, by: str, reason: str | None = None) -> ApprovalRequest:
-        """A person's no; it wins over an earlier yes that was not yet used."""
-        return approvals.decide(self, ticket, approve=False, by=by, reason=reason)
+        ``only_if_pending=True`` leaves a ticket already answered as it is and returns it (its
+        ``state`` and ``decided_by`` say who answered): the first of two people stands.
+        """
+        return approvals.decide(
+            self, ticket, approve=True, by=by, reason=reason, only_if_pending=only_if_pending
+        )
+
+    def deny(
+        self, ticket: str, *, by: str, reason: str | None = None, only_if_pending: bool = False
+    ) -> ApprovalRequest:
+        """A person's no; it wins over an earlier yes that was not yet used (unless
+        ``only_if_pending``, as for ``approve``)."""
+        return approvals.decide(
+            self, ticket, approve=False, by=by, reason=reason, only_if_pending=only_if_pending
+        )
+
+    def approval(self, ticket: str) -> ApprovalRequest | None:
+        """One approval ticket by its id, in whatever state it is; None if there is none."""
+        return approvals.find_request(self, ticket)
 
     def approve_action(
         self, action: Action, *, by: str, reason: str | None = None
