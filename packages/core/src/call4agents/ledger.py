@@ -658,6 +658,12 @@ class Ledger:
 
         return run_status(self, run_id)
 
+    def endings(self, status: str | None = None, *, limit: int = 100) -> list[RunStatus]:
+        """Runs a run control ended (escalated, undone, partly undone), latest first."""
+        from .runs import run_endings
+
+        return run_endings(self, status, limit=limit)
+
     def handoff(self, run_id: str) -> Handoff | None:
         """The hand-off of an escalated run, with its actions as they stand now."""
         from .runs import handoff
