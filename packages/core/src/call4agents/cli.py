@@ -20,6 +20,7 @@ import argparse
 import collections
 import dataclasses
 import datetime as dt
+import getpass
 import importlib
 import json
 import os
@@ -835,7 +836,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     for module in args.imports or []:  # their tools' undo= functions, for the Undo button
         _import(module)
     settings = ConsoleSettings(
-        operator=args.operator or _decider(argparse.Namespace(by=None)),
+        operator=_operator(args),
         token=None if args.user_header else secrets.token_urlsafe(24),
         user_header=args.user_header,
         role_header=args.role_header,
@@ -854,6 +855,18 @@ def cmd_console(args: argparse.Namespace) -> int:
     with _open(args) as ledger:
         serve(ledger, settings, host=args.host, port=args.port, webhook=webhook)
     return EXIT_OK
+
+
+def _operator(args: argparse.Namespace) -> str:
+    """Token mode records decisions under one name: --operator, else the OS user."""
+    if args.operator:
+        return str(args.operator)
+    if args.user_header:
+        return ""  # each request names its own user
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError) as exc:
+        raise ConfigurationError("say who decides with --operator NAME (no OS user name)") from exc
 
 
 def _import(module: str) -> None:

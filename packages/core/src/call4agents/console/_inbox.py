@@ -149,7 +149,7 @@ def _card(ledger: Ledger, request: ApprovalRequest, ask: Ask, now: float) -> Htm
 
 def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
     record = ledger.find(request.key)
-    kind = record.kind if record is not None else "not recorded until it first runs"
+    kind = record.kind if record is not None else "kind recorded when it first runs"
     masked = count_redacted(request.args)
     redacted = h(
         '<p class="redacted">{n} value(s) redacted: shown as ***, the tool gets the real '

@@ -99,9 +99,9 @@ def endpoint(
             who = viewer(request, settings)
             form = await _form(request) if request.method == "POST" else {}
             if request.method == "POST":
-                check_csrf(form.get("csrf"), who, settings)
-                if decides:
+                if decides:  # a read-only user is told so, whatever the form holds
                     require_decider(who)
+                check_csrf(form.get("csrf"), who, settings)
             ask = Ask(
                 who=who,
                 query=dict(request.query_params),
