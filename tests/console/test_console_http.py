@@ -398,8 +398,29 @@ def test_webhooks_are_signed_and_retried(ledger: c4a.Ledger) -> None:
     assert "4242" not in body.decode()
 
 
-def test_cli_refuses_an_open_address_and_a_missing_extra_line(ledger: c4a.Ledger) -> None:
+def test_cli_refuses_an_open_address_and_a_newer_ledger(
+    ledger: c4a.Ledger, target: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     from call4agents import cli
+    from call4agents.tables import schema_version
 
-    code = cli.main(["console", "--url", ledger.url, "--host", "0.0.0.0"])
-    assert code == cli.EXIT_ERROR
+    url = ["--url", ledger.url] + (["--schema", target.schema] if target.schema else [])
+    assert cli.main(["console", *url, "--host", "0.0.0.0"]) == cli.EXIT_ERROR
+    assert "--user-header" in capsys.readouterr().err
+    with ledger.engine.begin() as conn:
+        conn.execute(schema_version.update().values(version=999))
+    assert cli.main(["console", *url]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "newer" in err
+    assert "Traceback" not in err
+
+
+def test_a_ledger_that_fails_gives_a_clear_page(ann: TestClient, ledger: c4a.Ledger) -> None:
+    from call4agents.tables import approvals
+
+    with ledger.engine.begin() as conn:  # the table gone, as a broken database would lose it
+        approvals.drop(conn)
+    page = ann.get("/")
+    assert page.status_code == 503
+    assert "the ledger database failed" in page.text
+    assert "Traceback" not in page.text

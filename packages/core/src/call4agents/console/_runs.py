@@ -27,6 +27,7 @@ STATES = (
     "partly_undone",
 )
 LISTED = 200
+ENDINGS_READ = 5000
 STATE_WORDS = {
     "succeeded": "done",
     "failed": "failed",
@@ -42,11 +43,16 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
     ledger.sweep()  # a dead worker's action shows as in doubt, not running
     found = ledger.runs(limit=LISTED, tool=tool or None, search=text or None)
     waiting = Counter(a.run_id for a in ledger.approvals(state="pending"))
+    # One read of the endings, not one per run listed.
+    endings = {s.run_id: s.status for s in ledger.endings(limit=ENDINGS_READ)}
     rows = []
     now = time.time()
     for r in found:
-        status = ledger.run_status(r.run_id)
-        derived = status.status if status is not None else _state(r, waiting[r.run_id])
+        ending = endings.get(r.run_id)
+        if ending is None and r.run_id not in endings and len(endings) >= ENDINGS_READ:
+            status = ledger.run_status(r.run_id)  # an older ending than those read at once
+            ending = status.status if status is not None else None
+        derived = ending or _state(r, waiting[r.run_id])
         if state and derived != state:
             continue
         link = h('<a href="/run?id={q}">{run}</a>', q=quote(r.run_id, safe=""), run=r.run_id)

@@ -113,6 +113,8 @@ def endpoint(
         except Refused as refused:
             return error_page(refused.status, refused.message, who)
         except Call4AgentsError as exc:
+            if isinstance(exc.__cause__, SQLAlchemyError):  # the database, not the request
+                return error_page(503, f"{exc}; nothing was changed", who)
             return error_page(409, f"{exc} (nothing else was changed)", who)
         except SQLAlchemyError as exc:
             return error_page(503, f"the ledger database failed: {short_error(exc)}", who)
