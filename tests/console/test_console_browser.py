@@ -97,8 +97,9 @@ def test_approve_in_the_browser_then_the_agent_runs_the_tool_once(
     )
 
 
-def test_approve_in_the_browser_resumes_a_langgraph_agent(
-    browser: Any, sqlite_target: Target, tmp_path: Path, shots: Path
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_a_langgraph_agent_goes_on_with_the_browsers_answer(
+    browser: Any, sqlite_target: Target, tmp_path: Path, shots: Path, decision: str
 ) -> None:
     outbox = tmp_path / "outbox.jsonl"
     env = {
@@ -116,18 +117,25 @@ def test_approve_in_the_browser_resumes_a_langgraph_agent(
         page = signed_in(browser, address)
         card = page.locator(f"section#{paused['ticket']}")
         assert "send_email" in card.inner_text()
-        card.locator("button.approve").click()
-        assert "Approved send_email" in page.locator("p.ok").inner_text()
-        page.screenshot(path=str(shots / "langgraph-approved.png"))
-    # The application resumes the pause; the ledger holds the person's yes.
+        card.locator(f"button.{decision}").click()
+        assert "send_email in run lg-thread-1" in page.locator("p.ok").inner_text()
+        page.screenshot(path=str(shots / f"langgraph-{decision}.png"))
+    # The application resumes the pause; the ledger holds the person's answer, which decides.
     resumed = run_child(
         LANGGRAPH_CHILD, "answer", env={**env, "LG_DECISION": '{"type": "approve"}'}
     )
-    report = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert [m["status"] for m in report["tool_messages"]] == ["success"]
-    assert len(outbox.read_text().splitlines()) == 1
-    [spent] = sqlite_target.open().approvals("lg-thread-1")
-    assert (spent.state, spent.decided_by) == ("spent", "ann")
+    [message] = json.loads(resumed.stdout.strip().splitlines()[-1])["tool_messages"]
+    sent = outbox.read_text().splitlines() if outbox.exists() else []
+    [ticket] = sqlite_target.open().approvals("lg-thread-1")
+    assert ticket.decided_by == "ann"
+    if decision == "approve":
+        assert message["status"] == "success"
+        assert len(sent) == 1
+        assert ticket.state == "spent"
+    else:  # the model is told, as a tool error, and nothing was sent
+        assert message["status"] == "error"
+        assert "ann" in message["content"]
+        assert sent == []
 
 
 def test_deny_in_the_browser_and_the_tool_never_runs(
@@ -246,3 +254,31 @@ def test_a_new_ticket_appears_without_a_reload(
         assert "No approvals waiting" in page.locator("main").inner_text()
         _, out = agent(sqlite_target, tmp_path, "refund-21", "refund")
         page.locator(f"section#{out['waiting']}").wait_for(timeout=15_000)
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_an_agents_sdk_agent_goes_on_with_the_browsers_answer(
+    browser: Any, sqlite_target: Target, tmp_path: Path, decision: str
+) -> None:
+    state, outbox = tmp_path / "state.json", tmp_path / "outbox.jsonl"
+    env = sqlite_target.env()
+    started = run_child(HERE / "sdk_child.py", "start", str(state), str(outbox), env=env)
+    assert json.loads(started.stdout.strip().splitlines()[-1]) == {"paused": 1}, started.stderr
+    [ticket] = sqlite_target.open().approvals("sdk-run-1", state="pending")
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address)
+        card = page.locator(f"section#{ticket.ticket}")
+        assert "wire" in card.inner_text()
+        card.locator("textarea[name=reason]").fill("checked with the customer")
+        card.locator(f"button.{decision}").click()
+        assert "in run sdk-run-1" in page.locator("p.ok").inner_text()
+    resumed = run_child(HERE / "sdk_child.py", "resume", str(state), str(outbox), env=env)
+    [told] = json.loads(resumed.stdout.strip().splitlines()[-1])["outputs"]
+    wired = outbox.read_text().splitlines() if outbox.exists() else []
+    if decision == "approve":
+        assert told == "wired 500 to bob"
+        assert len(wired) == 1
+    else:  # the application said go on, but the ledger holds the person's no
+        assert "ann" in told
+        assert "checked with the customer" in told
+        assert wired == []

@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 from starlette.responses import Response
 
+from call4agents.approvals import ApprovalRequest
 from call4agents.ledger import EffectRecord, Ledger, RunSummary
 from call4agents.runs import spending_text
 from call4agents.undo import undo_for
@@ -187,7 +188,7 @@ def _actions(actions: list[EffectRecord]) -> Html:
     )
 
 
-def _tickets(tickets: list) -> Html:  # type: ignore[type-arg]
+def _tickets(tickets: list[ApprovalRequest]) -> Html:
     rows = [
         [
             h('<a href="/approvals/{t}"><code>{t}</code></a>', t=a.ticket),
