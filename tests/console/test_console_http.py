@@ -212,6 +212,8 @@ def test_an_expired_ticket_is_refused(ann: TestClient, ledger: c4a.Ledger) -> No
     form = {"csrf": field(page, "csrf"), "fingerprint": field(page, "fingerprint")}
     time.sleep(0.3)
     assert "expired" in ann.get(f"/approvals/{request.ticket}").text
+    assert ledger.waiting() == []  # an expired ticket leaves the inbox
+    assert request.ticket not in ann.get("/").text
     answer = ann.post(f"/approvals/{request.ticket}", data={**form, "decision": "approve"})
     assert answer.status_code == 409
     assert "expired" in answer.text

@@ -487,6 +487,19 @@ def list_requests(
         return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
 
 
+def waiting_requests(ledger: Ledger, *, limit: int) -> list[ApprovalRequest]:
+    """Pending tickets not yet expired (by the database clock), oldest first."""
+    now = now_sql(ledger.dialect)
+    stmt = (
+        select(approvals)
+        .where(approvals.c.state == "pending", approvals.c.expires_at > now)
+        .order_by(approvals.c.requested_at)
+        .limit(limit)
+    )
+    with ledger.store.read() as conn:
+        return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
+
+
 def find_request(ledger: Ledger, ticket: str) -> ApprovalRequest | None:
     with ledger.store.read() as conn:
         row = conn.execute(select(approvals).where(approvals.c.ticket == ticket)).mappings().first()

@@ -611,6 +611,10 @@ class Ledger:
             self, ticket, approve=False, by=by, reason=reason, only_if_pending=only_if_pending
         )
 
+    def waiting(self, *, limit: int = 100) -> list[ApprovalRequest]:
+        """Tickets waiting for a person now (pending, not expired), oldest first."""
+        return approvals.waiting_requests(self, limit=limit)
+
     def approval(self, ticket: str) -> ApprovalRequest | None:
         """One approval ticket by its id, in whatever state it is; None if there is none."""
         return approvals.find_request(self, ticket)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from starlette.responses import Response
 
 from call4agents import stats
@@ -74,9 +72,7 @@ def bars(counts: dict[str, int]) -> Html:
 def live(ledger: Ledger, ask: Ask) -> Response:
     """What the pages poll: the open tickets and in-doubt actions, to show new ones at once."""
     figures = stats.open_figures(ledger)
-    now = time.time()
-    pending = ledger.approvals(state="pending")
-    tickets = [r.ticket for r in pending if r.expires_at > now][:SHOWN_TICKETS]
+    tickets = [r.ticket for r in ledger.waiting(limit=SHOWN_TICKETS)]
     doubt = [r.key for r in ledger.in_doubt()][:SHOWN_DOUBT]
     return json_response(
         {

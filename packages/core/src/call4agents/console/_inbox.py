@@ -6,6 +6,7 @@ import time
 
 from starlette.responses import Response
 
+from call4agents import stats
 from call4agents.approvals import ApprovalRequest
 from call4agents.ledger import EffectRecord, Ledger
 
@@ -19,20 +20,25 @@ DECISIONS = {"approve": "approved", "deny": "denied"}
 
 
 def inbox(ledger: Ledger, ask: Ask) -> Response:
-    waiting = ledger.approvals(state="pending")
+    live = ledger.waiting(limit=SHOWN_TICKETS)
+    total = stats.open_figures(ledger).approvals_waiting
     now = time.time()
-    live = [r for r in waiting if r.expires_at > now]
     notice = _notice(ledger, ask)
     if not live:
         body = h('{n}<p class="empty">No approvals waiting.</p>', n=notice)
     else:
-        more = len(live) - SHOWN_TICKETS
-        cards = join(_card(ledger, r, ask, now) for r in live[:SHOWN_TICKETS])
+        more = total - len(live)
+        cards = join(_card(ledger, r, ask, now) for r in live)
         tail = h('<p class="more">{n} more waiting (oldest shown first).</p>', n=more)
         body = join(
-            [notice, h("<p>{n} waiting.</p>", n=len(live)), cards, tail if more > 0 else Html()]
+            [
+                notice,
+                h("<p>{n} waiting.</p>", n=max(total, len(live))),
+                cards,
+                tail if more > 0 else Html(),
+            ]
         )
-    ids = ",".join(r.ticket for r in live[:SHOWN_TICKETS])
+    ids = ",".join(r.ticket for r in live)
     return html(page("Approvals", ask.who.name, ask.who.role, _marked(body, ids), live=True))
 
 
