@@ -334,6 +334,8 @@ def test_health_and_live(ann: TestClient, ledger: c4a.Ledger) -> None:
     assert health.status_code == 200
     assert "<svg" in health.text
     assert "Approvals waiting" in health.text
+    assert ann.get("/health?since=all").status_code == 200
+    assert ann.get("/health?since=forever").status_code == 400
     live = ann.get("/api/live").json()
     assert live["tickets"] == [request.ticket]
     assert live["in_doubt_keys"] == [record.key]

@@ -7,14 +7,30 @@ from starlette.responses import Response
 from call4agents import stats
 from call4agents.ledger import Ledger
 
+from ._auth import Refused
 from ._doubt import SHOWN as SHOWN_DOUBT
 from ._html import Html, h, join, page, table
 from ._inbox import SHOWN_TICKETS
 from ._web import Ask, html, json_response
 
+# Windows a person can pick; the figures of actions started in it (open items: whatever age).
+WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
+DEFAULT_WINDOW = "24h"  # all time reads every action ever recorded: slow on a large ledger
+
 
 def health(ledger: Ledger, ask: Ask) -> Response:
-    figures = stats.compute(ledger)
+    window = ask.query.get("since", DEFAULT_WINDOW)
+    if window not in WINDOWS:
+        raise Refused(400, f"unknown window {window!r}: pick one of {', '.join(WINDOWS)}")
+    figures = stats.compute(ledger, since=WINDOWS[window])
+    picks = join(
+        h(
+            '<a href="/health?since={w}"{cur}>{w}</a>',
+            w=w,
+            cur=Html(' aria-current="page"') if w == window else Html(),
+        )
+        for w in WINDOWS
+    )
     rows: list[list[object]] = [
         ["Irreversible executions", figures.irreversible_executions],
         ["Actions", figures.actions],
@@ -28,6 +44,7 @@ def health(ledger: Ledger, ask: Ask) -> Response:
     ]
     body = join(
         [
+            h('<p class="filters">Actions started in the last: {p}</p>', p=picks),
             table(["Figure", "Value"], rows, "figures"),
             h("<h2>Runs by state</h2>{c}", c=bars(figures.runs_by_state)),
             h("<h2>Actions by state</h2>{c}", c=bars(figures.actions_by_state)),

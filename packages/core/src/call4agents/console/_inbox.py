@@ -14,7 +14,7 @@ from ._auth import Refused
 from ._html import Html, ago, clock, count_redacted, esc, h, hidden, join, json_block, page
 from ._web import Ask, fingerprint, html, redirect
 
-SHOWN_TICKETS = 50  # the oldest first; the count says how many more wait
+SHOWN_TICKETS = 25  # the oldest first; the count says how many more wait
 SHOWN_ACTIONS = 20  # of the run's finished actions beside a ticket
 DECISIONS = {"approve": "approved", "deny": "denied"}
 
@@ -154,8 +154,10 @@ def _card(ledger: Ledger, request: ApprovalRequest, ask: Ask, now: float) -> Htm
 
 
 def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
-    record = ledger.find(request.key)
-    kind = record.kind if record is not None else "kind recorded when it first runs"
+    # One read per ticket: the run's actions, this one among them once it has run (or failed).
+    actions = ledger.effects(request.run_id, limit=SHOWN_ACTIONS * 5)
+    kinds = [r.kind for r in actions if r.key == request.key]
+    kind = kinds[0] if kinds else "kind recorded when it first runs"
     masked = count_redacted(request.args)
     redacted = h(
         '<p class="redacted">{n} value(s) redacted: shown as ***, the tool gets the real '
@@ -181,7 +183,7 @@ def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
         expires=clock(request.expires_at),
         args=json_block(request.args),
         redacted=redacted if masked else Html(),
-        done=finished_actions(ledger.effects(request.run_id, limit=SHOWN_ACTIONS * 5)),
+        done=finished_actions(actions),
     )
 
 
