@@ -5,7 +5,7 @@
 
 Each backend gets a fresh ledger: ``--tickets`` pending approval tickets opened through the
 library (each signed, as agents open them), then ``--actions`` recorded actions bulk-copied from
-one real row over many runs, a few of them in doubt. Each page is then requested through the
+one real row over many runs spread over the last 30 days, a few of them in doubt. Each page is then requested through the
 app in this process (Starlette's test client: routing, ledger reads and rendering, no network)
 ``--rounds`` times; the table prints the median and the worst. The issue's target is 10,000
 tickets and 1,000,000 actions under 100 ms a page; the defaults are smaller so a run stays short.
@@ -36,7 +36,17 @@ from call4agents.console import ConsoleSettings, create_app
 from call4agents.tables import approvals, effects
 
 RUN_SIZE = 50  # actions per run in the bulk copy
-PAGES = ("/", "/doubt", "/runs", "/run?id=bulk-1", "/health", "/api/live")
+SPREAD_DAYS = 30  # how far back the copies go
+PAGES = (
+    "/",
+    "/doubt",
+    "/runs",
+    "/runs?active=all",
+    "/run?id=bulk-1",
+    "/health",
+    "/health?since=all",
+    "/api/live",
+)
 TOKEN = "bench-token"
 
 
@@ -67,9 +77,13 @@ def _bulk_copy(ledger: c4a.Ledger, count: int) -> None:
     batch: list[dict[str, Any]] = []
     for i in range(count):
         doubt = i % 500 == 7
+        # Spread over the last SPREAD_DAYS days, newest first, as a ledger in use would be.
+        at = base["created_at"] - SPREAD_DAYS * 86400.0 * i / max(count, 1)
         batch.append(
             {
                 **base,
+                "created_at": at,
+                "updated_at": at,
                 "key": uuid.uuid4().hex + uuid.uuid4().hex,
                 "run_id": f"bulk-{(i + 1) // RUN_SIZE + 1}",
                 "state": "in_doubt" if doubt else "succeeded",

@@ -291,6 +291,10 @@ def test_runs_list_filters_and_run_page(ann: TestClient, ledger: c4a.Ledger) -> 
     assert "mail-9" in by_text
     assert "orders-1" not in by_text
     assert ann.get("/runs?state=nonsense").status_code == 400
+    assert "orders-1" in ann.get("/runs?active=all").text
+    assert ann.get("/runs?active=1y").status_code == 400
+    assert [r.run_id for r in ledger.runs(active_within=3600, search="orders")] == ["orders-1"]
+    assert ledger.runs(active_within=-60) == []  # no action updated in the future
     run = ann.get("/run?id=orders-1").text
     assert "lookup" in run
     assert "&quot;order&quot;: 1" in run

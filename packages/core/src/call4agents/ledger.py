@@ -511,10 +511,16 @@ class Ledger:
         return moved
 
     def runs(
-        self, *, limit: int = 100, tool: str | None = None, search: str | None = None
+        self,
+        *,
+        limit: int = 100,
+        tool: str | None = None,
+        search: str | None = None,
+        active_within: float | None = None,
     ) -> list[RunSummary]:
         """The most recently active runs, newest first; ``tool`` keeps the runs that called that
-        tool, ``search`` those whose run id contains the text."""
+        tool, ``search`` those whose run id contains the text, ``active_within`` (seconds) those
+        with an action updated that recently (all of their actions counted)."""
 
         def count(state: str) -> Any:
             return func.sum(func.cast(effects.c.state == state, effects.c.attempt.type))
@@ -539,6 +545,11 @@ class Ledger:
             stmt = stmt.where(effects.c.run_id.in_(called))
         if search:
             stmt = stmt.where(effects.c.run_id.contains(search, autoescape=True))
+        if active_within is not None:
+            # The recent runs found through the index on updated_at, then counted in full.
+            cutoff = now_sql(self.dialect) - active_within
+            recent = select(effects.c.run_id).where(effects.c.updated_at >= cutoff).distinct()
+            stmt = stmt.where(effects.c.run_id.in_(recent))
         with self.store.read() as conn:
             return [
                 RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7]))

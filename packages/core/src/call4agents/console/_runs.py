@@ -28,6 +28,9 @@ STATES = (
     "partly_undone",
 )
 LISTED = 200
+# How recently a listed run was active; counting every run ever recorded is slow on a large ledger.
+WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
+DEFAULT_WINDOW = "7d"
 ENDINGS_READ = 5000
 STATE_WORDS = {
     "succeeded": "done",
@@ -39,10 +42,15 @@ STATE_WORDS = {
 
 def runs_list(ledger: Ledger, ask: Ask) -> Response:
     state, tool, text = (ask.query.get(k, "").strip() for k in ("state", "tool", "q"))
+    window = ask.query.get("active", DEFAULT_WINDOW)
     if state and state not in STATES:
         raise Refused(400, f"unknown state {state!r}: pick one of {', '.join(STATES)}")
+    if window not in WINDOWS:
+        raise Refused(400, f"unknown window {window!r}: pick one of {', '.join(WINDOWS)}")
     ledger.sweep()  # a dead worker's action shows as in doubt, not running
-    found = ledger.runs(limit=LISTED, tool=tool or None, search=text or None)
+    found = ledger.runs(
+        limit=LISTED, tool=tool or None, search=text or None, active_within=WINDOWS[window]
+    )
     waiting = Counter(a.run_id for a in ledger.approvals(state="pending"))
     # One read of the endings, not one per run listed.
     endings = {s.run_id: s.status for s in ledger.endings(limit=ENDINGS_READ)}
@@ -71,7 +79,7 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
         )
     body = join(
         [
-            _filters(state, tool, text),
+            _filters(state, tool, text, window),
             table(
                 ["Run", "State", "Actions", "Done", "Failed", "In doubt", "Waiting", "Last active"],
                 rows,
@@ -94,7 +102,7 @@ def _state(r: RunSummary, waiting: int) -> str:
     return "has_failures" if r.failed else "done"
 
 
-def _filters(state: str, tool: str, text: str) -> Html:
+def _filters(state: str, tool: str, text: str, window: str) -> Html:
     options = join(
         h(
             '<option value="{v}"{sel}>{t}</option>',
@@ -109,7 +117,16 @@ def _filters(state: str, tool: str, text: str) -> Html:
         '<label>State <select name="state">{options}</select></label>'
         '<label>Tool <input name="tool" value="{tool}"></label>'
         '<label>Run id contains <input name="q" value="{text}"></label>'
+        '<label>Active in the last <select name="active">{windows}</select></label>'
         "<button>Filter</button></form>",
+        windows=join(
+            h(
+                '<option value="{w}"{sel}>{w}</option>',
+                w=w,
+                sel=Html(" selected") if w == window else Html(),
+            )
+            for w in WINDOWS
+        ),
         options=options,
         tool=tool,
         text=text,
