@@ -5,10 +5,11 @@
 
 Each backend gets a fresh ledger: ``--tickets`` pending approval tickets opened through the
 library (each signed, as agents open them), then ``--actions`` recorded actions bulk-copied from
-one real row over many runs spread over the last 30 days, a few of them in doubt. Each page is then requested through the
-app in this process (Starlette's test client: routing, ledger reads and rendering, no network)
-``--rounds`` times; the table prints the median and the worst. The issue's target is 10,000
-tickets and 1,000,000 actions under 100 ms a page; the defaults are smaller so a run stays short.
+one real row over many runs spread over the last 30 days, a few of them in doubt. Each page is
+then requested through the app in this process (Starlette's test client: routing, ledger reads
+and rendering, no network) ``--rounds`` times; the table prints the median and the worst. The
+issue's target is 10,000 tickets and 1,000,000 actions under 100 ms a page; the defaults are
+smaller so a run stays short.
 
 The floor beside the pages is the bare driver reading what the inbox must read at least: the
 pending tickets, oldest first, in one query on the same database.
