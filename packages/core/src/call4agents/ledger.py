@@ -520,40 +520,21 @@ class Ledger:
     ) -> list[RunSummary]:
         """The most recently active runs, newest first; ``tool`` keeps the runs that called that
         tool, ``search`` those whose run id contains the text, ``active_within`` (seconds) those
-        with an action updated that recently (all of their actions counted)."""
-
-        def count(state: str) -> Any:
-            return func.sum(func.cast(effects.c.state == state, effects.c.attempt.type))
-
-        stmt = (
-            select(
-                effects.c.run_id,
-                func.count(),
-                count("succeeded"),
-                count("failed"),
-                count("in_doubt"),
-                count("started"),
-                func.min(effects.c.created_at),
-                func.max(effects.c.updated_at),
-            )
-            .group_by(effects.c.run_id)
-            .order_by(func.max(effects.c.updated_at).desc())
-            .limit(limit)
-        )
+        with an action updated that recently. Each run's counts cover all of its actions."""
+        conds: list[Any] = []
         if tool is not None:
-            called = select(effects.c.run_id).where(effects.c.tool == tool)
-            stmt = stmt.where(effects.c.run_id.in_(called))
+            conds.append(effects.c.tool == tool)
         if search:
-            stmt = stmt.where(effects.c.run_id.contains(search, autoescape=True))
+            conds.append(effects.c.run_id.contains(search, autoescape=True))
         if active_within is not None:
-            # The recent runs found through the index on updated_at, then counted in full.
-            cutoff = now_sql(self.dialect) - active_within
-            recent = select(effects.c.run_id).where(effects.c.updated_at >= cutoff).distinct()
-            stmt = stmt.where(effects.c.run_id.in_(recent))
+            conds.append(effects.c.updated_at >= now_sql(self.dialect) - active_within)
         with self.store.read() as conn:
+            ids = _latest_runs(conn, conds, limit)
+            if not ids:
+                return []
             return [
                 RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7]))
-                for r in conn.execute(stmt).all()
+                for r in conn.execute(_run_counts(ids)).all()
             ]
 
     # -- settling -------------------------------------------------------------------------------
@@ -768,6 +749,56 @@ class Ledger:
                 else:
                     done = conn.execute(delete(effects).where(target))
             total += done.rowcount
+
+
+_RUN_SCAN = 2000  # actions read per step while looking for the most recent runs
+
+
+def _latest_runs(conn: Any, conds: list[Any], limit: int) -> list[str]:
+    """The ``limit`` runs updated most recently, read newest action first through the index on
+    updated_at: a run's first action met is its latest, so the scan stops once enough are found
+    instead of grouping every action of the ledger."""
+    found: dict[str, None] = {}
+    offset = 0
+    while len(found) < limit:
+        rows = conn.execute(
+            select(effects.c.run_id)
+            .where(*conds)
+            .order_by(effects.c.updated_at.desc(), effects.c.seq.desc())
+            .limit(_RUN_SCAN)
+            .offset(offset)
+        ).scalars()
+        seen = 0
+        for run_id in rows:
+            seen += 1
+            found.setdefault(run_id, None)
+            if len(found) == limit:
+                break
+        if seen < _RUN_SCAN:
+            break
+        offset += _RUN_SCAN
+    return list(found)
+
+
+def _run_counts(run_ids: list[str]) -> Any:
+    def count(state: str) -> Any:
+        return func.sum(func.cast(effects.c.state == state, effects.c.attempt.type))
+
+    return (
+        select(
+            effects.c.run_id,
+            func.count(),
+            count("succeeded"),
+            count("failed"),
+            count("in_doubt"),
+            count("started"),
+            func.min(effects.c.created_at),
+            func.max(effects.c.updated_at),
+        )
+        .where(effects.c.run_id.in_(run_ids))
+        .group_by(effects.c.run_id)
+        .order_by(func.max(effects.c.updated_at).desc())
+    )
 
 
 def _record(m: Any) -> EffectRecord:
