@@ -432,3 +432,24 @@ def test_a_ledger_that_fails_gives_a_clear_page(ann: TestClient, ledger: c4a.Led
     assert page.status_code == 503
     assert "the ledger database failed" in page.text
     assert "Traceback" not in page.text
+
+
+def test_runs_are_the_latest_and_counted_in_full(ledger: c4a.Ledger) -> None:
+    # More recent actions of one run than the ledger reads in one step of its scan: the older
+    # runs are still found, newest first, each counted in full.
+    @c4a.effect(name="step", kind="write")
+    def step(n: int) -> int:
+        return n
+
+    for run_id in ("old-1", "old-2", "old-3"):
+        with c4a.run(run_id):
+            step(0)
+            step(1)
+    with c4a.run("busy"):
+        for n in range(2100):
+            step(n)
+    found = ledger.runs(limit=3)
+    assert [r.run_id for r in found] == ["busy", "old-3", "old-2"]
+    assert [r.actions for r in found] == [2100, 2, 2]
+    assert [r.run_id for r in ledger.runs(limit=10, search="old")] == ["old-3", "old-2", "old-1"]
+    assert ledger.runs(limit=10, tool="nothing") == []
