@@ -500,6 +500,22 @@ def waiting_requests(ledger: Ledger, *, limit: int) -> list[ApprovalRequest]:
         return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
 
 
+def waiting_counts(ledger: Ledger, run_ids: Sequence[str]) -> dict[str, int]:
+    if not run_ids:
+        return {}
+    stmt = (
+        select(approvals.c.run_id, func.count())
+        .where(
+            approvals.c.run_id.in_(list(run_ids)),
+            approvals.c.state == "pending",
+            approvals.c.expires_at > now_sql(ledger.dialect),
+        )
+        .group_by(approvals.c.run_id)
+    )
+    with ledger.store.read() as conn:
+        return {run_id: int(n) for run_id, n in conn.execute(stmt).all()}
+
+
 def find_request(ledger: Ledger, ticket: str) -> ApprovalRequest | None:
     with ledger.store.read() as conn:
         row = conn.execute(select(approvals).where(approvals.c.ticket == ticket)).mappings().first()

@@ -526,10 +526,11 @@ class Ledger:
             conds.append(effects.c.tool == tool)
         if search:
             conds.append(effects.c.run_id.contains(search, autoescape=True))
-        if active_within is not None:
-            conds.append(effects.c.updated_at >= now_sql(self.dialect) - active_within)
+        # By the database clock; the scan stops at it rather than filtering on it, so it reads
+        # the index on updated_at in order and nothing older.
+        cutoff = None if active_within is None else self.store.now() - active_within
         with self.store.read() as conn:
-            ids = _latest_runs(conn, conds, limit)
+            ids = _latest_runs(conn, conds, limit, cutoff)
             if not ids:
                 return []
             return [
@@ -606,6 +607,10 @@ class Ledger:
     def waiting(self, *, limit: int = 100) -> list[ApprovalRequest]:
         """Tickets waiting for a person now (pending, not expired), oldest first."""
         return approvals.waiting_requests(self, limit=limit)
+
+    def waiting_by_run(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """How many tickets wait for a person (pending, not expired) in each of these runs."""
+        return approvals.waiting_counts(self, run_ids)
 
     def approval(self, ticket: str) -> ApprovalRequest | None:
         """One approval ticket by its id, in whatever state it is; None if there is none."""
@@ -754,27 +759,27 @@ class Ledger:
 _RUN_SCAN = 2000  # actions read per step while looking for the most recent runs
 
 
-def _latest_runs(conn: Any, conds: list[Any], limit: int) -> list[str]:
-    """The ``limit`` runs updated most recently, read newest action first through the index on
-    updated_at: a run's first action met is its latest, so the scan stops once enough are found
-    instead of grouping every action of the ledger."""
+def _latest_runs(conn: Any, conds: list[Any], limit: int, cutoff: float | None) -> list[str]:
+    """The ``limit`` runs updated most recently (and not before ``cutoff``), read newest action
+    first through the index on updated_at: a run's first action met is its latest, so the scan
+    stops once enough are found instead of grouping every action of the ledger."""
     found: dict[str, None] = {}
     offset = 0
     while len(found) < limit:
         rows = conn.execute(
-            select(effects.c.run_id)
+            select(effects.c.run_id, effects.c.updated_at)
             .where(*conds)
-            .order_by(effects.c.updated_at.desc(), effects.c.seq.desc())
+            .order_by(effects.c.updated_at.desc())  # the index alone: no sort of the rest
             .limit(_RUN_SCAN)
             .offset(offset)
-        ).scalars()
-        seen = 0
-        for run_id in rows:
-            seen += 1
+        ).all()
+        for run_id, updated_at in rows:
+            if cutoff is not None and updated_at < cutoff:
+                return list(found)
             found.setdefault(run_id, None)
             if len(found) == limit:
                 break
-        if seen < _RUN_SCAN:
+        if len(rows) < _RUN_SCAN:
             break
         offset += _RUN_SCAN
     return list(found)

@@ -51,7 +51,7 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
     found = ledger.runs(
         limit=LISTED, tool=tool or None, search=text or None, active_within=WINDOWS[window]
     )
-    waiting = Counter(a.run_id for a in ledger.approvals(state="pending"))
+    waiting = Counter(ledger.waiting_by_run([r.run_id for r in found]))
     # One read of the endings, not one per run listed.
     endings = {s.run_id: s.status for s in ledger.endings(limit=ENDINGS_READ)}
     rows = []
