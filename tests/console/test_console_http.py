@@ -453,3 +453,17 @@ def test_runs_are_the_latest_and_counted_in_full(ledger: c4a.Ledger) -> None:
     assert [r.actions for r in found] == [2100, 2, 2]
     assert [r.run_id for r in ledger.runs(limit=10, search="old")] == ["old-3", "old-2", "old-1"]
     assert ledger.runs(limit=10, tool="nothing") == []
+
+
+def test_a_run_waiting_for_a_person_is_listed_so(ann: TestClient, ledger: c4a.Ledger) -> None:
+    @c4a.effect(name="open_case", kind="write")
+    def open_case(order: str) -> str:
+        return f"case-{order}"
+
+    with c4a.run("refund-7"):
+        open_case("A-1")
+    open_ticket("refund-7")
+    assert ledger.waiting_by_run(["refund-7", "other"]) == {"refund-7": 1}
+    listed = ann.get("/runs?state=waiting_approval").text
+    assert "refund-7" in listed
+    assert "waiting approval" in listed
