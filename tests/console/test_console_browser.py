@@ -179,6 +179,13 @@ def test_in_doubt_settled_in_the_browser_then_the_retry_gets_the_recorded_result
         card.locator("input[name=note]").fill("found in the provider's log")
         card.locator("button.settle").click()
         assert "Settled action" in page.locator("p.ok").inner_text()
+        base = address.split("?")[0]
+        for name, path in (("runs", "runs"), ("run", "run?id=mail-1"), ("health", "health")):
+            shown = page.goto(base + path)
+            assert shown is not None
+            assert shown.ok
+            page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+        assert "resolved by ann" in page.goto(base + "run?id=mail-1").text()  # type: ignore[union-attr]
     code, out = agent(sqlite_target, tmp_path, "mail-1", "email")
     assert (code, out) == (0, {"result": {"id": "msg-0042"}})
     assert executed(tmp_path) == ["email bob@example.com"]  # only the attempt that timed out

@@ -184,7 +184,7 @@ def _actions(actions: list[EffectRecord]) -> Html:
                 r.attempt,
                 json_block(r.args),
                 h('<span class="result">{o}</span>', o=outcome or ""),
-                r.resolved_by or "",
+                (r.note or r.resolved_by or "") if r.resolved_by else "",
                 latency,
             ]
         )
@@ -197,7 +197,7 @@ def _actions(actions: list[EffectRecord]) -> Html:
             "Attempts",
             "Arguments",
             "Result or error",
-            "Settled by",
+            "Settled",
             "Took",
         ],
         rows,
