@@ -174,7 +174,9 @@ def _actions(actions: list[EffectRecord]) -> Html:
         outcome = r.result_json if r.state == "succeeded" else (r.error or r.note or "")
         if r.pruned_at is not None:
             outcome = "(result pruned by gc)"
-        latency = f"{max(0.0, r.updated_at - r.created_at):.3f}s" if r.state != "started" else ""
+        # First attempt to last update: the tool's own time only when it ended by itself.
+        timed = r.state in ("succeeded", "failed") and not r.resolved_by
+        latency = f"{max(0.0, r.updated_at - r.created_at):.3f}s" if timed else ""
         rows.append(
             [
                 i,
