@@ -20,6 +20,9 @@ message again, as it must when durability="exit" saved nothing before the crash)
   LG_WRAP       1 to wrap the checkpointer in LedgerCheckpointer
   LG_BREAK      1 to stop before the tools node (interrupt_before), so "start" saves a checkpoint
                 even with durability="exit" and the tool runs on a later invoke(None, config)
+  LG_EDIT_TO    for STEP "edit": the recipient the paused call is edited to (update_state), on
+                the checkpoint LG_EDIT_AT (a checkpoint id, to fork an earlier state) or the last
+STEP "where" prints the id of the thread's last checkpoint.
 The ledger comes from C4A_TEST_URL / C4A_TEST_SCHEMA. Prints the tool messages as JSON.
 """
 
@@ -203,9 +206,26 @@ def inputs() -> Any:
     return {"messages": [HumanMessage("Tell the customers about their refunds")]}
 
 
+def edit(agent: Any) -> None:
+    """Change the recipient of the paused call in the saved state, keeping its tool call id."""
+    at = env.get("LG_EDIT_AT")
+    fork = {"configurable": {**config["configurable"], "checkpoint_ns": "", "checkpoint_id": at}}
+    state = agent.get_state(fork if at else config)
+    where = state.config
+    last = state.values["messages"][-1]
+    calls = [{**c, "args": {**c["args"], "to": env["LG_EDIT_TO"]}} for c in last.tool_calls]
+    agent.update_state(where, {"messages": [last.model_copy(update={"tool_calls": calls})]})
+
+
 def main_sync() -> None:
     with sync_saver() as saver:
-        report(build(saver).invoke(inputs(), config, durability=durability, version="v2"))
+        agent = build(saver)
+        if step == "edit":
+            edit(agent)
+        elif step == "where":
+            print(agent.get_state(config).config["configurable"]["checkpoint_id"])
+        else:
+            report(agent.invoke(inputs(), config, durability=durability, version="v2"))
 
 
 async def main_async() -> None:

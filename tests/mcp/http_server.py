@@ -9,7 +9,7 @@ The ledger is C4A_TEST_URL (+ C4A_TEST_SCHEMA). It listens on 127.0.0.1 on a fre
 "PORT <n>" once the socket is listening. With WORKDIR set, the slow tool writes
 WORKDIR/started-<replica> and then waits for WORKDIR/release; every tools/call that arrives
 touches WORKDIR/arrived-<replica>, and WORKDIR/cancelled-<replica> if it is cancelled.
-NO_GRACE=1 sets OnceOnly(cancel_grace=None).
+NO_GRACE=1 sets OnceOnly(cancel_grace=None); APPROVAL=1 makes send_email need a person's yes.
 """
 
 from __future__ import annotations
@@ -63,7 +63,12 @@ if mode == "once":
         os.environ["C4A_TEST_URL"], schema=os.environ.get("C4A_TEST_SCHEMA") or None, wait=60.0
     )
     # NO_GRACE=1: a call the client cancels is stopped at once (the default lets it finish).
-    middleware.append(OnceOnly(cancel_grace=None if os.environ.get("NO_GRACE") else 60.0))
+    middleware.append(
+        OnceOnly(
+            cancel_grace=None if os.environ.get("NO_GRACE") else 60.0,
+            tools={"send_email": {"approval": True}} if os.environ.get("APPROVAL") else None,
+        )
+    )
 server = MCPServer("mail", middleware=middleware)
 
 

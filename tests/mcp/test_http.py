@@ -66,10 +66,16 @@ def text(result: CallToolResult) -> str:
     return block.text
 
 
-async def call(url: str, tool: str = "send_email", key: str | None = "k-1", **client: Any) -> Any:
+async def call(
+    url: str,
+    tool: str = "send_email",
+    key: str | None = "k-1",
+    args: dict[str, Any] | None = None,
+    **client: Any,
+) -> Any:
     meta = {KEY_META: key} if key else None
     async with Client(url, **client) as session:
-        return await session.call_tool(tool, ARGS, meta=meta)
+        return await session.call_tool(tool, args or ARGS, meta=meta)
 
 
 async def wait_for(path: Path) -> None:

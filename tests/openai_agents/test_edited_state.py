@@ -20,6 +20,7 @@ import pytest
 from agents import Agent, Runner, RunState
 
 import call4agents as c4a
+from call4agents.cli import main as cli
 from call4agents_openai_agents import OnceOnly
 from tests.conftest import Target
 from tests.openai_agents.approval_child import bank_agent
@@ -28,6 +29,8 @@ from tests.openai_agents.support import Outbox, assistant_message, call, outputs
 CHILD = Path(__file__).with_name("approval_child.py")
 RUN = {"call4agents_run_id": "refund-77"}
 CALL_ID = "call_R"
+# The yes through the SDK or in the ledger; the state edited after it, or before it.
+HOW = ["state", "ledger", "edited-first", "edited-first-ledger"]
 
 
 async def _saved_state(agent: Agent[Any], amount: int) -> tuple[Any, str]:
@@ -67,8 +70,11 @@ async def _approved_then_edited(
     if how == "ledger" and ledger is not None:
         [ticket] = ledger.approvals("refund-77", state="pending")
         ledger.approve(ticket.ticket, by="ann")
-    if how == "edited-first":  # edited while it waited; the person then approves the edited item
+    if how.startswith("edited-first"):  # edited while it waited, then a yes
         edited = await RunState.from_string(agent, await _edit(state.to_string(), outbox, 9999))
+        if how == "edited-first-ledger" and ledger is not None:  # to the ticket that showed 10
+            [ticket] = ledger.approvals("refund-77", state="pending")
+            ledger.approve(ticket.ticket, by="ann")
         edited.approve(edited.get_interruptions()[0])
         return agent, edited.to_string()
     state.approve(item)  # the SDK's own channel (with OnceOnly: carried to the shown ticket)
@@ -94,7 +100,7 @@ def test_the_bare_sdk_runs_an_edited_approved_state(tmp_path: Path) -> None:
     assert [line["amount"] for line in outbox.lines()] == [9999]
 
 
-@pytest.mark.parametrize("how", ["state", "ledger", "edited-first"])
+@pytest.mark.parametrize("how", HOW)
 async def test_an_edited_approved_state_runs_nothing_however_often_resumed(
     ledger: c4a.Ledger, tmp_path: Path, how: str
 ) -> None:
@@ -114,14 +120,15 @@ async def test_an_edited_approved_state_runs_nothing_however_often_resumed(
     assert [line["amount"] for line in outbox.lines()] == [9999]
 
 
+@pytest.mark.parametrize("how", HOW)
 async def test_two_workers_resuming_an_edited_state_run_nothing(
-    target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     env = target.env()
     monkeypatch.setenv("CALL4AGENTS_SECRET", env["CALL4AGENTS_SECRET"])
     ledger = c4a.init(target.open())
     outbox = Outbox(tmp_path / "outbox.jsonl")
-    _, edited = await _approved_then_edited(outbox, True, "state", ledger)
+    _, edited = await _approved_then_edited(outbox, True, how, ledger)
     state_file = tmp_path / "edited-state.json"
     state_file.write_text(edited)
     argv = [sys.executable, str(CHILD), "once", str(state_file), str(outbox.path)]
@@ -137,8 +144,9 @@ async def test_two_workers_resuming_an_edited_state_run_nothing(
     assert outbox.count() == 0
 
 
+@pytest.mark.parametrize("no", ["once.reject", "ledger", "cli"])
 async def test_a_later_no_on_another_copy_wins_over_the_yes(
-    ledger: c4a.Ledger, tmp_path: Path
+    ledger: c4a.Ledger, target: Target, tmp_path: Path, no: str
 ) -> None:
     outbox = Outbox(tmp_path / "outbox.jsonl")
     once = OnceOnly()
@@ -155,8 +163,16 @@ async def test_a_later_no_on_another_copy_wins_over_the_yes(
     saved = result.to_state().to_string()
     first = await RunState.from_string(agent, saved)
     once.approve(first, item, by="ann")  # recorded in the ledger
-    second = await RunState.from_string(agent, saved)  # another copy of the same state
-    once.reject(second, second.get_interruptions()[0], by="lead", reason="wrong payee")
+    if no == "once.reject":
+        second = await RunState.from_string(agent, saved)  # another copy of the same state
+        once.reject(second, second.get_interruptions()[0], by="lead", reason="wrong payee")
+    else:
+        [ticket] = ledger.approvals("refund-77")
+        if no == "ledger":
+            ledger.deny(ticket.ticket, by="lead", reason="wrong payee")
+        else:
+            where = ["--url", target.url, *(["--schema", target.schema] if target.schema else [])]
+            assert cli(["deny", ticket.ticket, "--by", "lead", *where]) == 0
     await Runner.run(agent, first)  # the approved copy resumes after the no
     assert outbox.count() == 0
     [ticket] = ledger.approvals("refund-77")

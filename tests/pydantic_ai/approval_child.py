@@ -1,11 +1,14 @@
 """A child process for the approval races: ask for approval, or continue an approved run.
 
-Usage: approval_child.py ask|continue WORKDIR [NAME]
+Usage: approval_child.py ask|continue|bare|resume|deny|deny-bare WORKDIR [NAME]
 
 "ask" runs the agent until it stops for approval and saves the history and the requests.
-"continue" approves every request (as "ann", echoing the metadata), waits until every worker
-named in WORKDIR/workers has reached the same point, then runs the continuation. The tool sends
-slowly, so a second worker meets the first one's live lease.
+The others continue the saved history (WORKDIR/history.json, which a test may have edited):
+"continue" approves every request as "ann", echoing the metadata (the honest app); "bare" sends
+the same yes keyed by tool call id alone; "resume" sends no answer (a yes given in the ledger);
+"deny" answers no with a reason ("deny-bare" without the metadata). Each waits until every
+worker named in WORKDIR/workers has reached the same point, then runs. The tool sends slowly,
+so a second worker meets the first one's live lease.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from pathlib import Path
 
 from pydantic import TypeAdapter
-from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolDenied
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
 import call4agents as c4a
@@ -63,10 +66,20 @@ else:
     history = ModelMessagesTypeAdapter.validate_json((workdir / "history.json").read_bytes())
     requests = requests_adapter.validate_json((workdir / "requests.json").read_bytes())
     ids = [c.tool_call_id for c in requests.approvals]
-    results = DeferredToolResults(
-        approvals=dict.fromkeys(ids, True),
-        metadata=requests.metadata,
-        answered_by=dict.fromkeys(ids, "ann"),
+    answers: dict[str, bool | ToolDenied] = {
+        "continue": True,
+        "bare": True,
+        "deny": ToolDenied("wrong customer"),
+        "deny-bare": ToolDenied("wrong customer"),
+    }
+    results = (
+        DeferredToolResults(
+            approvals=dict.fromkeys(ids, answers[step]),
+            metadata={} if step.endswith("bare") else requests.metadata,
+            answered_by=dict.fromkeys(ids, "lead" if step.startswith("deny") else "ann"),
+        )
+        if step != "resume"
+        else None
     )
     barrier()
     done = agent.run_sync(message_history=history, deferred_tool_results=results)

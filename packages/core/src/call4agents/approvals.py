@@ -7,7 +7,8 @@ a row copied, edited or written by hand verifies as nothing. The decision and it
 record: deleting a "spent" or "denied" ticket leaves no approval at all, and an old "approved"
 row put back beside its action names an attempt that has already been started, so it cannot be
 spent. A whole ledger restored from a backup is the ledger as it was then: a yes spent after the
-backup is unspent again, with its action's row gone (the README says what to settle after one).
+backup is unspent again, with its action's row gone (docs/approvals.md says what to settle
+after one).
 
 Each ticket also records the framework's call id it was opened for: a yes a framework keys by call
 id covers only the arguments first shown under that id (see ``first_shown``).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
@@ -159,6 +160,7 @@ __all__ = [
     "failure_message",
     "is_in_doubt_error",
     "message_for_model",
+    "open_ticket",
     "options_for",
     "record_model_usage",
     "run_tool",
@@ -179,6 +181,17 @@ def shown_other_args(action: Action) -> ApprovalRequest | None:
     those in the ledger.
     """
     return first_shown(action.ledger, action)
+
+
+def open_ticket(action: Action) -> ApprovalRequest | None:
+    """The live ticket for this call's arguments that a "no" can still reach: pending, or
+    approved and not yet spent. A later no wins over a yes until the yes is used."""
+    now = time.time()
+    for ticket in action.ledger.approvals(run_id=action.run_id):
+        live = ticket.state in ("pending", "approved") and ticket.expires_at > now
+        if live and ticket.key == action.key and ticket.covers(action):
+            return ticket
+    return None
 
 
 def warn_once(topic: str, message: str) -> None:

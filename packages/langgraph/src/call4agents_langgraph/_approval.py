@@ -21,6 +21,8 @@ from pydantic import Discriminator
 from typing_extensions import NotRequired, TypedDict
 
 from call4agents import ApprovalRequired, ConfigurationError, LedgerError
+from call4agents.effect import Action
+from call4agents.integration import open_ticket
 
 DEFAULT_BY = "a person, through a LangGraph interrupt"
 
@@ -99,6 +101,36 @@ def edited_args(decision: EditDecision, tool_call: Any) -> dict[str, Any]:
             f"{edited['name']!r}: reject the call and let the agent choose another tool"
         )
     return dict(edited["args"])
+
+
+def waiting_answer() -> Any:
+    """The resume value waiting for this task's first ``interrupt()``, left in place; else None.
+
+    LangGraph hands a resume value only to the ``interrupt()`` that asks for it, and a call whose
+    yes is already in the ledger runs without asking. Reading the value first lets a reject sent
+    on resume reach that yes before it is spent. This reads LangGraph's task scratchpad (the
+    state ``interrupt()`` itself reads); if its shape changes, this finds nothing and the no
+    still works on a ticket that has not been approved yet.
+    """
+    try:
+        from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD
+        from langgraph.config import get_config
+
+        scratchpad = get_config()["configurable"][CONFIG_KEY_SCRATCHPAD]
+        resume = scratchpad.resume
+        return resume[0] if resume else scratchpad.get_null_resume(False)
+    except (ImportError, KeyError, RuntimeError, AttributeError, TypeError):
+        return None
+
+
+def reject_a_waiting_yes(action: Action) -> None:
+    """A reject sent on resume, recorded on a yes not yet spent (see ``waiting_answer``)."""
+    answer = waiting_answer()
+    if not (isinstance(answer, dict) and answer.get("type") == "reject"):
+        return
+    ticket = open_ticket(action)
+    if ticket is not None and ticket.state == "approved":
+        record_ticket(action.ledger, ticket.ticket, cast(Decision, answer))
 
 
 def record_ticket(ledger: Any, ticket: str, decision: Decision) -> None:

@@ -169,6 +169,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
                 result = handler(request)
                 watcher.raise_found()
                 return result
+            self._later_no(call)
             for _ in range(_MAX_ROUNDS):
                 try:
                     return self._once(call, handler, watcher)
@@ -186,6 +187,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
                 result = await handler(request)
                 watcher.raise_found()
                 return result
+            await asyncio.to_thread(self._later_no, call)
             for _ in range(_MAX_ROUNDS):
                 try:
                     return await self._aonce(call, handler, watcher)
@@ -276,6 +278,11 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
     def _deliver(self, call: _Call, result: ToolResult, *, ran: bool) -> ToolResult:
         delivered = deliver(result, tool_call=call.tool_call, key=call.action.key, ran=ran)
         return _with_edit_notice(delivered, call) if call.edited else delivered
+
+    def _later_no(self, call: _Call) -> None:
+        """A reject resume value wins over a yes already in the ledger and not yet spent."""
+        if call.action.needs_approval:
+            _approval.reject_a_waiting_yes(call.action)
 
     def _decide(self, call: _Call, exc: ApprovalRequired, decision: _approval.Decision) -> _Call:
         """Record a person's answer; an edit becomes a "yes" to the edited call, which then runs."""

@@ -24,7 +24,7 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 import call4agents as c4a
 from call4agents import ApprovalRequest, Ledger, LedgerError
 from call4agents.effect import Action
-from call4agents.integration import shown_other_args
+from call4agents.integration import open_ticket, shown_other_args
 
 META = "call4agents"
 """The key of Call4Agents' entry in ``DeferredToolRequests.metadata[tool_call_id]``."""
@@ -145,9 +145,9 @@ async def record_denials(
 def _deny_shown(action: Action, ticket: str | None, by: str, reason: str | None) -> bool:
     """Deny the shown ticket; whether a "no" now stands for the call."""
     ledger: Ledger = action.ledger
-    if ticket is None:
-        pending = ledger.approvals(run_id=action.run_id, state="pending")
-        ticket = next((r.ticket for r in pending if r.key == action.key and r.covers(action)), None)
+    if ticket is None:  # a bare "no": the open ticket for this call, a yes not yet spent included
+        found = open_ticket(action)
+        ticket = found.ticket if found is not None else None
     if ticket is None:
         return False
     try:
