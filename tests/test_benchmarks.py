@@ -48,6 +48,12 @@ def test_bench_startup() -> None:
         assert case in out
 
 
+def test_bench_console() -> None:
+    out = bench("bench_console.py", "--tickets", "5", "--actions", "200", "--rounds", "1")
+    for case in ("floor: pending tickets, bare query", "/doubt", "/runs", "/health"):
+        assert case in out
+
+
 def test_bench_otel() -> None:
     out = bench("bench_otel.py", "--n", "40", "--rounds", "2")
     assert "repeat (same process) added (median)" in out

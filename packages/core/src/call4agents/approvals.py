@@ -363,9 +363,19 @@ def _denied(action: Action, row: Mapping[str, Any]) -> ApprovalDenied:
 
 
 def decide(
-    ledger: Ledger, ticket: str, *, approve: bool, by: str, reason: str | None
+    ledger: Ledger,
+    ticket: str,
+    *,
+    approve: bool,
+    by: str,
+    reason: str | None,
+    only_if_pending: bool = False,
 ) -> ApprovalRequest:
-    """Record a person's answer to a pending ticket. Twice the same answer is one answer."""
+    """Record a person's answer to a pending ticket. Twice the same answer is one answer.
+
+    With ``only_if_pending`` a ticket someone already answered is returned as it stands, its
+    answer untouched: two people deciding at once, the first answer stands and the second sees it.
+    """
     _check_by(by)
     signer = ledger.signer()
     with ledger.store.tx() as conn:
@@ -384,6 +394,8 @@ def decide(
                 "without the ledger's secret. Nothing was decided; ask for a new approval."
             )
         wanted = "approved" if approve else "denied"
+        if only_if_pending and row["state"] != "pending":
+            return _request(row)
         if row["state"] == wanted:
             return _request(row)  # a double click
         _check_transition(row, approve)
@@ -474,6 +486,41 @@ def list_requests(
         stmt = stmt.where(approvals.c.state == state)
     with ledger.store.read() as conn:
         return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
+
+
+def waiting_requests(ledger: Ledger, *, limit: int) -> list[ApprovalRequest]:
+    """Pending tickets not yet expired (by the database clock), oldest first."""
+    now = now_sql(ledger.dialect)
+    stmt = (
+        select(approvals)
+        .where(approvals.c.state == "pending", approvals.c.expires_at > now)
+        .order_by(approvals.c.requested_at)
+        .limit(limit)
+    )
+    with ledger.store.read() as conn:
+        return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
+
+
+def waiting_counts(ledger: Ledger, run_ids: Sequence[str]) -> dict[str, int]:
+    if not run_ids:
+        return {}
+    stmt = (
+        select(approvals.c.run_id, func.count())
+        .where(
+            approvals.c.run_id.in_(list(run_ids)),
+            approvals.c.state == "pending",
+            approvals.c.expires_at > now_sql(ledger.dialect),
+        )
+        .group_by(approvals.c.run_id)
+    )
+    with ledger.store.read() as conn:
+        return {run_id: int(n) for run_id, n in conn.execute(stmt).all()}
+
+
+def find_request(ledger: Ledger, ticket: str) -> ApprovalRequest | None:
+    with ledger.store.read() as conn:
+        row = conn.execute(select(approvals).where(approvals.c.ticket == ticket)).mappings().first()
+    return _request(dict(row)) if row is not None else None
 
 
 def _check_by(by: str) -> None:

@@ -7,6 +7,7 @@
     call4agents gc --older-than 30d
     call4agents migrate
     call4agents doctor
+    call4agents console                      # the operator console on http://127.0.0.1:8470
 
 Every command takes ``--url`` (default ``$CALL4AGENTS_URL``, else ``sqlite:///.c4a/ledger.db``),
 ``--schema`` (PostgreSQL) and ``--json`` (one JSON document on stdout). Errors are one line on
@@ -19,10 +20,12 @@ import argparse
 import collections
 import dataclasses
 import datetime as dt
+import getpass
 import importlib
 import json
 import os
 import re
+import secrets
 import stat
 import sys
 import time
@@ -44,6 +47,7 @@ from .tables import effects, open_states
 PROG = "call4agents"
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_IN_DOUBT = 0, 1, 2, 3
 CLOCK_SKEW_WARN = 5.0
+CONSOLE_PORT = 8470  # fixed, so a bookmark keeps working
 STATE_WORDS = {
     "succeeded": "done",
     "failed": "failed",
@@ -840,6 +844,56 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
+def cmd_console(args: argparse.Namespace) -> int:
+    try:
+        from .console import ConsoleSettings, serve
+    except ImportError as exc:
+        raise ConfigurationError(str(exc)) from exc
+    for module in args.imports or []:  # their tools' undo= functions, for the Undo button
+        _import(module)
+    settings = ConsoleSettings(
+        operator=_operator(args),
+        token=None if args.user_header else secrets.token_urlsafe(24),
+        user_header=args.user_header,
+        role_header=args.role_header,
+        read_only=args.read_only,
+        read_only_users=frozenset(n.strip() for n in args.read_only_users.split(",") if n.strip()),
+    )
+    webhook = None
+    if args.webhook_url:
+        secret = os.environ.get(args.webhook_secret_env, "")
+        if not secret:
+            raise ConfigurationError(
+                f"--webhook-url needs an HMAC secret in ${args.webhook_secret_env}: set it to a "
+                "long random value the receiver also knows"
+            )
+        webhook = (args.webhook_url, secret.encode())
+    with _open(args) as ledger:
+        serve(ledger, settings, host=args.host, port=args.port, webhook=webhook)
+    return EXIT_OK
+
+
+def _operator(args: argparse.Namespace) -> str:
+    """Token mode records decisions under one name: --operator, else the OS user."""
+    if args.operator:
+        return str(args.operator)
+    if args.user_header:
+        return ""  # each request names its own user
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError) as exc:
+        raise ConfigurationError("say who decides with --operator NAME (no OS user name)") from exc
+
+
+def _import(module: str) -> None:
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigurationError(f"--import {module}: cannot import it ({exc})") from exc
+
+
 # -- the parser -----------------------------------------------------------------------------
 
 
@@ -957,9 +1011,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_a", help="a run id, or an exported .json file")
     p.add_argument("run_b", help="a run id, or an exported .json file")
 
+    p = command("console", cmd_console, "serve the operator console in a browser")
+    _console_options(p)
+
     command("migrate", cmd_migrate, "bring the ledger schema up to this version")
     command("doctor", cmd_doctor, "check the ledger's setup")
     return parser
+
+
+def _console_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=CONSOLE_PORT, help=f"port (default {CONSOLE_PORT})")
+    p.add_argument("--operator", metavar="NAME", help="who decides, in token mode (default: $USER)")
+    p.add_argument(
+        "--user-header",
+        metavar="NAME",
+        help="trust this header, set by an SSO proxy in front, to name the signed-in user",
+    )
+    p.add_argument(
+        "--role-header",
+        metavar="NAME",
+        help="a header whose value read-only (or viewer) gives that user read-only access",
+    )
+    p.add_argument("--read-only", action="store_true", help="everyone sees, nobody decides")
+    p.add_argument(
+        "--read-only-users",
+        metavar="NAMES",
+        default="",
+        help="comma-separated users who see everything and decide nothing",
+    )
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first, so its tools' undo= functions are known (repeatable)",
+    )
+    p.add_argument("--webhook-url", metavar="URL", help="POST a signed JSON event here")
+    p.add_argument(
+        "--webhook-secret-env",
+        metavar="VAR",
+        default="CALL4AGENTS_WEBHOOK_SECRET",
+        help="the environment variable holding the webhook's HMAC secret",
+    )
 
 
 def _version() -> str:

@@ -510,31 +510,32 @@ class Ledger:
                 )
         return moved
 
-    def runs(self, *, limit: int = 100) -> list[RunSummary]:
-        """The most recently active runs, newest first."""
-
-        def count(state: str) -> Any:
-            return func.sum(func.cast(effects.c.state == state, effects.c.attempt.type))
-
-        stmt = (
-            select(
-                effects.c.run_id,
-                func.count(),
-                count("succeeded"),
-                count("failed"),
-                count("in_doubt"),
-                count("started"),
-                func.min(effects.c.created_at),
-                func.max(effects.c.updated_at),
-            )
-            .group_by(effects.c.run_id)
-            .order_by(func.max(effects.c.updated_at).desc())
-            .limit(limit)
-        )
+    def runs(
+        self,
+        *,
+        limit: int = 100,
+        tool: str | None = None,
+        search: str | None = None,
+        active_within: float | None = None,
+    ) -> list[RunSummary]:
+        """The most recently active runs, newest first; ``tool`` keeps the runs that called that
+        tool, ``search`` those whose run id contains the text, ``active_within`` (seconds) those
+        with an action updated that recently. Each run's counts cover all of its actions."""
+        conds: list[Any] = []
+        if tool is not None:
+            conds.append(effects.c.tool == tool)
+        if search:
+            conds.append(effects.c.run_id.contains(search, autoescape=True))
+        # By the database clock; the scan stops at it rather than filtering on it, so it reads
+        # the index on updated_at in order and nothing older.
+        cutoff = None if active_within is None else self.store.now() - active_within
         with self.store.read() as conn:
+            ids = _latest_runs(conn, conds, limit, cutoff)
+            if not ids:
+                return []
             return [
                 RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7]))
-                for r in conn.execute(stmt).all()
+                for r in conn.execute(_run_counts(ids)).all()
             ]
 
     # -- settling -------------------------------------------------------------------------------
@@ -582,13 +583,38 @@ class Ledger:
 
     # -- approvals ------------------------------------------------------------------------------
 
-    def approve(self, ticket: str, *, by: str, reason: str | None = None) -> ApprovalRequest:
-        """A person's yes to the exact call a ticket shows; spent by one execution."""
-        return approvals.decide(self, ticket, approve=True, by=by, reason=reason)
+    def approve(
+        self, ticket: str, *, by: str, reason: str | None = None, only_if_pending: bool = False
+    ) -> ApprovalRequest:
+        """A person's yes to the exact call a ticket shows; spent by one execution.
 
-    def deny(self, ticket: str, *, by: str, reason: str | None = None) -> ApprovalRequest:
-        """A person's no; it wins over an earlier yes that was not yet used."""
-        return approvals.decide(self, ticket, approve=False, by=by, reason=reason)
+        ``only_if_pending=True`` leaves a ticket already answered as it is and returns it (its
+        ``state`` and ``decided_by`` say who answered): the first of two people stands.
+        """
+        return approvals.decide(
+            self, ticket, approve=True, by=by, reason=reason, only_if_pending=only_if_pending
+        )
+
+    def deny(
+        self, ticket: str, *, by: str, reason: str | None = None, only_if_pending: bool = False
+    ) -> ApprovalRequest:
+        """A person's no; it wins over an earlier yes that was not yet used (unless
+        ``only_if_pending``, as for ``approve``)."""
+        return approvals.decide(
+            self, ticket, approve=False, by=by, reason=reason, only_if_pending=only_if_pending
+        )
+
+    def waiting(self, *, limit: int = 100) -> list[ApprovalRequest]:
+        """Tickets waiting for a person now (pending, not expired), oldest first."""
+        return approvals.waiting_requests(self, limit=limit)
+
+    def waiting_by_run(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """How many tickets wait for a person (pending, not expired) in each of these runs."""
+        return approvals.waiting_counts(self, run_ids)
+
+    def approval(self, ticket: str) -> ApprovalRequest | None:
+        """One approval ticket by its id, in whatever state it is; None if there is none."""
+        return approvals.find_request(self, ticket)
 
     def approve_action(
         self, action: Action, *, by: str, reason: str | None = None
@@ -632,6 +658,12 @@ class Ledger:
         from .runs import run_status
 
         return run_status(self, run_id)
+
+    def endings(self, status: str | None = None, *, limit: int = 100) -> list[RunStatus]:
+        """Runs a run control ended (escalated, undone, partly undone), latest first."""
+        from .runs import run_endings
+
+        return run_endings(self, status, limit=limit)
 
     def handoff(self, run_id: str) -> Handoff | None:
         """The hand-off of an escalated run, with its actions as they stand now."""
@@ -724,6 +756,56 @@ class Ledger:
                 else:
                     done = conn.execute(delete(effects).where(target))
             total += done.rowcount
+
+
+_RUN_SCAN = 2000  # actions read per step while looking for the most recent runs
+
+
+def _latest_runs(conn: Any, conds: list[Any], limit: int, cutoff: float | None) -> list[str]:
+    """The ``limit`` runs updated most recently (and not before ``cutoff``), read newest action
+    first through the index on updated_at: a run's first action met is its latest, so the scan
+    stops once enough are found instead of grouping every action of the ledger."""
+    found: dict[str, None] = {}
+    offset = 0
+    while len(found) < limit:
+        rows = conn.execute(
+            select(effects.c.run_id, effects.c.updated_at)
+            .where(*conds)
+            .order_by(effects.c.updated_at.desc())  # the index alone: no sort of the rest
+            .limit(_RUN_SCAN)
+            .offset(offset)
+        ).all()
+        for run_id, updated_at in rows:
+            if cutoff is not None and updated_at < cutoff:
+                return list(found)
+            found.setdefault(run_id, None)
+            if len(found) == limit:
+                break
+        if len(rows) < _RUN_SCAN:
+            break
+        offset += _RUN_SCAN
+    return list(found)
+
+
+def _run_counts(run_ids: list[str]) -> Any:
+    def count(state: str) -> Any:
+        return func.sum(func.cast(effects.c.state == state, effects.c.attempt.type))
+
+    return (
+        select(
+            effects.c.run_id,
+            func.count(),
+            count("succeeded"),
+            count("failed"),
+            count("in_doubt"),
+            count("started"),
+            func.min(effects.c.created_at),
+            func.max(effects.c.updated_at),
+        )
+        .where(effects.c.run_id.in_(run_ids))
+        .group_by(effects.c.run_id)
+        .order_by(func.max(effects.c.updated_at).desc())
+    )
 
 
 def _record(m: Any) -> EffectRecord:

@@ -105,8 +105,18 @@ def record_status_in(
 def run_status(ledger: Ledger, run_id: str) -> RunStatus | None:
     with ledger.store.read() as conn:
         row = conn.execute(select(runs).where(runs.c.run_id == run_id)).mappings().first()
-    if row is None:
-        return None
+    return None if row is None else _status(dict(row))
+
+
+def run_endings(ledger: Ledger, status: str | None, *, limit: int) -> list[RunStatus]:
+    stmt = select(runs).order_by(runs.c.updated_at.desc()).limit(limit)
+    if status is not None:
+        stmt = stmt.where(runs.c.status == status)
+    with ledger.store.read() as conn:
+        return [_status(dict(row)) for row in conn.execute(stmt).mappings()]
+
+
+def _status(row: Mapping[str, Any]) -> RunStatus:
     return RunStatus(
         run_id=row["run_id"],
         status=row["status"],

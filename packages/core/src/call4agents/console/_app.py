@@ -1,0 +1,42 @@
+"""The console as an ASGI app over one ledger: routes to the pages."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Route
+
+from call4agents.ledger import Ledger
+
+from . import _doubt, _health, _inbox, _runs
+from ._auth import ConsoleSettings
+from ._web import Ask, endpoint, static
+
+Page = Callable[[Ledger, Ask], Response]
+
+
+def create_app(ledger: Ledger, settings: ConsoleSettings) -> Starlette:
+    """The console's app; ``call4agents console`` serves it with uvicorn."""
+
+    def route(path: str, page: Page, *, post: bool = False, decides: bool = False) -> Route:
+        handler = endpoint(settings, partial(page, ledger), decides=decides)
+        return Route(path, handler, methods=["POST"] if post else ["GET"])
+
+    routes = [
+        route("/", _inbox.inbox),
+        route("/approvals/{ticket}", _inbox.ticket_page),
+        route("/approvals/{ticket}", _inbox.decide, post=True, decides=True),
+        route("/doubt", _doubt.queue),
+        route("/doubt/{key}", _doubt.settle, post=True, decides=True),
+        route("/runs", _runs.runs_list),
+        route("/run", _runs.run_page),
+        route("/run/undo", _runs.undo_confirm),
+        route("/run/undo", _runs.undo, post=True, decides=True),
+        route("/health", _health.health),
+        route("/api/live", _health.live),
+        Route("/static/{name}", static),
+    ]
+    return Starlette(routes=routes)

@@ -1,0 +1,290 @@
+"""Runs: a filterable list, one run's page with its actions, ending and hand-off, and undo."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from urllib.parse import quote
+
+from starlette.responses import Response
+
+from call4agents.approvals import ApprovalRequest
+from call4agents.ledger import EffectRecord, Ledger, RunSummary
+from call4agents.runs import spending_text
+from call4agents.undo import undo_for
+
+from ._auth import Refused
+from ._html import Html, ago, clock, h, hidden, join, json_block, page, table
+from ._web import Ask, html
+
+STATES = (
+    "in_doubt",
+    "running",
+    "waiting_approval",
+    "has_failures",
+    "done",
+    "escalated",
+    "undone",
+    "partly_undone",
+)
+LISTED = 200
+# How recently a listed run was active; counting every run ever recorded is slow on a large ledger.
+WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
+DEFAULT_WINDOW = "7d"
+ENDINGS_READ = 5000
+STATE_WORDS = {
+    "succeeded": "done",
+    "failed": "failed",
+    "in_doubt": "in doubt",
+    "started": "running",
+}
+
+
+def runs_list(ledger: Ledger, ask: Ask) -> Response:
+    state, tool, text = (ask.query.get(k, "").strip() for k in ("state", "tool", "q"))
+    window = ask.query.get("active", DEFAULT_WINDOW)
+    if state and state not in STATES:
+        raise Refused(400, f"unknown state {state!r}: pick one of {', '.join(STATES)}")
+    if window not in WINDOWS:
+        raise Refused(400, f"unknown window {window!r}: pick one of {', '.join(WINDOWS)}")
+    ledger.sweep()  # a dead worker's action shows as in doubt, not running
+    found = ledger.runs(
+        limit=LISTED, tool=tool or None, search=text or None, active_within=WINDOWS[window]
+    )
+    waiting = Counter(ledger.waiting_by_run([r.run_id for r in found]))
+    # One read of the endings, not one per run listed.
+    endings = {s.run_id: s.status for s in ledger.endings(limit=ENDINGS_READ)}
+    rows = []
+    now = time.time()
+    for r in found:
+        ending = endings.get(r.run_id)
+        if ending is None and r.run_id not in endings and len(endings) >= ENDINGS_READ:
+            status = ledger.run_status(r.run_id)  # an older ending than those read at once
+            ending = status.status if status is not None else None
+        derived = ending or _state(r, waiting[r.run_id])
+        if state and derived != state:
+            continue
+        link = h('<a href="/run?id={q}">{run}</a>', q=quote(r.run_id, safe=""), run=r.run_id)
+        rows.append(
+            [
+                link,
+                derived.replace("_", " "),
+                r.actions,
+                r.succeeded,
+                r.failed,
+                r.in_doubt,
+                waiting[r.run_id],
+                ago(r.last_at, now) + " ago",
+            ]
+        )
+    body = join(
+        [
+            _filters(state, tool, text, window),
+            table(
+                ["Run", "State", "Actions", "Done", "Failed", "In doubt", "Waiting", "Last active"],
+                rows,
+                "runs",
+            )
+            if rows
+            else h('<p class="empty">No runs match.</p>'),
+        ]
+    )
+    return html(page("Runs", ask.who.name, ask.who.role, body))
+
+
+def _state(r: RunSummary, waiting: int) -> str:
+    if r.in_doubt:
+        return "in_doubt"
+    if r.started:
+        return "running"
+    if waiting:
+        return "waiting_approval"
+    return "has_failures" if r.failed else "done"
+
+
+def _filters(state: str, tool: str, text: str, window: str) -> Html:
+    options = join(
+        h(
+            '<option value="{v}"{sel}>{t}</option>',
+            v=s,
+            t=s.replace("_", " ") or "any state",
+            sel=Html(" selected") if s == state else Html(),
+        )
+        for s in ("", *STATES)
+    )
+    return h(
+        '<form method="get" action="/runs" class="filters">'
+        '<label>State <select name="state">{options}</select></label>'
+        '<label>Tool <input name="tool" value="{tool}"></label>'
+        '<label>Run id contains <input name="q" value="{text}"></label>'
+        '<label>Active in the last <select name="active">{windows}</select></label>'
+        "<button>Filter</button></form>",
+        windows=join(
+            h(
+                '<option value="{w}"{sel}>{w}</option>',
+                w=w,
+                sel=Html(" selected") if w == window else Html(),
+            )
+            for w in WINDOWS
+        ),
+        options=options,
+        tool=tool,
+        text=text,
+    )
+
+
+def run_page(ledger: Ledger, ask: Ask) -> Response:
+    run_id = ask.query.get("id", "")
+    ledger.sweep()
+    actions = ledger.effects(run_id)
+    tickets = ledger.approvals(run_id)
+    status = ledger.run_status(run_id)
+    if not (actions or tickets or status):
+        raise Refused(
+            404,
+            f"there is no run {run_id!r} in this ledger (no actions, approvals or ending): "
+            "see the runs list",
+        )
+    handoff = ledger.handoff(run_id) if status is not None else None
+    spent = spending_text(ledger, run_id)
+    parts = [
+        h("<h2>Actions, in order</h2>"),
+        _actions(actions),
+        h("<h2>Approvals</h2>"),
+        _tickets(tickets) if tickets else h('<p class="empty">None asked.</p>'),
+        h("<h2>Budget</h2><p>{s}</p>", s=spent or "No budget recorded for this run."),
+        h("<h2>Ending</h2>"),
+        _ending(status.status, status.reason, status.updated_at)
+        if status
+        else h("<p>No run control ended it (still going, or ended by the agent).</p>"),
+    ]
+    if handoff is not None:
+        parts.append(
+            h('<h2>Escalation hand-off</h2><pre class="handoff">{t}</pre>', t=handoff.text())
+        )
+    parts.append(_undo_part(actions, run_id, ask))
+    return html(page(f"Run {run_id}", ask.who.name, ask.who.role, join(parts)))
+
+
+def _actions(actions: list[EffectRecord]) -> Html:
+    if not actions:
+        return h('<p class="empty">No actions.</p>')
+    rows = []
+    for i, r in enumerate(actions, 1):
+        outcome = r.result_json if r.state == "succeeded" else (r.error or r.note or "")
+        if r.pruned_at is not None:
+            outcome = "(result pruned by gc)"
+        # First attempt to last update: the tool's own time only when it ended by itself.
+        timed = r.state in ("succeeded", "failed") and not r.resolved_by
+        latency = f"{max(0.0, r.updated_at - r.created_at):.3f}s" if timed else ""
+        rows.append(
+            [
+                i,
+                h("<code>{t}</code>", t=r.tool),
+                r.kind,
+                STATE_WORDS.get(r.state, r.state),
+                r.attempt,
+                json_block(r.args),
+                h('<span class="result">{o}</span>', o=outcome or ""),
+                (r.note or r.resolved_by or "") if r.resolved_by else "",
+                latency,
+            ]
+        )
+    return table(
+        [
+            "#",
+            "Tool",
+            "Kind",
+            "State",
+            "Attempts",
+            "Arguments",
+            "Result or error",
+            "Settled",
+            "Took",
+        ],
+        rows,
+        "actions",
+    )
+
+
+def _tickets(tickets: list[ApprovalRequest]) -> Html:
+    rows = [
+        [
+            h('<a href="/approvals/{t}"><code>{t}</code></a>', t=a.ticket),
+            a.tool,
+            a.state,
+            a.decided_by or "",
+            a.reason or "",
+            clock(a.requested_at),
+        ]
+        for a in tickets
+    ]
+    return table(["Ticket", "Tool", "State", "Decided by", "Reason", "Asked"], rows)
+
+
+def _ending(status: str, reason: str | None, at: float) -> Html:
+    return h(
+        "<p><b>{s}</b>: {r} ({at})</p>",
+        s=status.replace("_", " "),
+        r=reason or "no reason given",
+        at=clock(at),
+    )
+
+
+def _undoable(actions: list[EffectRecord]) -> list[EffectRecord]:
+    return [r for r in actions if r.state == "succeeded" and undo_for(r.tool) is not None]
+
+
+def _undo_part(actions: list[EffectRecord], run_id: str, ask: Ask) -> Html:
+    done = [r for r in actions if r.state == "succeeded" and r.kind != "undo"]
+    undoable = _undoable(actions)
+    if not done:
+        return Html()
+    if not undoable:
+        return h(
+            "<h2>Undo</h2><p>None of this run's tools declared <code>undo=</code> in this "
+            "console (start it with <code>--import MODULE</code> to load them).</p>"
+        )
+    if not ask.who.can_decide:
+        return h('<h2>Undo</h2><p class="ro">Read-only: you cannot undo this run.</p>')
+    return h(
+        "<h2>Undo</h2><p>{n} action(s) can be reversed.</p>"
+        '<a class="button" href="/run/undo?id={q}">Undo this run...</a>',
+        n=len(undoable),
+        q=quote(run_id, safe=""),
+    )
+
+
+def undo_confirm(ledger: Ledger, ask: Ask) -> Response:
+    run_id = ask.query.get("id", "")
+    undoable = _undoable(ledger.effects(run_id))
+    if not undoable:
+        raise Refused(404, f"run {run_id!r} has nothing this console can undo")
+    listed = join(
+        h("<li><code>{t}</code> {a}</li>", t=r.tool, a=r.result_json or "")
+        for r in reversed(undoable)
+    )
+    body = h(
+        "<p>These will be reversed, newest first, each once only:</p><ul>{listed}</ul>"
+        '<form method="post" action="/run/undo">{csrf}{run}'
+        '<button class="deny">Yes, undo run {r}</button> <a href="/run?id={q}">Cancel</a></form>',
+        listed=listed,
+        csrf=hidden("csrf", ask.csrf),
+        run=hidden("id", run_id),
+        r=run_id,
+        q=quote(run_id, safe=""),
+    )
+    return html(page(f"Undo run {run_id}?", ask.who.name, ask.who.role, body))
+
+
+def undo(ledger: Ledger, ask: Ask) -> Response:
+    run_id = ask.form.get("id", "")
+    if not _undoable(ledger.effects(run_id)):
+        raise Refused(404, f"run {run_id!r} has nothing this console can undo")
+    report = ledger.undo(run_id)
+    body = h(
+        '<pre class="report">{t}</pre><p><a href="/run?id={q}">Back to the run</a></p>',
+        t=report.text(),
+        q=quote(run_id, safe=""),
+    )
+    return html(page(f"Undo of run {run_id}", ask.who.name, ask.who.role, body))

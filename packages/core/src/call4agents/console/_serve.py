@@ -1,0 +1,56 @@
+"""Serving the console: refuse an open address without a proxy, print the address, run."""
+
+from __future__ import annotations
+
+import sys
+
+import uvicorn
+
+from call4agents.errors import ConfigurationError
+from call4agents.ledger import Ledger
+
+from ._app import create_app
+from ._auth import ConsoleSettings, check_listen
+from ._hooks import Notifier
+
+
+def address(host: str, port: int, settings: ConsoleSettings) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    base = f"http://{shown}:{port}/"
+    return base + (f"?token={settings.token}" if settings.token else "")
+
+
+def serve(
+    ledger: Ledger,
+    settings: ConsoleSettings,
+    *,
+    host: str,
+    port: int,
+    webhook: tuple[str, bytes] | None = None,
+) -> None:
+    """Run the console until interrupted; prints the address to open (with its token)."""
+    try:
+        check_listen(host, settings)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from exc
+    notifier = Notifier(ledger, *webhook) if webhook else None
+    if notifier is not None:
+        notifier.start()
+    mode = (
+        f"signed-in users from the {settings.user_header} header"
+        if settings.user_header
+        else f"decisions recorded as {settings.operator}"
+    )
+    print(f"Call4Agents console for {ledger.url} ({mode})", file=sys.stderr)
+    print(f"Open {address(host, port, settings)}", flush=True)
+    try:
+        uvicorn.run(
+            create_app(ledger, settings),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+        )
+    finally:
+        if notifier is not None:
+            notifier.stop()

@@ -1,0 +1,166 @@
+"""The plumbing every page shares: authentication, CSRF, errors as pages, security headers."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from call4agents.approvals import ApprovalRequest
+from call4agents.errors import Call4AgentsError
+from call4agents.store import short_error
+
+from ._auth import (
+    COOKIE,
+    ConsoleSettings,
+    Refused,
+    Viewer,
+    check_csrf,
+    csrf_token,
+    require_decider,
+    viewer,
+)
+from ._html import Html, h, page
+
+# No script or style from anywhere but the console itself, no framing, no referrer (the first
+# address holds the token).
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+MAX_FORM_BYTES = 1_000_000
+STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request as a page handler sees it: who, the query, the form (POST)."""
+
+    who: Viewer
+    query: dict[str, str]
+    form: dict[str, str]
+    path: dict[str, str]
+    csrf: str
+
+
+Handler = Callable[[Ask], Response]
+
+
+def fingerprint(request: ApprovalRequest) -> str:
+    """What a decision form carries besides the ticket id: the arguments the page showed."""
+    shown = json.dumps(request.args, sort_keys=True, separators=(",", ":"), default=str)
+    material = "|".join((request.ticket, request.key, request.args_digest or "", shown))
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def html(body: Html, status: int = 200, *, headers: dict[str, str] | None = None) -> Response:
+    # No page is cached: most show arguments, and all show who may decide what.
+    merged = {**SECURITY_HEADERS, "Cache-Control": "no-store", **(headers or {})}
+    return HTMLResponse(str(body), status_code=status, headers=merged)
+
+
+def error_page(status: int, message: str, who: Viewer | None) -> Response:
+    titles = {400: "Not accepted", 401: "Sign in", 403: "Not allowed", 404: "Not found"}
+    title = titles.get(status, "Not done" if status < 500 else "Ledger unavailable")
+    body = h(
+        '<p class="error" role="alert">{m}</p><p><a href="/">Back to the inbox</a></p>', m=message
+    )
+    if who is None:
+        return html(h("<!doctype html><title>{t}</title><h1>{t}</h1>{b}", t=title, b=body), status)
+    return html(page(title, who.name, who.role, body), status)
+
+
+def endpoint(
+    settings: ConsoleSettings, handler: Handler, *, decides: bool = False
+) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap a page: sign-in, CSRF and role for POSTs, ledger errors as a clear page."""
+
+    async def serve(request: Request) -> Response:
+        who: Viewer | None = None
+        try:
+            if "token" in request.query_params:
+                return _sign_in(request, settings)
+            who = viewer(request, settings)
+            form = await _form(request) if request.method == "POST" else {}
+            if request.method == "POST":
+                if decides:  # a read-only user is told so, whatever the form holds
+                    require_decider(who)
+                check_csrf(form.get("csrf"), who, settings)
+            ask = Ask(
+                who=who,
+                query=dict(request.query_params),
+                form=form,
+                path={k: str(v) for k, v in request.path_params.items()},
+                csrf=csrf_token(who, settings),
+            )
+            return await run_in_threadpool(handler, ask)
+        except Refused as refused:
+            return error_page(refused.status, refused.message, who)
+        except Call4AgentsError as exc:
+            if isinstance(exc.__cause__, SQLAlchemyError):  # the database, not the request
+                return error_page(503, f"{exc}; nothing was changed", who)
+            return error_page(409, f"{exc} (nothing else was changed)", who)
+        except SQLAlchemyError as exc:
+            return error_page(503, f"the ledger database failed: {short_error(exc)}", who)
+
+    return serve
+
+
+def _sign_in(request: Request, settings: ConsoleSettings) -> Response:
+    """The token from the printed address becomes a cookie, and leaves the address bar."""
+    given = request.query_params["token"]
+    if not settings.token or not hmac.compare_digest(given, settings.token):
+        return error_page(
+            401, "that access token is not this console's: use the printed address", None
+        )
+    rest = [(k, v) for k, v in parse_qsl(request.url.query) if k != "token"]
+    target = request.url.path + ("?" + urlencode(rest) if rest else "")
+    response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
+    response.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/")
+    return response
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        raise Refused(400, "the form is too large (over 1 MB): nothing was changed")
+    kind = request.headers.get("content-type", "").split(";")[0].strip()
+    if kind != "application/x-www-form-urlencoded":
+        raise Refused(400, "send the form as application/x-www-form-urlencoded")
+    try:
+        return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+    except UnicodeDecodeError as exc:
+        raise Refused(400, "the form is not valid UTF-8: nothing was changed") from exc
+
+
+async def static(request: Request) -> Response:
+    name = str(request.path_params["name"])
+    if name not in STATIC:
+        return Response("not found", status_code=404, headers=SECURITY_HEADERS)
+    data = resources.files(__package__).joinpath("static").joinpath(name).read_bytes()
+    headers = {**SECURITY_HEADERS, "Cache-Control": "max-age=300"}
+    return Response(data, media_type=STATIC[name], headers=headers)
+
+
+def json_response(value: Any) -> Response:
+    return JSONResponse(value, headers={**SECURITY_HEADERS, "Cache-Control": "no-store"})
+
+
+def redirect(target: str) -> Response:
+    return RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)

@@ -1,0 +1,41 @@
+"""What the console tests share: a ledger with a waiting ticket, an in-doubt action and a run."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+import call4agents as c4a
+
+
+def open_ticket(run_id: str = "refund-7", amount: int = 40, **options: Any) -> c4a.ApprovalRequest:
+    """A pending ticket for ``pay``, which charges a redacted card."""
+
+    @c4a.effect(name="pay", kind="irreversible", approval=True, redact=("card",), **options)
+    def pay(amount: int, to: str, card: str = "4242-4242-4242-4242") -> str:
+        return f"paid {amount} to {to}"
+
+    with c4a.run(run_id), pytest.raises(c4a.ApprovalRequired) as info:
+        pay(amount, "alice")
+    request = info.value.request
+    assert isinstance(request, c4a.ApprovalRequest)
+    return request
+
+
+def make_in_doubt(run_id: str = "mail-3") -> c4a.EffectRecord:
+    @c4a.effect(name="send_email", kind="write")
+    def send_email(to: str) -> str:
+        raise TimeoutError("the mail server did not answer")
+
+    with c4a.run(run_id), pytest.raises(TimeoutError):
+        send_email("bob@example.com")
+    [record] = [r for r in c4a.default_ledger().in_doubt() if r.run_id == run_id]
+    return record
+
+
+def field(page: str, name: str) -> str:
+    found = re.search(rf'name="{name}" value="([^"]*)"', page)
+    assert found, f"no {name} field on the page"
+    return found.group(1)

@@ -1,0 +1,291 @@
+"""The console in Debian's Chromium, against real agents in their own processes.
+
+A person approves, denies and settles in the browser; the agent, a separate process, then goes on
+and the tool runs once (or never). Each real execution is counted in a file outside the ledger.
+Screenshots of each page are kept in the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Target, run_child
+from tests.console.browser import chromium_path, console
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent
+LANGGRAPH_CHILD = HERE.parent / "langgraph" / "agent_child.py"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    path = chromium_path()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("console-screenshots")
+
+
+def agent(target: Target, tmp_path: Path, run_id: str, tool: str, mode: str = "ok") -> Any:
+    done = run_child(
+        HERE / "agent_child.py",
+        run_id,
+        tool,
+        str(tmp_path / "executed.txt"),
+        mode,
+        env=target.env(),
+    )
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr
+    return done.returncode, json.loads(lines[-1])
+
+
+def executed(tmp_path: Path) -> list[str]:
+    path = tmp_path / "executed.txt"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def signed_in(browser: Any, address: str, **context: Any) -> Any:
+    page = browser.new_context(**context).new_page()
+    answer = page.goto(address)
+    assert answer is not None
+    assert answer.ok
+    assert "token=" not in page.url  # the token became a cookie and left the address bar
+    return page
+
+
+def test_approve_in_the_browser_then_the_agent_runs_the_tool_once(
+    browser: Any, target: Target, tmp_path: Path, shots: Path
+) -> None:
+    code, out = agent(target, tmp_path, "refund-17", "refund")
+    assert code == 3
+    ticket = out["waiting"]
+    with console(target, "--operator", "ann") as address:
+        page = signed_in(browser, address)
+        card = page.locator(f"section#{ticket}")
+        assert "refund" in card.inner_text()
+        assert '"A-17"' in card.locator("pre.json").inner_text()
+        assert "4242" not in page.content()  # the redacted card is masked, and said so
+        assert "1 value(s) redacted" in card.inner_text()
+        page.screenshot(path=str(shots / f"inbox-{target.backend}.png"), full_page=True)
+        card.locator("textarea[name=reason]").fill("customer refund agreed")
+        card.locator("button.approve").click()
+        assert "Approved refund in run refund-17" in page.locator("p.ok").inner_text()
+        page.screenshot(path=str(shots / f"approved-{target.backend}.png"))
+    code, out = agent(target, tmp_path, "refund-17", "refund")
+    assert (code, out) == (0, {"result": {"refund_id": "rf-A-17"}})
+    code, out = agent(target, tmp_path, "refund-17", "refund")  # a repeat: from the record
+    assert code == 0
+    assert executed(tmp_path) == ["refund A-17 40"]
+    [spent] = target.open().approvals("refund-17")
+    assert (spent.state, spent.decided_by, spent.reason) == (
+        "spent",
+        "ann",
+        "customer refund agreed",
+    )
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_a_langgraph_agent_goes_on_with_the_browsers_answer(
+    browser: Any, sqlite_target: Target, tmp_path: Path, shots: Path, decision: str
+) -> None:
+    outbox = tmp_path / "outbox.jsonl"
+    env = {
+        **sqlite_target.env(),
+        "LG_MODE": "once",
+        "LG_SAVER": "sqlite",
+        "LG_CKPT": str(tmp_path / "checkpoints.db"),
+        "LG_THREAD": "lg-thread-1",
+        "LG_OUTBOX": str(outbox),
+        "LG_APPROVAL": "1",
+    }
+    first = run_child(LANGGRAPH_CHILD, "start", env=env)
+    [paused] = json.loads(first.stdout.strip().splitlines()[-1])["interrupts"]
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address)
+        card = page.locator(f"section#{paused['ticket']}")
+        assert "send_email" in card.inner_text()
+        card.locator(f"button.{decision}").click()
+        assert "send_email in run lg-thread-1" in page.locator("p.ok").inner_text()
+        page.screenshot(path=str(shots / f"langgraph-{decision}.png"))
+    # The application resumes the pause; the ledger holds the person's answer, which decides.
+    resumed = run_child(
+        LANGGRAPH_CHILD, "answer", env={**env, "LG_DECISION": '{"type": "approve"}'}
+    )
+    [message] = json.loads(resumed.stdout.strip().splitlines()[-1])["tool_messages"]
+    sent = outbox.read_text().splitlines() if outbox.exists() else []
+    [ticket] = sqlite_target.open().approvals("lg-thread-1")
+    assert ticket.decided_by == "ann"
+    if decision == "approve":
+        assert message["status"] == "success"
+        assert len(sent) == 1
+        assert ticket.state == "spent"
+    else:  # the model is told, as a tool error, and nothing was sent
+        assert message["status"] == "error"
+        assert "ann" in message["content"]
+        assert sent == []
+
+
+def test_deny_in_the_browser_and_the_tool_never_runs(
+    browser: Any, sqlite_target: Target, tmp_path: Path
+) -> None:
+    code, out = agent(sqlite_target, tmp_path, "refund-18", "refund")
+    ticket = out["waiting"]
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address)
+        card = page.locator(f"section#{ticket}")
+        card.locator("textarea[name=reason]").fill("duplicate request")
+        card.locator("button.deny").click()
+        assert "Denied refund" in page.locator("p.ok").inner_text()
+    code, out = agent(sqlite_target, tmp_path, "refund-18", "refund")
+    assert code == 4
+    assert "duplicate request" in out["denied"] or "denied" in out["denied"]
+    assert executed(tmp_path) == []
+
+
+def test_in_doubt_settled_in_the_browser_then_the_retry_gets_the_recorded_result(
+    browser: Any, sqlite_target: Target, tmp_path: Path, shots: Path
+) -> None:
+    code, _ = agent(sqlite_target, tmp_path, "mail-1", "email", "timeout")
+    assert code == 5
+    [doubt] = sqlite_target.open().in_doubt()
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address)
+        page.goto(address.split("?")[0] + "doubt")
+        card = page.locator(f"section#k{doubt.key[:12]}")
+        assert doubt.idempotency_key in card.inner_text()
+        page.screenshot(path=str(shots / "in-doubt.png"), full_page=True)
+        card.locator("input[value=happened]").check()
+        card.locator("textarea[name=result]").fill('{"id": "msg-0042"')  # malformed first
+        card.locator("button.settle").click()
+        assert "not valid JSON" in page.locator("p.error").inner_text()
+        assert "nothing was recorded" in page.locator("p.error").inner_text()
+        page.go_back()
+        card = page.locator(f"section#k{doubt.key[:12]}")
+        card.locator("input[value=happened]").check()
+        card.locator("textarea[name=result]").fill('{"id": "msg-0042"}')
+        card.locator("input[name=note]").fill("found in the provider's log")
+        card.locator("button.settle").click()
+        assert "Settled action" in page.locator("p.ok").inner_text()
+        base = address.split("?")[0]
+        for name, path in (("runs", "runs"), ("run", "run?id=mail-1"), ("health", "health")):
+            shown = page.goto(base + path)
+            assert shown is not None
+            assert shown.ok
+            page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+        assert "resolved by ann" in page.goto(base + "run?id=mail-1").text()  # type: ignore[union-attr]
+    code, out = agent(sqlite_target, tmp_path, "mail-1", "email")
+    assert (code, out) == (0, {"result": {"id": "msg-0042"}})
+    assert executed(tmp_path) == ["email bob@example.com"]  # only the attempt that timed out
+
+
+def test_two_browsers_deciding_one_ticket(
+    browser: Any, sqlite_target: Target, tmp_path: Path, shots: Path
+) -> None:
+    _, out = agent(sqlite_target, tmp_path, "refund-19", "refund")
+    ticket = out["waiting"]
+    # An SSO proxy in front names each person; each browser context plays one of them.
+    with console(sqlite_target, "--user-header", "X-User") as address:
+        olga = signed_in(browser, address, extra_http_headers={"X-User": "olga"})
+        pete = signed_in(browser, address, extra_http_headers={"X-User": "pete"})
+        olga.locator(f"section#{ticket} button.approve").click()
+        assert "Approved refund" in olga.locator("p.ok").inner_text()
+        pete.locator(f"section#{ticket} button.deny").click()  # his page is stale now
+        told = pete.locator("p.error").inner_text()
+        assert "already approved by olga" in told
+        assert "your decision was not recorded" in told
+        pete.screenshot(path=str(shots / "second-decision-refused.png"))
+    found = sqlite_target.open().approval(ticket)
+    assert found is not None
+    assert (found.state, found.decided_by) == ("approved", "olga")
+
+
+def test_sign_in_csrf_read_only_and_bad_input(
+    browser: Any, sqlite_target: Target, tmp_path: Path, shots: Path
+) -> None:
+    _, out = agent(sqlite_target, tmp_path, "refund-20", "refund")
+    ticket = out["waiting"]
+    with console(sqlite_target, "--operator", "ann", "--read-only-users", "nobody") as address:
+        base = address.split("?")[0]
+        stranger = browser.new_context().new_page()
+        answer = stranger.goto(base)
+        assert answer is not None
+        assert answer.status == 401
+        page = signed_in(browser, address)
+        fingerprint = page.locator(f"section#{ticket} input[name=fingerprint]").get_attribute(
+            "value"
+        )
+        forged = page.request.post(
+            f"{base}approvals/{ticket}", form={"fingerprint": fingerprint, "decision": "approve"}
+        )
+        assert forged.status == 403
+        assert "CSRF" in forged.text()
+        missing = page.goto(f"{base}approvals/apr_0000000000")
+        assert missing is not None
+        assert missing.status == 404
+        assert "there is no approval ticket" in page.locator("p.error").inner_text()
+        page.screenshot(path=str(shots / "unknown-ticket.png"))
+    with console(sqlite_target, "--operator", "vic", "--read-only") as address:
+        viewer = signed_in(browser, address)
+        assert "(read-only)" in viewer.locator("header").inner_text()
+        assert viewer.locator("button.approve").count() == 0
+        base = address.split("?")[0]
+        tried = viewer.request.post(
+            f"{base}approvals/{ticket}", form={"fingerprint": fingerprint, "decision": "approve"}
+        )
+        assert tried.status == 403
+        assert "read-only" in tried.text()
+    found = sqlite_target.open().approval(ticket)
+    assert found is not None
+    assert found.state == "pending"
+
+
+def test_a_new_ticket_appears_without_a_reload(
+    browser: Any, sqlite_target: Target, tmp_path: Path
+) -> None:
+    sqlite_target.open()  # an empty ledger: the console does not create one
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address)
+        assert "No approvals waiting" in page.locator("main").inner_text()
+        _, out = agent(sqlite_target, tmp_path, "refund-21", "refund")
+        page.locator(f"section#{out['waiting']}").wait_for(timeout=15_000)
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_an_agents_sdk_agent_goes_on_with_the_browsers_answer(
+    browser: Any, sqlite_target: Target, tmp_path: Path, decision: str
+) -> None:
+    state, outbox = tmp_path / "state.json", tmp_path / "outbox.jsonl"
+    env = sqlite_target.env()
+    started = run_child(HERE / "sdk_child.py", "start", str(state), str(outbox), env=env)
+    assert json.loads(started.stdout.strip().splitlines()[-1]) == {"paused": 1}, started.stderr
+    [ticket] = sqlite_target.open().approvals("sdk-run-1", state="pending")
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address)
+        card = page.locator(f"section#{ticket.ticket}")
+        assert "wire" in card.inner_text()
+        card.locator("textarea[name=reason]").fill("checked with the customer")
+        card.locator(f"button.{decision}").click()
+        assert "in run sdk-run-1" in page.locator("p.ok").inner_text()
+    resumed = run_child(HERE / "sdk_child.py", "resume", str(state), str(outbox), env=env)
+    [told] = json.loads(resumed.stdout.strip().splitlines()[-1])["outputs"]
+    wired = outbox.read_text().splitlines() if outbox.exists() else []
+    if decision == "approve":
+        assert told == "wired 500 to bob"
+        assert len(wired) == 1
+    else:  # the application said go on, but the ledger holds the person's no
+        assert "ann" in told
+        assert "checked with the customer" in told
+        assert wired == []
