@@ -14,8 +14,20 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine, inspect, select, text
 from sqlalchemy.exc import OperationalError
 
+from . import _tally
 from .errors import LedgerError
-from .tables import approvals, dedup_hits, effects, meta, run_counters, runs, schema_version
+from .tables import (
+    approvals,
+    changes,
+    dedup_hits,
+    effects,
+    meta,
+    run_counters,
+    run_tallies,
+    runs,
+    schema_version,
+    tallies,
+)
 
 # Arbitrary constant that names "Call4Agents migrations" among other users of advisory locks.
 _PG_LOCK_ID = 0x0C4A_0001
@@ -81,7 +93,23 @@ def _add_column(conn: Connection, name: str, column: str, sql_type: str) -> None
         ) from None
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(conn: Connection) -> None:
+    # Figures kept up to date as actions change (see _tally): the change log, its triggers, and
+    # tallies seeded from the actions already there (one full read, once). Made afresh if a
+    # ledger set back to an older version has them already.
+    _tally.drop_triggers(conn)
+    for table in (changes, tallies, run_tallies):
+        table.drop(conn, checkfirst=True)
+        table.create(conn)
+    _tally.create_triggers(conn)
+    _tally.seed(conn)
+    # Approvals waiting now, without reading every ticket ever opened. A ledger made by this
+    # version got it from _v2.
+    pending = next(i for i in approvals.indexes if i.name == "c4a_approvals_pending")
+    pending.create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 CURRENT = len(MIGRATIONS)
 
 

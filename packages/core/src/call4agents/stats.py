@@ -13,10 +13,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Connection, func, select
 
+from . import _tally
 from .store import now_sql
-from .tables import approvals, dedup_hits, effects, in_open_state, runs
+from .tables import approvals, dedup_hits, effects, in_open_state, open_states, runs
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -82,29 +83,29 @@ def open_figures(ledger: Ledger) -> OpenFigures:
     )
 
 
+@dataclass(frozen=True)
+class _Counts:
+    """The figures that read actions: from the tallies (all time) or the window's rows."""
+
+    by_state: dict[str, int]
+    retried: int
+    executions: int
+    irreversible_per_run: dict[str, int]
+    runs_by_state: dict[str, int]
+
+
 def compute(ledger: Ledger, since: float | None = None) -> Stats:
     """Figures for actions first attempted in the last ``since`` seconds (all time if None).
 
-    Open figures (in doubt, approvals waiting) count everything open, whatever its age.
+    Open figures (in doubt, approvals waiting) count everything open, whatever its age. All-time
+    figures come from tallies kept as actions change (see ``_tally``), so they cost the same at
+    any ledger size; a window reads the actions changed within it.
     """
     ledger.sweep()  # a dead worker's action counts as in doubt, not running
     now = ledger.store.now()
-    cond = [] if since is None else [effects.c.created_at >= now - since]
+    counts = _all_time(ledger, now) if since is None else _window(ledger, now, since)
+    minute = None if since is None else int((now - since) // 60)
     with ledger.store.read() as conn:
-        rows = conn.execute(
-            select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt).where(
-                *cond
-            )
-        ).all()
-        endings = {r.run_id: r.status for r in conn.execute(select(runs.c.run_id, runs.c.status))}
-        waiting_runs = set(
-            conn.execute(
-                select(approvals.c.run_id).where(
-                    approvals.c.state == "pending", approvals.c.expires_at > now
-                )
-            ).scalars()
-        )
-        minute = None if since is None else int((now - since) // 60)
         deduped = int(
             conn.execute(
                 select(func.coalesce(func.sum(dedup_hits.c.hits), 0)).where(
@@ -113,18 +114,12 @@ def compute(ledger: Ledger, since: float | None = None) -> Stats:
             ).scalar_one()
         )
     opened = open_figures(ledger)
-    executions = sum(r.attempt for r in rows)
-    # Every attempt of an irreversible tool, whatever came of it: one that failed still called
-    # the tool, as the irreversible-executions metric counts it.
-    irreversible: Counter[str] = Counter()
-    for r in rows:
-        if r.kind == "irreversible" and r.attempt:
-            irreversible[r.run_id] += r.attempt
+    executions = counts.executions
     return Stats(
         since_seconds=since,
-        actions=len(rows),
-        actions_by_state=dict(Counter(r.state for r in rows)),
-        retried_actions=sum(r.attempt > 1 for r in rows),
+        actions=sum(counts.by_state.values()),
+        actions_by_state=counts.by_state,
+        retried_actions=counts.retried,
         executions=executions,
         deduped=deduped,
         dedup_rate=deduped / (deduped + executions) if deduped + executions else None,
@@ -133,7 +128,87 @@ def compute(ledger: Ledger, since: float | None = None) -> Stats:
         in_doubt_oldest_age=opened.in_doubt_oldest_age,
         approvals_waiting=opened.approvals_waiting,
         approvals_oldest_age=opened.approvals_oldest_age,
-        irreversible_executions=sum(irreversible.values()),
+        irreversible_executions=sum(counts.irreversible_per_run.values()),
+        irreversible_per_run=counts.irreversible_per_run,
+        runs_by_state=counts.runs_by_state,
+    )
+
+
+def _waiting_runs(conn: Connection, now: float) -> set[str]:
+    return set(
+        conn.execute(
+            select(approvals.c.run_id)
+            .where(approvals.c.state == "pending", approvals.c.expires_at > now)
+            .distinct()
+        ).scalars()
+    )
+
+
+def _endings(conn: Connection) -> dict[str, str]:
+    # Only runs ended by a run control (escalated, undone) have a row: a small table.
+    return {r.run_id: r.status for r in conn.execute(select(runs.c.run_id, runs.c.status))}
+
+
+def _all_time(ledger: Ledger, now: float) -> _Counts:
+    """From the tallies, after folding in the changes not yet counted. Reads only what is open
+    (actions started or in doubt, approvals waiting) and runs ended by a run control."""
+    while True:
+        with ledger.store.tx() as conn:
+            if _tally.fold_batch(conn) < _tally.BATCH:
+                return _from_tallies(conn, now)
+
+
+def _from_tallies(conn: Connection, now: float) -> _Counts:
+    total = _tally.read(conn)
+    by_state = {s: total.get("actions:" + s, 0) for s in _tally.STATES}
+    seen: dict[str, set[str]] = {}
+    for run_id, state in conn.execute(
+        select(effects.c.run_id, effects.c.state).where(open_states())
+    ):
+        seen.setdefault(run_id, set()).add(state)
+    waiting = _waiting_runs(conn, now)
+    endings = _endings(conn)
+    # Runs open, waiting or ended are judged one by one; every other run is done or has
+    # failures, which the tallies count.
+    known = _tally.runs_of(conn, set(seen) | waiting | set(endings))
+    found: Counter[str] = Counter()
+    for run_id, run in known.items():
+        states = seen.get(run_id, set()) | ({"failed"} if run.failed else set())
+        found[endings.get(run_id) or _run_state(states, run_id in waiting)] += 1
+    failed_rest = total.get("runs_failed", 0) - sum(run.failed > 0 for run in known.values())
+    found["has_failures"] += failed_rest
+    found["done"] += total.get("runs", 0) - len(known) - failed_rest
+    return _Counts(
+        by_state={s: n for s, n in by_state.items() if n},
+        retried=total.get("retried", 0),
+        executions=total.get("executions", 0),
+        irreversible_per_run=_tally.irreversible_per_run(conn),
+        runs_by_state={s: n for s, n in sorted(found.items()) if n},
+    )
+
+
+def _window(ledger: Ledger, now: float, since: float) -> _Counts:
+    """From the actions first attempted in the window. An action created in it was also last
+    changed in it, so the read is bounded by the index on ``updated_at``, not the ledger."""
+    start = now - since
+    with ledger.store.read() as conn:
+        rows = conn.execute(
+            select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt).where(
+                effects.c.updated_at >= start, effects.c.created_at >= start
+            )
+        ).all()
+        endings = _endings(conn)
+        waiting_runs = _waiting_runs(conn, now)
+    # Every attempt of an irreversible tool, whatever came of it: one that failed still called
+    # the tool, as the irreversible-executions metric counts it.
+    irreversible: Counter[str] = Counter()
+    for r in rows:
+        if r.kind == "irreversible" and r.attempt:
+            irreversible[r.run_id] += r.attempt
+    return _Counts(
+        by_state=dict(Counter(r.state for r in rows)),
+        retried=sum(r.attempt > 1 for r in rows),
+        executions=sum(r.attempt for r in rows),
         irreversible_per_run=dict(irreversible),
         runs_by_state=_runs_by_state(rows, waiting_runs, endings),
     )
