@@ -512,30 +512,33 @@ class Ledger:
 
     def runs(self, *, limit: int = 100) -> list[RunSummary]:
         """The most recently active runs, newest first."""
-
-        def count(state: str) -> Any:
-            return func.sum(func.cast(effects.c.state == state, effects.c.attempt.type))
-
-        stmt = (
-            select(
-                effects.c.run_id,
-                func.count(),
-                count("succeeded"),
-                count("failed"),
-                count("in_doubt"),
-                count("started"),
-                func.min(effects.c.created_at),
-                func.max(effects.c.updated_at),
-            )
-            .group_by(effects.c.run_id)
-            .order_by(func.max(effects.c.updated_at).desc())
-            .limit(limit)
-        )
         with self.store.read() as conn:
-            return [
+            chosen = _recent_runs(conn, limit)
+            if not chosen:
+                return []
+
+            def count(state: str) -> Any:
+                return func.sum(func.cast(effects.c.state == state, effects.c.attempt.type))
+
+            stmt = (
+                select(
+                    effects.c.run_id,
+                    func.count(),
+                    count("succeeded"),
+                    count("failed"),
+                    count("in_doubt"),
+                    count("started"),
+                    func.min(effects.c.created_at),
+                    func.max(effects.c.updated_at),
+                )
+                .where(effects.c.run_id.in_(chosen))
+                .group_by(effects.c.run_id)
+            )
+            found = [
                 RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7]))
                 for r in conn.execute(stmt).all()
             ]
+        return sorted(found, key=lambda r: (r.last_at, r.run_id), reverse=True)
 
     # -- settling -------------------------------------------------------------------------------
 
@@ -722,6 +725,34 @@ class Ledger:
                 else:
                     done = conn.execute(delete(effects).where(target))
             total += done.rowcount
+
+
+def _recent_runs(conn: Any, limit: int) -> list[str]:
+    """The ``limit`` runs changed last, walking the ``updated_at`` index newest first: a run's
+    first row met there is its latest change, so the first ``limit`` distinct runs are the
+    answer, read without grouping the whole table."""
+    chosen: dict[str, None] = {}
+    last: tuple[float, int] | None = None
+    page = max(4 * limit, 1000)
+    order = (effects.c.updated_at.desc(), effects.c.seq.desc())
+    while len(chosen) < limit:
+        stmt = select(effects.c.run_id, effects.c.updated_at, effects.c.seq).order_by(*order)
+        if last is not None:
+            # Keyset paging: a range seek on the index, then past the rows of the last page.
+            at, seq = last
+            stmt = stmt.where(
+                effects.c.updated_at <= at,
+                ~and_(effects.c.updated_at == at, effects.c.seq >= seq),
+            )
+        rows = conn.execute(stmt.limit(page)).all()
+        for run_id, _, _ in rows:
+            chosen.setdefault(run_id)
+            if len(chosen) == limit:
+                break
+        if len(rows) < page:
+            break
+        last = (rows[-1][1], rows[-1][2])
+    return list(chosen)
 
 
 def _record(m: Any) -> EffectRecord:

@@ -137,9 +137,10 @@ def compute(ledger: Ledger, since: float | None = None) -> Stats:
 def _waiting_runs(conn: Connection, now: float) -> set[str]:
     return set(
         conn.execute(
-            select(approvals.c.run_id)
-            .where(approvals.c.state == "pending", approvals.c.expires_at > now)
-            .distinct()
+            # No DISTINCT: SQLite would walk the run index end to end to keep runs apart.
+            select(approvals.c.run_id).where(
+                approvals.c.state == "pending", approvals.c.expires_at > now
+            )
         ).scalars()
     )
 
