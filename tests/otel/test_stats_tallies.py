@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import make_url, select, text
 
 import call4agents as c4a
 from call4agents import _tally
@@ -203,3 +204,32 @@ def test_tallies_equal_a_recount_after_a_worker_is_killed(target: Target, tmp_pa
     assert found["in_doubt"] >= 1
     assert found["runs_by_state"]["in_doubt"] >= 1
     assert found["actions"] >= 201
+
+
+@pytest.mark.postgres
+def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
+    """Folding writes; a user who may only read gets the figures counted from every action."""
+    ledger = c4a.init(pg_target.open())
+    mixed_work(ledger)
+    expected = tallied(ledger)  # folds what there is so far
+    with c4a.run("later"):
+        c4a.effect(name="late")(lambda: 1)()  # logged, not yet folded
+    role = "c4a_ro_" + uuid.uuid4().hex[:8]
+    schema = f'"{pg_target.schema}"'
+    with ledger.engine.begin() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+        conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {role}"))
+        conn.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}"))
+    url = make_url(pg_target.url).set(username=role).render_as_string(hide_password=False)
+    try:
+        reader = c4a.Ledger(url, schema=pg_target.schema, auto_migrate=False)
+        found = compute(reader).as_dict()
+        reader.close()
+    finally:
+        with ledger.engine.begin() as conn:
+            conn.execute(text(f"DROP OWNED BY {role}"))
+            conn.execute(text(f"DROP ROLE {role}"))
+    assert found["actions"] == expected["actions"] + 1
+    assert found["runs_by_state"]["done"] == expected["runs_by_state"].get("done", 0) + 1
+    with ledger.store.tx() as conn:
+        assert _tally.count_changes(conn) == 2  # its intent and its outcome: nothing folded

@@ -1,6 +1,9 @@
 """Health figures read from the ledger tables, for ``call4agents stats`` and the OTel gauges.
 
-Read-only. Times come from the database's clock, like everything else in the ledger.
+Reads only, but for one write: all-time figures first fold the changes logged since the last
+read into the tallies (see ``_tally``); where that write is refused (a read-only database user,
+a read-only file), they are counted from every action instead. Times come from the database's
+clock, like everything else in the ledger.
 
 How often deduplication fired comes from ``c4a_dedup_hits``: repeats are counted in memory and
 added there every few seconds (see ``_hits``), so the last few seconds may not show yet.
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, func, select
 
 from . import _tally
+from .errors import LedgerError
 from .store import now_sql
 from .tables import approvals, dedup_hits, effects, in_open_state, open_states, runs
 
@@ -153,10 +157,13 @@ def _endings(conn: Connection) -> dict[str, str]:
 def _all_time(ledger: Ledger, now: float) -> _Counts:
     """From the tallies, after folding in the changes not yet counted. Reads only what is open
     (actions started or in doubt, approvals waiting) and runs ended by a run control."""
-    while True:
-        with ledger.store.tx() as conn:
-            if _tally.fold_batch(conn) < _tally.BATCH:
-                return _from_tallies(conn, now)
+    try:
+        while True:
+            with ledger.store.tx() as conn:
+                if _tally.fold_batch(conn) < _tally.BATCH:
+                    return _from_tallies(conn, now)
+    except LedgerError:
+        return _window(ledger, now, None)  # may not write here: count every action
 
 
 def _from_tallies(conn: Connection, now: float) -> _Counts:
@@ -188,16 +195,16 @@ def _from_tallies(conn: Connection, now: float) -> _Counts:
     )
 
 
-def _window(ledger: Ledger, now: float, since: float) -> _Counts:
-    """From the actions first attempted in the window. An action created in it was also last
-    changed in it, so the read is bounded by the index on ``updated_at``, not the ledger."""
-    start = now - since
+def _window(ledger: Ledger, now: float, since: float | None) -> _Counts:
+    """From the actions first attempted in the window (every action if None). An action
+    created in it was also last changed in it, so the read is bounded by the index on
+    ``updated_at``, not the ledger."""
+    stmt = select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt)
+    if since is not None:
+        start = now - since
+        stmt = stmt.where(effects.c.updated_at >= start, effects.c.created_at >= start)
     with ledger.store.read() as conn:
-        rows = conn.execute(
-            select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt).where(
-                effects.c.updated_at >= start, effects.c.created_at >= start
-            )
-        ).all()
+        rows = conn.execute(stmt).all()
         endings = _endings(conn)
         waiting_runs = _waiting_runs(conn, now)
     # Every attempt of an irreversible tool, whatever came of it: one that failed still called
