@@ -16,7 +16,7 @@ from sqlalchemy import make_url, select, text
 
 import call4agents as c4a
 from call4agents import _tally
-from call4agents.stats import compute
+from call4agents.stats import IRREVERSIBLE_RUNS, compute
 from call4agents.tables import run_tallies
 from tests.conftest import Target
 
@@ -233,3 +233,24 @@ def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
     assert found["runs_by_state"]["done"] == expected["runs_by_state"].get("done", 0) + 1
     with ledger.store.tx() as conn:
         assert _tally.count_changes(conn) == 2  # its intent and its outcome: nothing folded
+
+
+def test_irreversible_runs_listed_are_the_top_ones(target: Target) -> None:
+    ledger = c4a.init(target.open())
+
+    @c4a.effect(name="wire", kind="irreversible")
+    def wire(n: int) -> int:
+        return n
+
+    for run in range(IRREVERSIBLE_RUNS + 5):
+        with c4a.run(f"r{run:02d}"):
+            for n in range(1 + run % 3):
+                wire(n)
+    fast = tallied(ledger)
+    assert fast == recounted(ledger)
+    listed = fast["irreversible_per_run"]
+    assert len(listed) == IRREVERSIBLE_RUNS
+    assert list(listed.values()) == sorted(listed.values(), reverse=True)
+    # The 16 runs with 3 or 2, then the last four by run id of those with 1.
+    assert [run for run, n in listed.items() if n == 1] == ["r24", "r21", "r18", "r15"]
+    assert fast["irreversible_executions"] == sum(1 + run % 3 for run in range(25))

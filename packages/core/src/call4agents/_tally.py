@@ -227,9 +227,14 @@ def read(conn: Connection) -> dict[str, int]:
     return {name: int(value) for name, value in conn.execute(select(tallies))}
 
 
-def irreversible_per_run(conn: Connection) -> dict[str, int]:
-    stmt = select(run_tallies.c.run_id, run_tallies.c.irreversible).where(
-        run_tallies.c.irreversible > 0
+def irreversible_per_run(conn: Connection, limit: int) -> dict[str, int]:
+    """The ``limit`` runs with the most irreversible executions, most first (ties by run id,
+    last first): the top of an index, whatever the number of runs."""
+    stmt = (
+        select(run_tallies.c.run_id, run_tallies.c.irreversible)
+        .where(run_tallies.c.irreversible > 0)
+        .order_by(run_tallies.c.irreversible.desc(), run_tallies.c.run_id.desc())
+        .limit(limit)
     )
     return {run_id: int(n) for run_id, n in conn.execute(stmt)}
 

@@ -30,6 +30,9 @@ DEDUP_NOTE = (
     "repeats served from the record, over repeats plus executions; counted in memory and "
     "written every few seconds, so the last seconds may not show yet"
 )
+# Runs listed by irreversible executions: a ledger may hold millions of runs, and a figure read
+# every few seconds lists the ones worth a look (the total counts them all).
+IRREVERSIBLE_RUNS = 20
 # A run's state: the ending a run control recorded (escalated, undone, partly_undone), else
 # derived from its actions, the first that applies in this order.
 RUN_STATES = ("in_doubt", "running", "waiting_approval", "has_failures", "done")
@@ -60,6 +63,7 @@ class Stats:
     approvals_waiting: int
     approvals_oldest_age: float | None
     irreversible_executions: int  # attempts of irreversible tools, as ``executions`` counts them
+    # The runs with the most irreversible executions, at most IRREVERSIBLE_RUNS, most first.
     irreversible_per_run: dict[str, int] = field(default_factory=dict)
     runs_by_state: dict[str, int] = field(default_factory=dict)
 
@@ -94,6 +98,7 @@ class _Counts:
     by_state: dict[str, int]
     retried: int
     executions: int
+    irreversible: int
     irreversible_per_run: dict[str, int]
     runs_by_state: dict[str, int]
 
@@ -132,7 +137,7 @@ def compute(ledger: Ledger, since: float | None = None) -> Stats:
         in_doubt_oldest_age=opened.in_doubt_oldest_age,
         approvals_waiting=opened.approvals_waiting,
         approvals_oldest_age=opened.approvals_oldest_age,
-        irreversible_executions=sum(counts.irreversible_per_run.values()),
+        irreversible_executions=counts.irreversible,
         irreversible_per_run=counts.irreversible_per_run,
         runs_by_state=counts.runs_by_state,
     )
@@ -190,7 +195,8 @@ def _from_tallies(conn: Connection, now: float) -> _Counts:
         by_state={s: n for s, n in by_state.items() if n},
         retried=total.get("retried", 0),
         executions=total.get("executions", 0),
-        irreversible_per_run=_tally.irreversible_per_run(conn),
+        irreversible=total.get("irreversible", 0),
+        irreversible_per_run=_tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS),
         runs_by_state={s: n for s, n in sorted(found.items()) if n},
     )
 
@@ -217,9 +223,16 @@ def _window(ledger: Ledger, now: float, since: float | None) -> _Counts:
         by_state=dict(Counter(r.state for r in rows)),
         retried=sum(r.attempt > 1 for r in rows),
         executions=sum(r.attempt for r in rows),
-        irreversible_per_run=dict(irreversible),
+        irreversible=sum(irreversible.values()),
+        irreversible_per_run=_most(irreversible, IRREVERSIBLE_RUNS),
         runs_by_state=_runs_by_state(rows, waiting_runs, endings),
     )
+
+
+def _most(counts: Counter[str], limit: int) -> dict[str, int]:
+    """The ``limit`` largest counts, largest first (ties by run id, last first), as the
+    tallies' index gives them."""
+    return dict(sorted(counts.items(), key=lambda item: (item[1], item[0]), reverse=True)[:limit])
 
 
 def _runs_by_state(

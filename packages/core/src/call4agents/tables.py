@@ -205,6 +205,6 @@ run_tallies = Table(
     Column("irreversible", BigInteger, nullable=False),  # attempts of irreversible tools
 )
 
-Index("c4a_run_tallies_irreversible", run_tallies.c.irreversible)
+Index("c4a_run_tallies_irreversible", run_tallies.c.irreversible, run_tallies.c.run_id)
 # Approvals waiting now (`stats`, the gauges, `approvals`): pending and not yet expired.
 Index("c4a_approvals_pending", approvals.c.state, approvals.c.expires_at, approvals.c.requested_at)
