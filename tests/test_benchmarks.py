@@ -54,6 +54,28 @@ def test_bench_console() -> None:
         assert case in out
 
 
+def test_bench_scale_on_sqlite() -> None:
+    out = bench(
+        "bench_scale.py", "--sizes", "200", "--rounds", "1", "--cli-rounds", "1", "--trigger-n", "5"
+    )
+    for case in ("bare indexed select", "doubt", "runs", "show", "stats", "approvals", "sweep"):
+        assert f"  {case} " in out
+    assert "sqlite, 200 actions" in out
+    assert "without trigger" in out
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_bench_scale_on_postgres() -> None:
+    out = bench(
+        "bench_scale.py",
+        *("--sizes", "200", "--rounds", "1", "--cli-rounds", "1", "--trigger-n", "5"),
+        *("--no-sqlite", "--postgres", postgres_url()),
+    )
+    assert "postgresql, 200 actions" in out
+    assert "without trigger" in out
+
+
 def test_bench_otel() -> None:
     out = bench("bench_otel.py", "--n", "40", "--rounds", "2")
     assert "repeat (same process) added (median)" in out

@@ -1,24 +1,28 @@
-"""The queries that list open actions are served by an index at any ledger size, on both databases.
+"""The queries the CLI and the gauges run are served by an index at any ledger size, on both
+databases.
 
 `doubt`, the lease sweep, the open-figures gauges and `doctor` ask for actions that are started or
 in doubt: a handful among millions. The partial index ``c4a_effects_open`` holds only those, but
 SQLite uses a partial index only when a query repeats its condition with the same literal values;
 these tests record the statements the real operations send and ask each database for its plan.
+Every command that reads a ledger (doubt, runs, show, stats, approvals) is run as a user runs it,
+and no statement it sends may read a whole large table.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, insert, text
+from sqlalchemy import Engine, event, insert, text, update
 
 import call4agents as c4a
 from call4agents import stats
 from call4agents.cli import main
-from call4agents.tables import effects
+from call4agents.tables import approvals, effects, runs
 from tests.conftest import Target
 
 ROWS = 20_000
@@ -99,3 +103,141 @@ def test_doctor_counts_open_actions(
     _fill(sqlite_target.open())
     assert main(["doctor", "--url", sqlite_target.url]) == 0
     assert "0 started, 4 in doubt" in capsys.readouterr().out
+
+
+# Tables that grow with the work done. The others stay small by design: c4a_tallies (a dozen
+# rows), c4a_runs (runs ended by a run control), c4a_dedup_hits (one row per tool and minute,
+# dropped by gc), c4a_schema and c4a_meta.
+LARGE = ("c4a_effects", "c4a_approvals", "c4a_run_tallies")
+
+
+def _fill_more(ledger: c4a.Ledger) -> None:
+    """Beside _fill's actions: times spread over days, approval tickets (all spent but a few), an
+    escalated run, and tallies folded in."""
+    now = time.time()
+    tickets = [
+        {
+            "ticket": f"t{i:08d}",
+            "key": f"k{i:08d}",
+            "for_attempt": 1,
+            "run_id": f"run-{i // 2}",
+            "tool": "t",
+            "args": "{}",
+            "state": "pending" if i % 2000 == 0 else "spent",
+            "requested_at": now - i,
+            "expires_at": now + 3600,
+            "signature": "x",
+        }
+        for i in range(ROWS // 2)
+    ]
+    with ledger.engine.begin() as conn:
+        # One action every 10 s over the last 55 hours: an hour's window holds a few hundred.
+        ago = (ROWS - effects.c.seq) * 10.0
+        conn.execute(update(effects).values(created_at=now - ago, updated_at=now - ago))
+        conn.execute(insert(approvals), tickets)
+        conn.execute(
+            insert(runs).values(
+                run_id="run-7", status="escalated", reason="r", created_at=now, updated_at=now
+            )
+        )
+    stats.compute(ledger)  # folds the inserts into the tallies
+    with ledger.engine.begin() as conn:
+        if ledger.dialect == "postgresql":
+            prefix = f'"{ledger.schema}".' if ledger.schema else ""
+            for table in (*LARGE, "c4a_tallies", "c4a_runs"):
+                conn.execute(text(f"ANALYZE {prefix}{table}"))
+        else:
+            conn.exec_driver_sql("ANALYZE")
+
+
+def _every_select(operation: Callable[[], Any]) -> list[tuple[str, Any]]:
+    """The SELECTs any engine sends while ``operation`` runs (the CLI opens its own)."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")):
+            seen.append((statement, params))
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        operation()
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+    return seen
+
+
+def _whole_table_reads(plan: str, statement: str) -> list[str]:
+    """Large tables the plan reads whole: SQLite's SCAN with no index, or walking an index end to
+    end (a walk is fine only when it yields the order asked for and a LIMIT stops it early);
+    PostgreSQL's Seq Scan."""
+    walks_in_order = "LIMIT" in statement.upper() and "USE TEMP B-TREE" not in plan
+    sqlite = [
+        table
+        for table, index in re.findall(r"^SCAN (\w+)( USING (?:COVERING )?INDEX \w+)?$", plan, re.M)
+        if not (index and walks_in_order)
+    ]
+    postgres = re.findall(r"Seq Scan on (\w+)", plan)
+    return [t for t in sqlite + postgres if t in LARGE]
+
+
+@pytest.mark.slow
+def test_every_reading_command_uses_indexes(
+    target: Target, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = target.open()
+    _fill(ledger)
+    _fill_more(ledger)
+    where = ["--url", target.url, *(["--schema", target.schema] if target.schema else [])]
+    commands = {
+        "doubt": ["doubt"],
+        "runs": ["runs"],
+        "show": ["show", "run-7"],
+        "stats": ["stats"],
+        "stats --since": ["stats", "--since", "1h"],
+        "approvals": ["approvals"],
+        "approvals --run": ["approvals", "--run", "run-0"],
+    }
+    checked = 0
+    for name, command in commands.items():
+        sent = _every_select(lambda command=command: main([*command, *where]))
+        assert sent, f"{name} sent no query"
+        for statement, params in sent:
+            if not any(table in statement for table in LARGE):
+                continue
+            plan = _plan(ledger.engine, statement, params)
+            assert not _whole_table_reads(plan, statement), f"{name}:\n{statement}\n{plan}"
+            checked += 1
+    assert checked >= 10
+    out = capsys.readouterr().out
+    assert "Run ended: escalated" in out
+
+
+def test_runs_lists_the_runs_changed_last(target: Target) -> None:
+    """``runs`` walks the index newest first, across pages and ties, and agrees with a count."""
+    ledger = target.open()
+    now = time.time()
+    rows = [
+        {
+            "key": f"k{i:06d}",
+            "run_id": f"run-{i % 1500}",
+            "tool": "t",
+            "kind": "write",
+            "state": "failed" if i % 7 == 0 else "succeeded",
+            "attempt": 1,
+            "args": "{}",
+            "created_at": now,
+            "updated_at": now + (i // 3) * 0.5,  # three rows share each time
+        }
+        for i in range(6000)
+    ]
+    with ledger.engine.begin() as conn:
+        conn.execute(insert(effects), rows)
+    found = ledger.runs(limit=1200)
+    last = {}
+    for row in rows:
+        last[row["run_id"]] = max(last.get(row["run_id"], 0.0), row["updated_at"])
+    expected = sorted(last.values(), reverse=True)[:1200]
+    assert [r.last_at for r in found] == pytest.approx(expected)
+    assert len({r.run_id for r in found}) == 1200
+    one = next(r for r in found if r.run_id == "run-1499")
+    assert (one.actions, one.failed + one.succeeded) == (4, 4)

@@ -127,6 +127,26 @@ def test_adding_a_column_gives_up_on_a_table_held_elsewhere(
     assert schema_version(pg_target) == CURRENT
 
 
+def test_adding_the_tally_trigger_gives_up_on_a_table_held_elsewhere(
+    pg_target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Version 7 puts a trigger on c4a_effects: the same wait, the same one line, nothing changed.
+    with pg_target.open() as ledger:
+        c4a.effect(name="t", ledger=ledger)(lambda: 1)
+    table = f'"{pg_target.schema}".c4a_effects'
+    with admin(pg_target) as conn:
+        conn.execute(f'UPDATE "{pg_target.schema}".c4a_schema SET version = 6')
+    monkeypatch.setattr(migrations, "PG_ALTER_LOCK_TIMEOUT", "300ms")
+    with psycopg.connect(plain(pg_target.url)) as idle:
+        idle.execute(f"SELECT count(*) FROM {table}")  # its transaction stays open
+        with pytest.raises(c4a.LedgerError, match=r"could not change .*within 300ms"):
+            pg_target.open()
+        assert schema_version(pg_target) == 6
+    with pg_target.open() as ledger:
+        assert ledger.effects() == []
+    assert schema_version(pg_target) == CURRENT
+
+
 def test_newer_schema_is_refused_by_every_entry_point(pg_target: Target) -> None:
     pg_target.open().close()
     with admin(pg_target) as conn:

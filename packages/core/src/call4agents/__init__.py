@@ -11,19 +11,12 @@ with c4a.run("ticket-1234"):      # the id the agent resumes with
     send_email("bob@example.com", "Your refund is on its way")
 """
 
-from .approvals import ApprovalRequest
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 from .context import EffectContext, bind, current, run, tool_call
-from .effect import (
-    DidNotHappen,
-    Effect,
-    EffectOptions,
-    Happened,
-    approve,
-    default_ledger,
-    deny,
-    effect,
-    init,
-)
 from .errors import (
     ApprovalDenied,
     ApprovalRequired,
@@ -37,22 +30,101 @@ from .errors import (
     ResultPruned,
     UnstableArguments,
 )
-from .ledger import EffectRecord, GcReport, Ledger, RunSummary
-from .lookup import find_marked, key_marker
-from .replay import ReplayedFailure, ReplayMismatch, replay
-from .runs import (
-    Budget,
-    BudgetExceeded,
-    BudgetUsage,
-    Escalated,
-    Handoff,
-    RunStatus,
-    budget_usage,
-    count_model_request,
-    escalate,
-    record_model_usage,
-)
-from .undo import UndoItem, UndoReport
+
+if TYPE_CHECKING:
+    from .approvals import ApprovalRequest
+    from .effect import (
+        DidNotHappen,
+        Effect,
+        EffectOptions,
+        Happened,
+        approve,
+        default_ledger,
+        deny,
+        effect,
+        init,
+    )
+    from .ledger import EffectRecord, GcReport, Ledger, RunSummary
+    from .lookup import find_marked, key_marker
+    from .replay import ReplayedFailure, ReplayMismatch, replay
+    from .runs import (
+        Budget,
+        BudgetExceeded,
+        BudgetUsage,
+        Escalated,
+        Handoff,
+        RunStatus,
+        budget_usage,
+        count_model_request,
+        escalate,
+        record_model_usage,
+    )
+    from .undo import UndoItem, UndoReport
+
+# Everything that needs SQLAlchemy is imported on first use (PEP 562), so a process that only
+# imports the package, or a command that needs little of it, does not pay for all of it.
+_LAZY = {
+    "ApprovalRequest": "approvals",
+    "Budget": "runs",
+    "BudgetExceeded": "runs",
+    "BudgetUsage": "runs",
+    "DidNotHappen": "effect",
+    "Effect": "effect",
+    "EffectOptions": "effect",
+    "EffectRecord": "ledger",
+    "Escalated": "runs",
+    "GcReport": "ledger",
+    "Handoff": "runs",
+    "Happened": "effect",
+    "Ledger": "ledger",
+    "ReplayMismatch": "replay",
+    "ReplayedFailure": "replay",
+    "RunStatus": "runs",
+    "RunSummary": "ledger",
+    "UndoItem": "undo",
+    "UndoReport": "undo",
+    "approve": "effect",
+    "budget_usage": "runs",
+    "count_model_request": "runs",
+    "default_ledger": "effect",
+    "deny": "effect",
+    "effect": "effect",
+    "escalate": "runs",
+    "find_marked": "lookup",
+    "init": "effect",
+    "key_marker": "lookup",
+    "record_model_usage": "runs",
+    "replay": "replay",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'call4agents' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # once found, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """Keeps ``effect`` and ``replay`` the functions: importing the submodules of the same names
+    would otherwise bind the modules on the package in their place (they stay importable by
+    their dotted names)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_SHADOWED = frozenset({"effect", "replay"})
+sys.modules[__name__].__class__ = _Package
+
 
 __version__ = "0.1.0.dev0"
 # Lets integrations tell this project's core apart from the unrelated `call4agents` on PyPI.

@@ -22,6 +22,7 @@ import dataclasses
 import datetime as dt
 import getpass
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -29,20 +30,55 @@ import secrets
 import stat
 import sys
 import time
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from sqlalchemy import Connection, Engine, func, select, text
-from sqlalchemy.engine import URL
-from sqlalchemy.exc import SQLAlchemyError
-
-from . import _db, migrations, run_notes
 from .errors import Call4AgentsError, ConfigurationError, LedgerError
-from .ledger import EffectRecord, Ledger, RunSummary
-from .runs import Handoff, RunStatus, spending_text
-from .store import now_sql, short_error
-from .tables import effects, open_states
+
+# SQLAlchemy and the ledger's modules load when a command first needs them: `--help`, `--version`
+# and a usage error need none of them.
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
+    from sqlalchemy.engine import URL
+
+    from . import _db, migrations, run_notes
+    from .ledger import EffectRecord, Ledger, RunSummary
+    from .runs import Handoff, RunStatus
+
+
+def _lazy_module(name: str) -> types.ModuleType:
+    """The module, loaded at its first attribute access (or at once if already loaded)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    assert spec is not None, name
+    assert spec.loader is not None, name
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sqlalchemy_error() -> type[Exception]:
+    """SQLAlchemy's base error, for an ``except`` clause (evaluated only when one is raised)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    return SQLAlchemyError
+
+
+def short_error(exc: BaseException) -> str:
+    from .store import short_error as first_line
+
+    return first_line(exc)
+
+
+if not TYPE_CHECKING:
+    _db = _lazy_module("call4agents._db")
+    migrations = _lazy_module("call4agents.migrations")
+    run_notes = _lazy_module("call4agents.run_notes")
 
 PROG = "call4agents"
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_IN_DOUBT = 0, 1, 2, 3
@@ -170,6 +206,8 @@ def _require_existing(url: URL) -> None:
 
 
 def _open(args: argparse.Namespace) -> Ledger:
+    from .ledger import Ledger
+
     url = _url(args)
     _require_existing(url)
     # Never change the schema from a reading command: an old ledger asks for `migrate`.
@@ -348,6 +386,8 @@ def _with_waiting_runs(
     found: list[RunSummary], ledger: Ledger, waiting: collections.Counter[str]
 ) -> list[RunSummary]:
     """The runs with actions, and those whose only records are approvals waiting for a person."""
+    from .ledger import RunSummary
+
     known = {r.run_id for r in found}
     for run_id in waiting.keys() - known:
         asked = [a.requested_at for a in ledger.approvals(run_id)]
@@ -395,6 +435,8 @@ def _evidence_lines(r: EffectRecord) -> list[str]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from .runs import spending_text
+
     with _open(args) as ledger:
         if not args.handoff:  # --handoff answers "was it escalated?", for any run id
             _require_run(ledger, args.run)
@@ -618,7 +660,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     engine = _engine(url, _schema(args))
     try:
         before, after = migrations.migrate(engine, schema=_schema(args))
-    except SQLAlchemyError as exc:
+    except _sqlalchemy_error() as exc:
         raise LedgerError(
             f"cannot migrate the ledger at {_db.safe_url(url)}: {short_error(exc)}"
         ) from exc
@@ -682,6 +724,8 @@ def _integrity_check(engine: Engine, path: Path) -> Check:
 
 
 def _durability_check(engine: Engine, dialect: str) -> Check:
+    from sqlalchemy import text
+
     with engine.connect() as conn:
         if dialect == "sqlite":
             level = int(conn.exec_driver_sql("PRAGMA synchronous").scalar() or 0)
@@ -703,6 +747,8 @@ def _durability_check(engine: Engine, dialect: str) -> Check:
 
 
 def _secret_check(url: URL, schema: str | None) -> Check:
+    from .ledger import Ledger
+
     with Ledger(
         url.render_as_string(hide_password=False), schema=schema, auto_migrate=False
     ) as ledger:
@@ -739,6 +785,8 @@ def _schema_check(version: int) -> Check:
 
 def _tls_check(conn: Connection, url: URL) -> Check:
     """Whether this connection is encrypted; only a warning when the server is on another host."""
+    from sqlalchemy import text
+
     row = conn.execute(
         text("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
     ).one_or_none()
@@ -767,6 +815,10 @@ def _clock_check(skew: float) -> Check:
 
 
 def _actions_check(engine: Engine) -> Check:
+    from sqlalchemy import func, select
+
+    from .tables import effects, open_states
+
     with engine.connect() as conn:
         found = conn.execute(
             select(effects.c.state, func.count()).where(open_states()).group_by(effects.c.state)
@@ -782,6 +834,10 @@ def _actions_check(engine: Engine) -> Check:
 
 
 def _doctor_checks(args: argparse.Namespace) -> list[Check]:
+    from sqlalchemy import select
+
+    from .store import now_sql
+
     try:
         url = _url(args)
     except Call4AgentsError as exc:
@@ -820,7 +876,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             checks += [
                 Check(name, "SKIP", "needs the current schema") for name in ("actions", "secret")
             ]
-    except (SQLAlchemyError, OSError) as exc:
+    except (_sqlalchemy_error(), OSError) as exc:
         hint = f"; {_RECOVER}" if path is not None and _damaged(exc) else ""
         checks.append(
             Check("database", "FAIL", f"cannot use the database: {short_error(exc)}{hint}")
@@ -1130,19 +1186,20 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), argv)
     except Call4AgentsError as exc:
         return _fail(str(exc), argv)
-    except SQLAlchemyError as exc:
-        return _fail(f"the ledger database failed: {short_error(exc)}", argv)
-    except OSError as exc:
-        if isinstance(exc, BrokenPipeError):  # `call4agents show x | head`
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stop the flush at exit failing
-            return EXIT_OK
-        return _fail(str(exc), argv)
     except SystemExit as exc:  # --help and --version
         return (
             exc.code if isinstance(exc.code, int) else EXIT_OK if exc.code is None else EXIT_ERROR
         )
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        if isinstance(exc, BrokenPipeError):  # `call4agents show x | head`
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stop the flush at exit failing
+            return EXIT_OK
+        return _fail(str(exc), argv)
+    # Last: naming it loads SQLAlchemy, which --help and --version do not need.
+    except _sqlalchemy_error() as exc:
+        return _fail(f"the ledger database failed: {short_error(exc)}", argv)
 
 
 if __name__ == "__main__":

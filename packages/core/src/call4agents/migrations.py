@@ -14,8 +14,20 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine, inspect, select, text
 from sqlalchemy.exc import OperationalError
 
+from . import _tally
 from .errors import LedgerError
-from .tables import approvals, dedup_hits, effects, meta, run_counters, runs, schema_version
+from .tables import (
+    approvals,
+    changes,
+    dedup_hits,
+    effects,
+    meta,
+    run_counters,
+    run_tallies,
+    runs,
+    schema_version,
+    tallies,
+)
 
 # Arbitrary constant that names "Call4Agents migrations" among other users of advisory locks.
 _PG_LOCK_ID = 0x0C4A_0001
@@ -67,21 +79,54 @@ def _add_column(conn: Connection, name: str, column: str, sql_type: str) -> None
     if column in {c["name"] for c in inspect(conn).get_columns(name, schema=schema)}:
         return
     table = f'"{schema}".{name}' if schema else name
+    _locking(
+        conn,
+        name,
+        lambda: conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")),
+    )
+
+
+def _triggers_afresh(conn: Connection) -> None:
+    _tally.drop_triggers(conn)
+    _tally.create_triggers(conn)
+
+
+def _locking(conn: Connection, name: str, work: Callable[[], object]) -> None:
+    """``work``, which locks table ``name``, giving up after PG_ALTER_LOCK_TIMEOUT (PostgreSQL)."""
+    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    table = f'"{schema}".{name}' if schema else name
     if conn.dialect.name == "postgresql":
         conn.execute(text(f"SET LOCAL lock_timeout = '{PG_ALTER_LOCK_TIMEOUT}'"))
     try:
-        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+        work()
     except OperationalError as exc:
         if getattr(exc.orig, "sqlstate", None) != "55P03":  # lock_not_available
             raise
         raise LedgerError(
-            f"could not add a column to {table} within {PG_ALTER_LOCK_TIMEOUT}: another session "
+            f"could not change {table} within {PG_ALTER_LOCK_TIMEOUT}: another session "
             "holds the table (a transaction left open?). Nothing was changed; end that session, "
             "then open the ledger again or run `call4agents migrate`."
         ) from None
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6]
+def _v7(conn: Connection) -> None:
+    # Figures kept up to date as actions change (see _tally): the change log, its triggers, and
+    # tallies seeded from the actions already there (one full read, once). Made afresh if a
+    # ledger set back to an older version has them already.
+    for table in (changes, tallies, run_tallies):
+        table.drop(conn, checkfirst=True)
+        table.create(conn)
+    # The trigger locks c4a_effects against writes until this commits, so the seed below counts
+    # a table no worker changes meanwhile; like adding a column, it waits only so long for that.
+    _locking(conn, effects.name, lambda: _triggers_afresh(conn))
+    _tally.seed(conn)
+    # Approvals waiting now, without reading every ticket ever opened. A ledger made by this
+    # version got it from _v2.
+    pending = next(i for i in approvals.indexes if i.name == "c4a_approvals_pending")
+    pending.create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
 CURRENT = len(MIGRATIONS)
 
 

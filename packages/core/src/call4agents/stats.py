@@ -1,6 +1,9 @@
 """Health figures read from the ledger tables, for ``call4agents stats`` and the OTel gauges.
 
-Read-only. Times come from the database's clock, like everything else in the ledger.
+Reads only, but for one write: all-time figures first fold the changes logged since the last
+read into the tallies (see ``_tally``); where that write is refused (a read-only database user,
+a read-only file), they are counted from every action instead. Times come from the database's
+clock, like everything else in the ledger.
 
 How often deduplication fired comes from ``c4a_dedup_hits``: repeats are counted in memory and
 added there every few seconds (see ``_hits``), so the last few seconds may not show yet.
@@ -14,11 +17,21 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Connection, func, or_, select
 
+from . import _tally
+from .errors import LedgerError
 from .run_notes import COMPLETED_AT, ENTERED_AT, READS, TOOL_CALLS, TRIGGER
 from .store import now_sql
-from .tables import approvals, dedup_hits, effects, in_open_state, run_counters, runs
+from .tables import (
+    approvals,
+    dedup_hits,
+    effects,
+    in_open_state,
+    open_states,
+    run_counters,
+    runs,
+)
 
 if TYPE_CHECKING:
     from .ledger import Ledger
@@ -27,6 +40,9 @@ DEDUP_NOTE = (
     "repeats served from the record, over repeats plus executions; counted in memory and "
     "written every few seconds, so the last seconds may not show yet"
 )
+# Runs listed by irreversible executions: a ledger may hold millions of runs, and a figure read
+# every few seconds lists the ones worth a look (the total counts them all).
+IRREVERSIBLE_RUNS = 20
 # A run's state: the ending a run control recorded (escalated, undone, partly_undone), else
 # derived from its actions, the first that applies in this order.
 RUN_STATES = ("in_doubt", "running", "waiting_approval", "has_failures", "done")
@@ -57,6 +73,7 @@ class Stats:
     approvals_waiting: int
     approvals_oldest_age: float | None
     irreversible_executions: int  # attempts of irreversible tools, as ``executions`` counts them
+    # The runs with the most irreversible executions, at most IRREVERSIBLE_RUNS, most first.
     irreversible_per_run: dict[str, int] = field(default_factory=dict)
     runs_by_state: dict[str, int] = field(default_factory=dict)
 
@@ -84,29 +101,30 @@ def open_figures(ledger: Ledger) -> OpenFigures:
     )
 
 
+@dataclass(frozen=True)
+class _Counts:
+    """The figures that read actions: from the tallies (all time) or the window's rows."""
+
+    by_state: dict[str, int]
+    retried: int
+    executions: int
+    irreversible: int
+    irreversible_per_run: dict[str, int]
+    runs_by_state: dict[str, int]
+
+
 def compute(ledger: Ledger, since: float | None = None) -> Stats:
     """Figures for actions first attempted in the last ``since`` seconds (all time if None).
 
-    Open figures (in doubt, approvals waiting) count everything open, whatever its age.
+    Open figures (in doubt, approvals waiting) count everything open, whatever its age. All-time
+    figures come from tallies kept as actions change (see ``_tally``), so they cost the same at
+    any ledger size; a window reads the actions changed within it.
     """
     ledger.sweep()  # a dead worker's action counts as in doubt, not running
     now = ledger.store.now()
-    cond = [] if since is None else [effects.c.created_at >= now - since]
+    counts = _all_time(ledger, now) if since is None else _window(ledger, now, since)
+    minute = None if since is None else int((now - since) // 60)
     with ledger.store.read() as conn:
-        rows = conn.execute(
-            select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt).where(
-                *cond
-            )
-        ).all()
-        endings = {r.run_id: r.status for r in conn.execute(select(runs.c.run_id, runs.c.status))}
-        waiting_runs = set(
-            conn.execute(
-                select(approvals.c.run_id).where(
-                    approvals.c.state == "pending", approvals.c.expires_at > now
-                )
-            ).scalars()
-        )
-        minute = None if since is None else int((now - since) // 60)
         deduped = int(
             conn.execute(
                 select(func.coalesce(func.sum(dedup_hits.c.hits), 0)).where(
@@ -115,18 +133,12 @@ def compute(ledger: Ledger, since: float | None = None) -> Stats:
             ).scalar_one()
         )
     opened = open_figures(ledger)
-    executions = sum(r.attempt for r in rows)
-    # Every attempt of an irreversible tool, whatever came of it: one that failed still called
-    # the tool, as the irreversible-executions metric counts it.
-    irreversible: Counter[str] = Counter()
-    for r in rows:
-        if r.kind == "irreversible" and r.attempt:
-            irreversible[r.run_id] += r.attempt
+    executions = counts.executions
     return Stats(
         since_seconds=since,
-        actions=len(rows),
-        actions_by_state=dict(Counter(r.state for r in rows)),
-        retried_actions=sum(r.attempt > 1 for r in rows),
+        actions=sum(counts.by_state.values()),
+        actions_by_state=counts.by_state,
+        retried_actions=counts.retried,
         executions=executions,
         deduped=deduped,
         dedup_rate=deduped / (deduped + executions) if deduped + executions else None,
@@ -135,10 +147,102 @@ def compute(ledger: Ledger, since: float | None = None) -> Stats:
         in_doubt_oldest_age=opened.in_doubt_oldest_age,
         approvals_waiting=opened.approvals_waiting,
         approvals_oldest_age=opened.approvals_oldest_age,
-        irreversible_executions=sum(irreversible.values()),
-        irreversible_per_run=dict(irreversible),
+        irreversible_executions=counts.irreversible,
+        irreversible_per_run=counts.irreversible_per_run,
+        runs_by_state=counts.runs_by_state,
+    )
+
+
+def _waiting_runs(conn: Connection, now: float) -> set[str]:
+    return set(
+        conn.execute(
+            # No DISTINCT: SQLite would walk the run index end to end to keep runs apart.
+            select(approvals.c.run_id).where(
+                approvals.c.state == "pending", approvals.c.expires_at > now
+            )
+        ).scalars()
+    )
+
+
+def _endings(conn: Connection) -> dict[str, str]:
+    # Only runs ended by a run control (escalated, undone) have a row: a small table.
+    return {r.run_id: r.status for r in conn.execute(select(runs.c.run_id, runs.c.status))}
+
+
+def _all_time(ledger: Ledger, now: float) -> _Counts:
+    """From the tallies, after folding in the changes not yet counted. Reads only what is open
+    (actions started or in doubt, approvals waiting) and runs ended by a run control."""
+    try:
+        while True:
+            with ledger.store.tx() as conn:
+                if _tally.fold_batch(conn) < _tally.BATCH:
+                    return _from_tallies(conn, now)
+    except LedgerError:
+        return _window(ledger, now, None)  # may not write here: count every action
+
+
+def _from_tallies(conn: Connection, now: float) -> _Counts:
+    total = _tally.read(conn)
+    by_state = {s: total.get("actions:" + s, 0) for s in _tally.STATES}
+    seen: dict[str, set[str]] = {}
+    for run_id, state in conn.execute(
+        select(effects.c.run_id, effects.c.state).where(open_states())
+    ):
+        seen.setdefault(run_id, set()).add(state)
+    waiting = _waiting_runs(conn, now)
+    endings = _endings(conn)
+    # Runs open, waiting or ended are judged one by one; every other run is done or has
+    # failures, which the tallies count.
+    known = _tally.runs_of(conn, set(seen) | waiting | set(endings))
+    found: Counter[str] = Counter()
+    for run_id, run in known.items():
+        states = seen.get(run_id, set()) | ({"failed"} if run.failed else set())
+        found[endings.get(run_id) or _run_state(states, run_id in waiting)] += 1
+    failed_rest = total.get("runs_failed", 0) - sum(run.failed > 0 for run in known.values())
+    found["has_failures"] += failed_rest
+    found["done"] += total.get("runs", 0) - len(known) - failed_rest
+    return _Counts(
+        by_state={s: n for s, n in by_state.items() if n},
+        retried=total.get("retried", 0),
+        executions=total.get("executions", 0),
+        irreversible=total.get("irreversible", 0),
+        irreversible_per_run=_tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS),
+        runs_by_state={s: n for s, n in sorted(found.items()) if n},
+    )
+
+
+def _window(ledger: Ledger, now: float, since: float | None) -> _Counts:
+    """From the actions first attempted in the window (every action if None). An action
+    created in it was also last changed in it, so the read is bounded by the index on
+    ``updated_at``, not the ledger."""
+    stmt = select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt)
+    if since is not None:
+        start = now - since
+        stmt = stmt.where(effects.c.updated_at >= start, effects.c.created_at >= start)
+    with ledger.store.read() as conn:
+        rows = conn.execute(stmt).all()
+        endings = _endings(conn)
+        waiting_runs = _waiting_runs(conn, now)
+    # Every attempt of an irreversible tool, whatever came of it: one that failed still called
+    # the tool, as the irreversible-executions metric counts it.
+    irreversible: Counter[str] = Counter()
+    for r in rows:
+        if r.kind == "irreversible" and r.attempt:
+            irreversible[r.run_id] += r.attempt
+    return _Counts(
+        by_state=dict(Counter(r.state for r in rows)),
+        retried=sum(r.attempt > 1 for r in rows),
+        executions=sum(r.attempt for r in rows),
+        irreversible=sum(irreversible.values()),
+        irreversible_per_run=_most(irreversible, IRREVERSIBLE_RUNS),
         runs_by_state=_runs_by_state(rows, waiting_runs, endings),
     )
+
+
+def _most(counts: Counter[str], limit: int) -> dict[str, int]:
+    """The ``limit`` largest counts, largest first (ties by run id, last first), as the
+    tallies' index gives them."""
+    return dict(sorted(counts.items(), key=lambda item: (item[1], item[0]), reverse=True)[:limit])
 
 
 def _runs_by_state(
@@ -262,7 +366,7 @@ def alert_figures(ledger: Ledger, stats: Stats, since: float | None = None) -> A
     triggers: Counter[str] = Counter(
         name[len(TRIGGER) :] for v in counters.values() for name in v if name.startswith(TRIGGER)
     )
-    endings_done = _endings(ledger, since)
+    endings_done = _endings_by_status(ledger, since)
     if completed:
         endings_done["completed"] = len(completed)
     escalations, oldest = open_escalations(ledger)
@@ -301,7 +405,7 @@ def _run_counter_rows(ledger: Ledger, since: float | None) -> dict[str, dict[str
     return found
 
 
-def _endings(ledger: Ledger, since: float | None) -> Counter[str]:
+def _endings_by_status(ledger: Ledger, since: float | None) -> Counter[str]:
     """Endings recorded by run controls (escalated, a budget limit, undone) in the window."""
     with ledger.store.read() as conn:
         now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())

@@ -165,3 +165,46 @@ dedup_hits = Table(
     Column("minute", BigInteger, primary_key=True),  # database epoch seconds // 60
     Column("hits", BigInteger, nullable=False),
 )
+
+# Figures kept up to date as actions change (schema version 7), so `call4agents stats` costs the
+# same at a million actions as at a thousand. A trigger on c4a_effects appends one row here per
+# change of an action's state or attempt (in the writer's own transaction, so a crash keeps the
+# row and the change together or neither); whoever reads the figures first folds the rows it
+# finds into the tallies below and deletes them (see ``_tally``). Appending takes no shared
+# row lock, so workers never wait for each other here.
+changes = Table(
+    "c4a_changes",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("run_id", Text, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("old_state", String(16)),  # NULL: the action was inserted
+    Column("old_attempt", Integer),
+    Column("new_state", String(16)),  # NULL: the action was deleted
+    Column("new_attempt", Integer),
+)
+
+# Ledger-wide figures, one row each: "actions:<state>", "retried", "executions", "irreversible",
+# "runs" (runs with at least one action), "runs_failed" (runs with at least one failed action).
+# Only the fold writes them, one fold at a time.
+tallies = Table(
+    "c4a_tallies",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", BigInteger, nullable=False),
+)
+
+# Per-run figures, for runs that have actions: the per-run irreversible executions and what the
+# run-state counts need to tell a run with failures from a done one.
+run_tallies = Table(
+    "c4a_run_tallies",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("actions", BigInteger, nullable=False),
+    Column("failed", BigInteger, nullable=False),
+    Column("irreversible", BigInteger, nullable=False),  # attempts of irreversible tools
+)
+
+Index("c4a_run_tallies_irreversible", run_tallies.c.irreversible, run_tallies.c.run_id)
+# Approvals waiting now (`stats`, the gauges, `approvals`): pending and not yet expired.
+Index("c4a_approvals_pending", approvals.c.state, approvals.c.expires_at, approvals.c.requested_at)

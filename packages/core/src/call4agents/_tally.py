@@ -1,0 +1,278 @@
+"""Ledger-wide figures kept up to date as actions change, read at a cost that does not grow with
+the ledger.
+
+A trigger on ``c4a_effects`` appends one row to ``c4a_changes`` per insert, delete, or change of
+state or attempt: the writer's own transaction carries it, so a crash keeps both or neither, and
+an append locks no row that another worker needs. ``fold`` moves those rows into ``c4a_tallies``
+and ``c4a_run_tallies`` and deletes them, in batches, one fold at a time; whoever reads the
+figures folds first. ``recount`` computes the same figures from every action (the migration
+seeds the tallies with it; tests compare the two).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, select, text
+
+from .tables import changes, effects, run_tallies, tallies
+
+# Rows folded per transaction: a SQLite fold holds the write lock while it runs, so a long
+# backlog (a ledger nobody read figures from for a while) goes in short steps.
+BATCH = 20_000
+# Run ids per IN (...) list: under SQLite's default limit of bound parameters.
+_CHUNK = 500
+STATES = ("started", "succeeded", "failed", "in_doubt")
+
+
+@dataclass
+class RunTally:
+    actions: int = 0
+    failed: int = 0
+    irreversible: int = 0
+
+
+def _qualified(conn: Connection, name: str) -> str:
+    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    return f'"{schema}".{name}' if schema else name
+
+
+def create_triggers(conn: Connection) -> None:
+    """The triggers that append to ``c4a_changes`` (schema version 7)."""
+    if conn.dialect.name == "postgresql":
+        _create_pg_triggers(conn)
+    else:
+        _create_sqlite_triggers(conn)
+
+
+_COLUMNS = "run_id, kind, old_state, old_attempt, new_state, new_attempt"
+# Only a change of state or attempt moves a figure; renewing a lease or pruning does not.
+_MOVED_SQLITE = "OLD.state IS NOT NEW.state OR OLD.attempt IS NOT NEW.attempt"
+_MOVED_PG = "OLD.state IS DISTINCT FROM NEW.state OR OLD.attempt IS DISTINCT FROM NEW.attempt"
+_ROW = {
+    "INSERT": "NEW.run_id, NEW.kind, NULL, NULL, NEW.state, NEW.attempt",
+    "UPDATE": "NEW.run_id, NEW.kind, OLD.state, OLD.attempt, NEW.state, NEW.attempt",
+    "DELETE": "OLD.run_id, OLD.kind, OLD.state, OLD.attempt, NULL, NULL",
+}
+
+
+def drop_triggers(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        table = _qualified(conn, "c4a_effects")
+        for name in ("c4a_effects_tally", "c4a_effects_tally_update"):
+            conn.execute(text(f"DROP TRIGGER IF EXISTS {name} ON {table}"))
+        conn.execute(text(f"DROP FUNCTION IF EXISTS {_qualified(conn, 'c4a_effects_tally')}()"))
+        return
+    for op in _ROW:
+        conn.execute(text(f"DROP TRIGGER IF EXISTS c4a_effects_tally_{op.lower()}"))
+
+
+def _create_sqlite_triggers(conn: Connection) -> None:
+    for op, row in _ROW.items():
+        when = f"WHEN {_MOVED_SQLITE} " if op == "UPDATE" else ""
+        event = "UPDATE OF state, attempt" if op == "UPDATE" else op
+        conn.execute(
+            text(
+                f"CREATE TRIGGER c4a_effects_tally_{op.lower()} AFTER {event} ON c4a_effects "
+                f"FOR EACH ROW {when}BEGIN INSERT INTO c4a_changes ({_COLUMNS}) VALUES ({row}); END"
+            )
+        )
+
+
+def _create_pg_triggers(conn: Connection) -> None:
+    target = _qualified(conn, "c4a_changes")
+    function = _qualified(conn, "c4a_effects_tally")
+    table = _qualified(conn, "c4a_effects")
+    branches = "\n".join(
+        f"  {'IF' if i == 0 else 'ELSIF'} TG_OP = '{op}' THEN\n"
+        f"    INSERT INTO {target} ({_COLUMNS}) VALUES ({row});"
+        for i, (op, row) in enumerate(_ROW.items())
+    )
+    conn.execute(
+        text(
+            f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n"
+            f"{branches}\n  END IF;\n  RETURN NULL;\nEND\n$$"
+        )
+    )
+    conn.execute(
+        text(
+            f"CREATE TRIGGER c4a_effects_tally AFTER INSERT OR DELETE ON {table} "
+            f"FOR EACH ROW EXECUTE FUNCTION {function}()"
+        )
+    )
+    conn.execute(
+        text(
+            f"CREATE TRIGGER c4a_effects_tally_update AFTER UPDATE OF state, attempt ON {table} "
+            f"FOR EACH ROW WHEN ({_MOVED_PG}) EXECUTE FUNCTION {function}()"
+        )
+    )
+
+
+# -- folding -----------------------------------------------------------------------------------
+
+
+def _contribution(state: str | None, attempt: int | None, kind: str) -> Counter[str]:
+    """What one action in ``state`` at ``attempt`` adds to the ledger-wide figures."""
+    found: Counter[str] = Counter()
+    if state is None or attempt is None:
+        return found
+    found["actions:" + state] = 1
+    found["retried"] = int(attempt > 1)
+    found["executions"] = attempt
+    if kind == "irreversible":
+        found["irreversible"] = attempt
+    return found
+
+
+def _lock(conn: Connection) -> None:
+    """One fold at a time (SQLite: the write transaction already is)."""
+    if conn.dialect.name == "postgresql":
+        # Conflicts with itself, not with plain reads of the tallies.
+        conn.execute(text(f"LOCK TABLE {_qualified(conn, 'c4a_tallies')} IN EXCLUSIVE MODE"))
+
+
+def fold_batch(conn: Connection, limit: int = BATCH) -> int:
+    """Fold up to ``limit`` changes into the tallies, inside the caller's write transaction;
+    returns how many were folded. Deleting and reading them is one statement, so a change
+    committed meanwhile is either in this batch or left for the next, never lost or doubled."""
+    _lock(conn)
+    oldest = select(changes.c.id).order_by(changes.c.id).limit(limit)
+    rows = conn.execute(
+        delete(changes)
+        .where(changes.c.id.in_(oldest))
+        .returning(
+            changes.c.run_id,
+            changes.c.kind,
+            changes.c.old_state,
+            changes.c.old_attempt,
+            changes.c.new_state,
+            changes.c.new_attempt,
+        )
+    ).all()
+    if rows:
+        _apply(conn, rows)
+    return len(rows)
+
+
+def _apply(conn: Connection, rows: Sequence[Any]) -> None:
+    total: Counter[str] = Counter()
+    per_run: dict[str, RunTally] = {}
+    for run_id, kind, old_state, old_attempt, new_state, new_attempt in rows:
+        total.update(_contribution(new_state, new_attempt, kind))
+        total.subtract(_contribution(old_state, old_attempt, kind))
+        delta = per_run.setdefault(run_id, RunTally())
+        delta.actions += (new_state is not None) - (old_state is not None)
+        delta.failed += (new_state == "failed") - (old_state == "failed")
+        if kind == "irreversible":
+            delta.irreversible += (new_attempt or 0) - (old_attempt or 0)
+    before = _read_runs(conn, per_run)
+    upserts: list[dict[str, Any]] = []
+    gone: list[str] = []
+    for run_id, delta in per_run.items():
+        old = before.get(run_id, RunTally())
+        new = RunTally(
+            old.actions + delta.actions,
+            old.failed + delta.failed,
+            old.irreversible + delta.irreversible,
+        )
+        total["runs"] += (new.actions > 0) - (old.actions > 0)
+        total["runs_failed"] += (new.failed > 0) - (old.failed > 0)
+        if new.actions > 0:
+            upserts.append({"run_id": run_id, **new.__dict__})
+        elif run_id in before:
+            gone.append(run_id)
+    for chunk in _chunks(gone):
+        conn.execute(delete(run_tallies).where(run_tallies.c.run_id.in_(chunk)))
+    if upserts:
+        _upsert(conn, run_tallies, upserts, ["run_id"], replace=True)
+    moved = [{"name": k, "value": v} for k, v in total.items() if v]
+    if moved:
+        _upsert(conn, tallies, moved, ["name"], replace=False)
+
+
+def _read_runs(conn: Connection, runs: Iterable[str]) -> dict[str, RunTally]:
+    found: dict[str, RunTally] = {}
+    for chunk in _chunks(list(runs)):
+        for run_id, actions, failed, irreversible in conn.execute(
+            select(run_tallies).where(run_tallies.c.run_id.in_(chunk))
+        ):
+            found[run_id] = RunTally(int(actions), int(failed), int(irreversible))
+    return found
+
+
+def _upsert(
+    conn: Connection, table: Any, rows: list[dict[str, Any]], key: list[str], *, replace: bool
+) -> None:
+    from .store import dialect_insert
+
+    stmt = dialect_insert(conn.dialect.name)(table)
+    columns = [c.name for c in table.columns if c.name not in key]
+    new = {c: stmt.excluded[c] if replace else table.c[c] + stmt.excluded[c] for c in columns}
+    conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=new), rows)
+
+
+def _chunks(items: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+def read(conn: Connection) -> dict[str, int]:
+    """The ledger-wide tallies (fold first for up-to-date figures); a missing name is 0."""
+    return {name: int(value) for name, value in conn.execute(select(tallies))}
+
+
+def irreversible_per_run(conn: Connection, limit: int) -> dict[str, int]:
+    """The ``limit`` runs with the most irreversible executions, most first (ties by run id,
+    last first): the top of an index, whatever the number of runs."""
+    stmt = (
+        select(run_tallies.c.run_id, run_tallies.c.irreversible)
+        .where(run_tallies.c.irreversible > 0)
+        .order_by(run_tallies.c.irreversible.desc(), run_tallies.c.run_id.desc())
+        .limit(limit)
+    )
+    return {run_id: int(n) for run_id, n in conn.execute(stmt)}
+
+
+def runs_of(conn: Connection, run_ids: Iterable[str]) -> dict[str, RunTally]:
+    """The tallies of these runs (a run with no action has none)."""
+    return _read_runs(conn, run_ids)
+
+
+# -- recounting --------------------------------------------------------------------------------
+
+
+def recount(conn: Connection) -> tuple[dict[str, int], dict[str, RunTally]]:
+    """The tallies computed from every action: reads the whole table."""
+    total: Counter[str] = Counter()
+    per_run: dict[str, RunTally] = {}
+    stmt = select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt)
+    for run_id, kind, state, attempt in conn.execute(stmt):
+        total.update(_contribution(state, attempt, kind))
+        run = per_run.setdefault(run_id, RunTally())
+        run.actions += 1
+        run.failed += state == "failed"
+        if kind == "irreversible":
+            run.irreversible += attempt
+    total["runs"] = len(per_run)
+    total["runs_failed"] = sum(r.failed > 0 for r in per_run.values())
+    return {k: v for k, v in total.items() if v}, per_run
+
+
+def seed(conn: Connection) -> None:
+    """Fill empty tallies from a recount (a ledger made before schema version 7)."""
+    total, per_run = recount(conn)
+    rows = [{"run_id": run_id, **run.__dict__} for run_id, run in per_run.items()]
+    for start in range(0, len(rows), BATCH):
+        conn.execute(run_tallies.insert(), rows[start : start + BATCH])
+    if total:
+        conn.execute(tallies.insert(), [{"name": k, "value": v} for k, v in total.items()])
+
+
+def count_changes(conn: Connection) -> int:
+    return int(conn.execute(select(func.count()).select_from(changes)).scalar_one())

@@ -1,0 +1,256 @@
+"""`call4agents stats` answers all-time figures from tallies kept as actions change: after any mix
+of work, including a worker killed mid-way, they equal a recount of every action."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import make_url, select, text
+
+import call4agents as c4a
+from call4agents import _tally
+from call4agents.stats import IRREVERSIBLE_RUNS, compute
+from call4agents.tables import run_tallies
+from tests.conftest import Target
+
+TEN_YEARS = 10 * 365 * 86400.0
+
+
+def recounted(ledger: c4a.Ledger) -> dict[str, Any]:
+    """Every figure from the actions themselves: a window wide enough to hold every action reads
+    each row, the way stats did before it kept tallies."""
+    found = compute(ledger, TEN_YEARS).as_dict()
+    found.pop("since_seconds")
+    return found
+
+
+def tallied(ledger: c4a.Ledger) -> dict[str, Any]:
+    found = compute(ledger).as_dict()
+    found.pop("since_seconds")
+    return found
+
+
+def assert_tallies_match(ledger: c4a.Ledger) -> dict[str, Any]:
+    fast = tallied(ledger)
+    for age in ("in_doubt_oldest_age", "approvals_oldest_age"):  # the clock moved between reads
+        fast.pop(age)
+    slow = recounted(ledger)
+    for age in ("in_doubt_oldest_age", "approvals_oldest_age"):
+        slow.pop(age)
+    assert fast == slow
+    with ledger.store.tx() as conn:
+        assert _tally.count_changes(conn) == 0  # compute folded every change
+        total, per_run = _tally.recount(conn)
+        assert {k: v for k, v in _tally.read(conn).items() if v} == total
+        # Exactly the runs that have actions have a tally, and it is right.
+        kept = {
+            r.run_id: _tally.RunTally(r.actions, r.failed, r.irreversible)
+            for r in conn.execute(select(run_tallies))
+        }
+        assert kept == per_run
+    return fast
+
+
+def mixed_work(ledger: c4a.Ledger) -> None:
+    """Succeeded, failed and retried, in doubt and resolved both ways, deduplicated, approved,
+    waiting, escalated, garbage-collected and deleted."""
+
+    @c4a.effect(name="send")
+    def send(n: int) -> int:
+        return n
+
+    @c4a.effect(name="wire", kind="irreversible")
+    def wire(amount: int) -> str:
+        if amount < 0:
+            raise TimeoutError("bank did not answer")  # irreversible and unknown: in doubt
+        return "ok"
+
+    @c4a.effect(name="charge")
+    def charge(amount: int) -> str:
+        raise ValueError("declined")
+
+    @c4a.effect(name="refund", approval=True)
+    def refund(order: str) -> str:
+        return "re"
+
+    with c4a.run("a"):
+        send(1)
+        send(1)  # served from the record
+        wire(1)
+        with pytest.raises(TimeoutError):
+            wire(-1)
+        with pytest.raises(TimeoutError):
+            wire(-2)
+        for _ in range(2):  # attempt 1 and attempt 2
+            with pytest.raises(ValueError):
+                charge(5)
+    doubt = {r.args["amount"]: r.key for r in ledger.in_doubt()}
+    ledger.resolve(doubt[-1], happened=True, result="ok", by="ops")
+    ledger.resolve(doubt[-2], happened=False, by="ops")
+    with c4a.run("a"), pytest.raises(TimeoutError):
+        wire(-2)  # the second attempt, in doubt again
+    with c4a.run("b"):
+        send(1)
+        with pytest.raises(c4a.ApprovalRequired) as asked:
+            refund("o-1")
+        with pytest.raises(c4a.ApprovalRequired):
+            refund("o-2")  # left waiting
+    ledger.approve(asked.value.request.ticket, by="ann")
+    with c4a.run("b"):
+        assert refund("o-1") == "re"
+    with c4a.run("c"):
+        with pytest.raises(ValueError):
+            charge(1)
+        send(3)
+    with c4a.run("d"):
+        send(4)
+        with pytest.raises(c4a.Escalated):
+            c4a.escalate("customer asked for a manager")
+    with c4a.run("gone"):
+        send(5)
+        wire(5)
+    ledger.delete_run("gone")
+    with c4a.run("e"):
+        with pytest.raises(ValueError):
+            charge(9)  # deleted by gc: a failure did not act
+        send(6)
+    ledger.dedup.flush()
+
+
+def test_tallies_equal_a_recount_after_mixed_work(target: Target) -> None:
+    ledger = c4a.init(target.open())
+    assert assert_tallies_match(ledger)["actions"] == 0
+    mixed_work(ledger)
+    before_gc = assert_tallies_match(ledger)
+    assert before_gc["runs_by_state"] == {
+        "escalated": 1,
+        "has_failures": 2,
+        "in_doubt": 1,
+        "waiting_approval": 1,
+    }
+    assert before_gc["irreversible_per_run"] == {"a": 4}
+    assert before_gc["retried_actions"] == 2
+    ledger.gc(older_than=0)
+    after_gc = assert_tallies_match(ledger)
+    assert after_gc["actions_by_state"].get("failed", 0) == 0
+    assert after_gc["runs_by_state"]["done"] == 2  # c and e lost their failures to gc
+
+
+def test_a_ledger_from_before_tallies_is_seeded(target: Target) -> None:
+    ledger = c4a.init(target.open())
+    mixed_work(ledger)
+    from call4agents.migrations import migrate
+    from call4agents.tables import schema_version
+
+    with ledger.engine.begin() as conn:
+        conn.execute(schema_version.update().values(version=6))
+    assert migrate(ledger.engine, schema=target.schema)[0] == 6
+    assert_tallies_match(ledger)
+
+
+CHILD = """
+import os, sys, time
+import call4agents as c4a
+
+c4a.init(os.environ["C4A_TEST_URL"], schema=os.environ.get("C4A_TEST_SCHEMA") or None)
+block = sys.argv[1] == "block"
+
+
+@c4a.effect(name="step")
+def step(n: int) -> int:
+    if block:
+        print("inside", flush=True)
+        time.sleep(600)
+    return n
+
+
+with c4a.run("crash-" + sys.argv[1]):
+    for n in range(1_000_000):
+        try:
+            step(n)
+        except Exception:
+            pass
+        print(n, flush=True)
+"""
+
+
+def killed_child(target: Target, script: Path, mode: str, lines: int) -> None:
+    """Start the child and SIGKILL it once it printed ``lines`` lines."""
+    child = subprocess.Popen(
+        [sys.executable, str(script), mode], env=target.env(), stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    for _ in range(lines):
+        assert child.stdout.readline(), "the child ended early"
+    os.kill(child.pid, signal.SIGKILL)
+    assert child.wait(30) == -signal.SIGKILL
+    child.stdout.close()
+
+
+def test_tallies_equal_a_recount_after_a_worker_is_killed(target: Target, tmp_path: Path) -> None:
+    ledger = c4a.init(target.open())
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    killed_child(target, script, "loop", 200)  # wherever it was: between, or inside, a write
+    killed_child(target, script, "block", 1)  # inside its tool: the action stays started
+    found = assert_tallies_match(ledger)  # the sweep judged the dead owner's action in doubt
+    assert found["in_doubt"] >= 1
+    assert found["runs_by_state"]["in_doubt"] >= 1
+    assert found["actions"] >= 201
+
+
+@pytest.mark.postgres
+def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
+    """Folding writes; a user who may only read gets the figures counted from every action."""
+    ledger = c4a.init(pg_target.open())
+    mixed_work(ledger)
+    expected = tallied(ledger)  # folds what there is so far
+    with c4a.run("later"):
+        c4a.effect(name="late")(lambda: 1)()  # logged, not yet folded
+    role = "c4a_ro_" + uuid.uuid4().hex[:8]
+    schema = f'"{pg_target.schema}"'
+    with ledger.engine.begin() as conn:
+        conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+        conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {role}"))
+        conn.execute(text(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}"))
+    url = make_url(pg_target.url).set(username=role).render_as_string(hide_password=False)
+    try:
+        reader = c4a.Ledger(url, schema=pg_target.schema, auto_migrate=False)
+        found = compute(reader).as_dict()
+        reader.close()
+    finally:
+        with ledger.engine.begin() as conn:
+            conn.execute(text(f"DROP OWNED BY {role}"))
+            conn.execute(text(f"DROP ROLE {role}"))
+    assert found["actions"] == expected["actions"] + 1
+    assert found["runs_by_state"]["done"] == expected["runs_by_state"].get("done", 0) + 1
+    with ledger.store.tx() as conn:
+        assert _tally.count_changes(conn) == 2  # its intent and its outcome: nothing folded
+
+
+def test_irreversible_runs_listed_are_the_top_ones(target: Target) -> None:
+    ledger = c4a.init(target.open())
+
+    @c4a.effect(name="wire", kind="irreversible")
+    def wire(n: int) -> int:
+        return n
+
+    for run in range(IRREVERSIBLE_RUNS + 5):
+        with c4a.run(f"r{run:02d}"):
+            for n in range(1 + run % 3):
+                wire(n)
+    fast = tallied(ledger)
+    assert fast == recounted(ledger)
+    listed = fast["irreversible_per_run"]
+    assert len(listed) == IRREVERSIBLE_RUNS
+    assert list(listed.values()) == sorted(listed.values(), reverse=True)
+    # The 16 runs with 3 or 2, then the last four by run id of those with 1.
+    assert [run for run, n in listed.items() if n == 1] == ["r24", "r21", "r18", "r15"]
+    assert fast["irreversible_executions"] == sum(1 + run % 3 for run in range(25))
