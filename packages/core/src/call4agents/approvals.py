@@ -180,11 +180,7 @@ class Gate:
         if self.max_per_run is None:
             return None
         action = self.action
-        if conn.dialect.name == "postgresql":  # count and insert under one lock per (run, tool)
-            lock_id = int(
-                hashlib.sha256(f"{action.run_id}|{action.tool}".encode()).hexdigest()[:15], 16
-            )
-            conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": lock_id})
+        _lock(conn, f"{action.run_id}|{action.tool}")  # count and insert under one lock
         done = conn.execute(
             select(func.count()).where(
                 effects.c.run_id == action.run_id,
@@ -213,8 +209,18 @@ def _tickets(conn: Connection, key: str, attempt: int) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
+def _lock(conn: Connection, name: str) -> None:
+    """On PostgreSQL, hold a lock on ``name`` until the transaction ends (SQLite has one writer)."""
+    if conn.dialect.name == "postgresql":
+        lock_id = int(hashlib.sha256(name.encode()).hexdigest()[:15], 16)
+        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": lock_id})
+
+
 def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsError | None:
     action, signer = gate.action, gate.ledger.signer()
+    # Two workers asking at once would each find no ticket and open one: the person would be
+    # asked twice. One at a time per action: the second finds the first one's ticket.
+    _lock(conn, f"ask|{action.key}")
     rows = _tickets(conn, action.key, attempt)
     valid = [r for r in rows if signer.verify(_fields(r), r["signature"], now=r["now"])]
     tampered = len(valid) < len(rows)
