@@ -34,7 +34,7 @@ from starlette.testclient import TestClient
 
 import call4agents as c4a
 from call4agents.console import ConsoleSettings, create_app
-from call4agents.tables import approvals, effects
+from call4agents.storage.tables import approvals, effects
 
 RUN_SIZE = 50  # actions per run in the bulk copy
 SPREAD_DAYS = 30  # how far back the copies go

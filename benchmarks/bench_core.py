@@ -48,7 +48,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 import call4agents as c4a
-from call4agents.tables import effects
+from call4agents.storage.tables import effects
 
 T = TypeVar("T")
 Durability = Literal["power", "process"]

@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 import call4agents as c4a
-from call4agents import observe
+from call4agents.controls import observe
 from call4agents.integration import StepFigures, step
 
 SETUPS = ("off", "otel API only", "no-op providers", "otel SDK")

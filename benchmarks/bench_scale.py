@@ -39,10 +39,15 @@ from typing import Any
 from sqlalchemy import create_engine, text
 
 import call4agents as c4a
-from call4agents import _tally, stats
+from call4agents.controls import stats
+from call4agents.storage import _tally
 
 SECRET = "bench-" + "x" * 40
-CLI = [sys.executable, "-c", "import sys; from call4agents.cli import main; sys.exit(main())"]
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys; from call4agents.facade.cli import main; sys.exit(main())",
+]
 SPAN = 30 * 86400.0  # the actions' times spread over the last 30 days, at every size
 OPEN = 5  # actions in doubt, actions started, approvals waiting, ended runs: at every size
 

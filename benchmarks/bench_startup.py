@@ -19,7 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-CLI = [sys.executable, "-c", "import sys; from call4agents.cli import main; sys.exit(main())"]
+CLI = [
+    sys.executable,
+    "-c",
+    "import sys; from call4agents.facade.cli import main; sys.exit(main())",
+]
 
 
 def cases(ledger_url: str) -> dict[str, list[str]]:

@@ -110,7 +110,9 @@ def _ledger_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CALL4AGENTS_SECRET", TEST_SECRET)
     # No default ledger is left over from an earlier test on this worker (its database may be
     # gone): a test that wants one opens it.
-    monkeypatch.setattr(importlib.import_module("call4agents.effect"), "_default_ledger", None)
+    monkeypatch.setattr(
+        importlib.import_module("call4agents.engine.effect"), "_default_ledger", None
+    )
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -17,14 +17,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from call4agents import _children, quickstart
+from call4agents.facade import _children, quickstart
 
 # What the children import: the quickstart's agents, and what the tests' own children add. Each
 # is imported once per test worker, by the fork server.
 _children.preload(
     [
         *quickstart.child_imports(),
-        "call4agents.cli",
+        "call4agents",
         "sqlalchemy.dialects.postgresql.psycopg",
         "langgraph.prebuilt",
         "langgraph.checkpoint.postgres",

@@ -73,8 +73,11 @@ def test_the_core_imports_and_names_no_framework() -> None:
 
 def test_the_checks_catch_what_they_guard() -> None:
     """The checks above are not vacuous: each finds a planted violation."""
-    planted = "import call4agents.store\n\ndef f():\n    from call4agents.effect import Action\n"
-    assert private_core_imports(planted) == ["call4agents.store", "call4agents.effect"]
+    planted = "import call4agents.storage.store\n\ndef f():\n    from call4agents.engine.effect import Action\n"
+    assert private_core_imports(planted) == [
+        "call4agents.storage.store",
+        "call4agents.engine.effect",
+    ]
     assert private_core_imports("from call4agents.integration import Action\n") == []
     assert framework_imports("def f():\n    import langgraph.types\n") == ["langgraph.types"]
     assert NAMES_AN_INTEGRATION.search('"call4agents_mcp._payload:tool_payload"')

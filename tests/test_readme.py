@@ -139,7 +139,7 @@ def test_readme_links_to_docs_resolve() -> None:
 
 
 def test_every_cli_command_is_documented() -> None:
-    from call4agents.cli import build_parser
+    from call4agents.facade.cli import build_parser
 
     cli_page = (DOCS / "cli.md").read_text(encoding="utf-8")
     parser = build_parser()
@@ -190,7 +190,7 @@ def test_docs_site_builds_strict_and_offline(tmp_path: Path) -> None:
     assert '<pre class="mermaid"><code>stateDiagram-v2' in page  # the states diagram, as Mermaid
     assert "fonts.googleapis.com" not in page  # the theme asks no font service either
     reference = (site / "reference" / "core" / "index.html").read_text(encoding="utf-8")
-    assert 'id="call4agents.effect.effect"' in reference  # rendered from the docstrings
+    assert 'id="call4agents.engine.effect.effect"' in reference  # rendered from the docstrings
     assert ":class:" not in reference  # Sphinx roles shown as plain code (scripts/docs_hooks.py)
     assert 'id="call4agents_mcp.OnceOnly"' in (
         site / "reference" / "integrations" / "index.html"

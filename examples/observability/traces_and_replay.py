@@ -17,8 +17,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import call4agents as c4a
-from call4agents.replay import export_run
-from call4agents.stats import compute, render
+from call4agents.controls.replay import export_run
+from call4agents.controls.stats import compute, render
 
 # The application owns the SDK; Call4Agents only uses the OpenTelemetry API.
 exporter = InMemorySpanExporter()

@@ -50,7 +50,7 @@ def free_port() -> int:
 def console(target: Target, *options: str) -> Iterator[str]:
     """Start ``call4agents console`` on a free port; yields the address it printed."""
     port = free_port()
-    argv = [sys.executable, "-m", "call4agents.cli", "console", "--url", target.url]
+    argv = [sys.executable, "-m", "call4agents", "console", "--url", target.url]
     argv += ["--schema", target.schema] if target.schema else []
     argv += ["--port", str(port), *options]
     process = subprocess.Popen(

@@ -409,8 +409,8 @@ def test_webhooks_are_signed_and_retried(ledger: c4a.Ledger) -> None:
 def test_cli_refuses_an_open_address_and_a_newer_ledger(
     ledger: c4a.Ledger, target: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from call4agents import cli
-    from call4agents.tables import schema_version
+    from call4agents.facade import cli
+    from call4agents.storage.tables import schema_version
 
     url = ["--url", ledger.url] + (["--schema", target.schema] if target.schema else [])
     assert cli.main(["console", *url, "--host", "0.0.0.0"]) == cli.EXIT_ERROR
@@ -424,7 +424,7 @@ def test_cli_refuses_an_open_address_and_a_newer_ledger(
 
 
 def test_a_ledger_that_fails_gives_a_clear_page(ann: TestClient, ledger: c4a.Ledger) -> None:
-    from call4agents.tables import approvals
+    from call4agents.storage.tables import approvals
 
     with ledger.engine.begin() as conn:  # the table gone, as a broken database would lose it
         approvals.drop(conn)

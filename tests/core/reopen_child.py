@@ -110,7 +110,7 @@ def reader() -> None:
             cli = [
                 sys.executable,
                 "-c",
-                "import sys; from call4agents.cli import main; sys.exit(main())",
+                "import sys; from call4agents.facade.cli import main; sys.exit(main())",
                 "doubt",
                 "--url",
                 url,

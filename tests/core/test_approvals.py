@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import delete, insert, select, update
 
 import call4agents as c4a
-from call4agents.tables import approvals
+from call4agents.storage.tables import approvals
 from tests.conftest import Target
 
 

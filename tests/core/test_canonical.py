@@ -20,14 +20,14 @@ from typing import Any, NamedTuple
 import pytest
 from pydantic import BaseModel, Field
 
-from call4agents.canonical import (
+from call4agents.model.canonical import (
     CanonicalArgs,
     canonical_args,
     canonical_json,
     parse_paths,
     scrub,
 )
-from call4agents.errors import ConfigurationError, UnstableArguments
+from call4agents.model.errors import ConfigurationError, UnstableArguments
 
 UTC = dt.timezone.utc
 

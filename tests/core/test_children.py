@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from call4agents import _children
+from call4agents.facade import _children
 
 
 def kill_self() -> None:
@@ -51,7 +51,7 @@ def test_a_script_without_a_main_guard_starts_its_child_once(tmp_path: Path) -> 
     script = tmp_path / "unguarded.py"
     script.write_text(
         "import time\n"
-        "from call4agents import _children\n"
+        "from call4agents.facade import _children\n"
         "print('top level', flush=True)\n"
         "code, out, err = _children.run(time.sleep, 0)\n"
         "print(code, repr(out), repr(err))\n"

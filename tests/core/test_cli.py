@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 import call4agents as c4a
-from call4agents.cli import main, parse_age
-from call4agents.migrations import CURRENT
+from call4agents.facade.cli import main, parse_age
+from call4agents.storage.migrations import CURRENT
 
 Cli = Callable[..., tuple[int, str, str]]
 UNREACHABLE = "postgresql+psycopg://app:Sup3rSecret@127.0.0.1:1/x"
@@ -457,7 +457,7 @@ def test_console_script_in_subprocess(sqlite_target: Any) -> None:
 
     def run(*argv: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "call4agents.cli", *argv],
+            [sys.executable, "-m", "call4agents", *argv],
             env=env,
             capture_output=True,
             text=True,

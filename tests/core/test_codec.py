@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from call4agents.codec import MAX_DEPTH, ResultEncodingError, decode_result, encode_result
+from call4agents.model.codec import MAX_DEPTH, ResultEncodingError, decode_result, encode_result
 
 try:
     import pydantic

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import call4agents as c4a
-from call4agents.cli import main
+from call4agents.facade.cli import main
 from tests.conftest import Target
 
 SECRET_VALUE = "sk_live_Zq81_do_not_leak_7731"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 import call4agents as c4a
-from call4agents.canonical import scrub
+from call4agents.model.canonical import scrub
 
 SECRET = "sk_live_X/Y+z=42"
 

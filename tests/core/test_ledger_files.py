@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import call4agents as c4a
-from call4agents.cli import main
+from call4agents.facade.cli import main
 
 OTHER_UID = 65534  # "nobody"
 as_root = pytest.mark.skipif(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import call4agents as c4a
-from call4agents import _owner
+from call4agents.engine import _owner
 from tests.conftest import Target
 
 

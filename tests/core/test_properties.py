@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import call4agents as c4a
-from call4agents.canonical import canonical_args
-from call4agents.errors import UnstableArguments
+from call4agents.model.canonical import canonical_args
+from call4agents.model.errors import UnstableArguments
 
 SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -20,9 +20,9 @@ import pytest
 from sqlalchemy import Engine, event, insert, text, update
 
 import call4agents as c4a
-from call4agents import stats
-from call4agents.cli import main
-from call4agents.tables import approvals, effects, runs
+from call4agents.controls import stats
+from call4agents.facade.cli import main
+from call4agents.storage.tables import approvals, effects, runs
 from tests.conftest import Target
 
 ROWS = 20_000

@@ -17,7 +17,7 @@ from pydantic_ai import Agent
 from sqlalchemy import select, update
 
 import call4agents as c4a
-from call4agents.tables import run_counters
+from call4agents.storage.tables import run_counters
 from call4agents_pydantic_ai import OnceOnly
 from tests.conftest import Target, run_child
 from tests.pydantic_ai.scripted import Outbox, scripted

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import call4agents as c4a
-from call4agents.cli import main
+from call4agents.facade.cli import main
 from tests.conftest import Target
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from call4agents.cli import main
+from call4agents.facade.cli import main
 from tests.conftest import run_example
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "plain_python" / "run_controls.py"

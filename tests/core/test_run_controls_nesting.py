@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select, update
 
 import call4agents as c4a
-from call4agents.tables import run_counters
+from call4agents.storage.tables import run_counters
 
 
 def counters(ledger: c4a.Ledger, run_id: str) -> dict[str, float]:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import call4agents as c4a
-from call4agents import undo
-from call4agents.cli import main
+from call4agents.controls import undo
+from call4agents.facade.cli import main
 from tests.conftest import Target, run_child
 
 CHILD = Path(__file__).with_name("run_controls_child.py")

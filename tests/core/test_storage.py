@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import select, text
 
 import call4agents as c4a
-from call4agents import _db
-from call4agents.migrations import CURRENT
-from call4agents.tables import schema_version
+from call4agents.storage import _db
+from call4agents.storage.migrations import CURRENT
+from call4agents.storage.tables import schema_version
 
 
 def test_newer_schema_is_refused_and_left_alone(target: Any) -> None:
@@ -32,7 +32,7 @@ def test_newer_schema_is_refused_and_left_alone(target: Any) -> None:
 
 
 def test_migrate_is_safe_to_repeat(target: Any) -> None:
-    from call4agents.migrations import migrate
+    from call4agents.storage.migrations import migrate
 
     ledger = target.open()
     assert migrate(ledger.engine, schema=target.schema) == (CURRENT, CURRENT)
@@ -67,7 +67,7 @@ def test_a_ledger_from_before_argument_digests_is_brought_up_to_date(target: Any
 
 
 def test_threads_making_the_secret_at_once_all_get_the_same_one(tmp_path: Path) -> None:
-    from call4agents.ledger import _read_or_create_secret
+    from call4agents.facade.ledger import _read_or_create_secret
 
     path = tmp_path / "ledger" / "secret"
     start = threading.Barrier(8)

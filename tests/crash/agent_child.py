@@ -34,7 +34,7 @@ if os.environ.get("OWNER_HOST"):
     # lease, since no process table can tell whether it is alive.
     from dataclasses import replace
 
-    from call4agents import _owner
+    from call4agents.engine import _owner
 
     elsewhere = replace(_owner.me(), host=os.environ["OWNER_HOST"])
     _owner._me = (os.getpid(), elsewhere, str(elsewhere))

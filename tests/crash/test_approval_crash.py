@@ -27,7 +27,7 @@ MATRIX = {
 def cli(target: Target, *args: str) -> subprocess.CompletedProcess[str]:
     url = ["--url", target.url] + (["--schema", target.schema] if target.schema else [])
     return subprocess.run(
-        [sys.executable, "-m", "call4agents.cli", *args, *url],
+        [sys.executable, "-m", "call4agents", *args, *url],
         env=target.env(),
         capture_output=True,
         text=True,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import call4agents as c4a
-from call4agents import _owner
+from call4agents.engine import _owner
 from tests.conftest import Target
 from tests.postgres.helpers import unavailable
 
@@ -195,7 +195,7 @@ def test_a_live_owner_in_another_pid_namespace_is_not_judged_dead() -> None:
     unshare = shutil.which("unshare")
     if unshare is None:
         unavailable("needs util-linux unshare to start a process in its own pid namespace")
-    script = "from call4agents import _owner; print(_owner.me(), flush=True); input()"
+    script = "from call4agents.engine import _owner; print(_owner.me(), flush=True); input()"
     child = subprocess.Popen(
         [unshare, "--pid", "--fork", "--mount-proc", sys.executable, "-c", script],
         stdin=subprocess.PIPE,

@@ -23,8 +23,8 @@ from langgraph.types import Command
 from sqlalchemy import update
 
 import call4agents as c4a
-from call4agents.cli import main as cli_main
-from call4agents.tables import run_counters
+from call4agents.facade.cli import main as cli_main
+from call4agents.storage.tables import run_counters
 from call4agents_langgraph import OnceOnly
 from tests.conftest import Target
 from tests.langgraph.fake_model import StepModel

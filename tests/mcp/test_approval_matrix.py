@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
-from call4agents.cli import main as cli
+from call4agents.facade.cli import main as cli
 from tests.conftest import Target
 from tests.mcp.test_http import call, emails, mcp_server
 

@@ -33,7 +33,7 @@ from sqlalchemy import event, update
 
 import call4agents as c4a
 from call4agents.integration import action_for, recorded_with_other_args, run_tool
-from call4agents.tables import effects
+from call4agents.storage.tables import effects
 from call4agents_mcp import KEY_META, OnceOnly, call_tool
 from tests.conftest import Target
 

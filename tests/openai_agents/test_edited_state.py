@@ -20,7 +20,7 @@ import pytest
 from agents import Agent, Runner, RunState
 
 import call4agents as c4a
-from call4agents.cli import main as cli
+from call4agents.facade.cli import main as cli
 from call4agents_openai_agents import OnceOnly
 from tests.conftest import Target
 from tests.openai_agents.approval_child import bank_agent

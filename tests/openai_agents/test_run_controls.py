@@ -30,8 +30,8 @@ from agents.testing import ModelStep, ScriptedModel
 from sqlalchemy import update
 
 import call4agents as c4a
-from call4agents.cli import main as cli_main
-from call4agents.tables import run_counters
+from call4agents.facade.cli import main as cli_main
+from call4agents.storage.tables import run_counters
 from call4agents_openai_agents import OnceOnly
 from tests.conftest import Target, run_child
 from tests.openai_agents.support import Outbox, assistant_message, call, outputs

@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sqlalchemy import update
 
 import call4agents as c4a
-from call4agents import observe
-from call4agents.tables import approvals, effects
+from call4agents.controls import observe
+from call4agents.storage.tables import approvals, effects
 
 
 @dataclass

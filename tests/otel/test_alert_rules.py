@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import delete, update
 
 import call4agents as c4a
-from call4agents.tables import approvals, run_counters, runs
+from call4agents.storage.tables import approvals, run_counters, runs
 from tests.conftest import Target
 from tests.otel.conftest import Telemetry
 from tests.otel.prometheus import Snapshot, input_series, snapshot

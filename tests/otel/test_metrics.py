@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import call4agents as c4a
-from call4agents.stats import compute, open_figures
+from call4agents.controls.stats import compute, open_figures
 from tests.conftest import Target
 from tests.otel.conftest import Telemetry, backdate, held_in_progress
 

@@ -23,7 +23,7 @@ sys.meta_path.insert(0, Block())
 
 BODY = """
 import call4agents as c4a
-from call4agents import observe
+from call4agents.controls import observe
 
 assert observe.otel_available() is False
 assert observe.hook is None, observe.hook

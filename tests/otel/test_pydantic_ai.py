@@ -21,7 +21,7 @@ from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, Tool, 
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
 import call4agents as c4a
-from call4agents import _semconv as sc
+from call4agents.model import _semconv as sc
 from call4agents_pydantic_ai import OnceOnly
 from tests.conftest import Target
 from tests.otel.conftest import Telemetry

@@ -12,7 +12,7 @@ import pytest
 from pydantic_ai import Agent
 
 import call4agents as c4a
-from call4agents.cli import main
+from call4agents.facade.cli import main
 from call4agents_pydantic_ai import OnceOnly
 from tests.conftest import Target
 from tests.otel.test_spans import Counted

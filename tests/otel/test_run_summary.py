@@ -7,7 +7,7 @@ import pytest
 from opentelemetry import trace
 
 import call4agents as c4a
-from call4agents.run_notes import run_text, triggers
+from call4agents.engine.run_notes import run_text, triggers
 from tests.conftest import Target
 from tests.otel.conftest import Telemetry
 

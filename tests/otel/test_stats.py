@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import update
 
 import call4agents as c4a
-from call4agents.cli import main
-from call4agents.stats import compute
-from call4agents.tables import dedup_hits, effects
+from call4agents.controls.stats import compute
+from call4agents.facade.cli import main
+from call4agents.storage.tables import dedup_hits, effects
 from tests.conftest import Target
 from tests.otel.conftest import backdate
 
@@ -185,7 +185,7 @@ def test_counts_reach_the_ledger_on_their_own(
     target: Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No close() and no exit: the timer writes them (here after 0.1 s instead of seconds)."""
-    from call4agents import _hits
+    from call4agents.storage import _hits
 
     monkeypatch.setattr(_hits, "FLUSH_AFTER", 0.1)
     ledger = c4a.init(target.open())

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import make_url, select, text
 
 import call4agents as c4a
-from call4agents import _tally
-from call4agents.stats import IRREVERSIBLE_RUNS, compute
-from call4agents.tables import run_tallies
+from call4agents.controls.stats import IRREVERSIBLE_RUNS, compute
+from call4agents.storage import _tally
+from call4agents.storage.tables import run_tallies
 from tests.conftest import Target
 
 TEN_YEARS = 10 * 365 * 86400.0
@@ -146,8 +146,8 @@ def test_tallies_equal_a_recount_after_mixed_work(target: Target) -> None:
 def test_a_ledger_from_before_tallies_is_seeded(target: Target) -> None:
     ledger = c4a.init(target.open())
     mixed_work(ledger)
-    from call4agents.migrations import migrate
-    from call4agents.tables import schema_version
+    from call4agents.storage.migrations import migrate
+    from call4agents.storage.tables import schema_version
 
     with ledger.engine.begin() as conn:
         conn.execute(schema_version.update().values(version=6))

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import call4agents as c4a
-from call4agents import cli
+from call4agents.facade import cli
 from tests.conftest import Target
 from tests.postgres.helpers import deliveries, report, spawn, wait_for
 

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 
 import call4agents as c4a
-from call4agents import migrations
-from call4agents.migrations import CURRENT
+from call4agents.storage import migrations
+from call4agents.storage.migrations import CURRENT
 from tests.conftest import Target, run_child
 from tests.postgres.helpers import admin, plain
 
@@ -34,7 +34,7 @@ def test_eight_processes_migrate_a_fresh_schema_once(pg_target: Target, tmp_path
     starter = textwrap.dedent(
         """
         import pathlib, sys, time
-        from call4agents.cli import main
+        from call4agents.facade.cli import main
         while not pathlib.Path(sys.argv[1]).exists():
             time.sleep(0.002)
         sys.exit(main(sys.argv[2:]))
@@ -65,7 +65,7 @@ BROKEN = textwrap.dedent(
     import os, sys
     from sqlalchemy import text
     import call4agents as c4a
-    from call4agents import migrations
+    from call4agents.storage import migrations
 
     def broken(conn):
         schema = os.environ["C4A_TEST_SCHEMA"]

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 import call4agents as c4a
-from call4agents import cli
+from call4agents.facade import cli
 from tests.conftest import Target
 from tests.postgres.helpers import unavailable
 from tests.postgres.test_urls import ENCODED, PASSWORD, assert_hidden

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 import call4agents as c4a
-from call4agents import cli
+from call4agents.facade import cli
 from tests.conftest import Target
 from tests.postgres.helpers import admin, unavailable
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from call4agents.cli import main as cli
+from call4agents.facade.cli import main as cli
 from tests.conftest import Target, run_child
 from tests.pydantic_ai.scripted import Outbox, child_env
 from tests.pydantic_ai.test_approvals import _with_args

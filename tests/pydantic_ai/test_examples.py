@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from call4agents.cli import main as cli_main
+from call4agents.facade.cli import main as cli_main
 from tests.conftest import run_example as shared_run_example
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "pydantic_ai"

@@ -31,8 +31,8 @@ from pydantic_ai.usage import RequestUsage
 from sqlalchemy import update
 
 import call4agents as c4a
-from call4agents.cli import main as cli_main
-from call4agents.tables import run_counters
+from call4agents.facade.cli import main as cli_main
+from call4agents.storage.tables import run_counters
 from call4agents_pydantic_ai import OnceOnly
 from tests.conftest import Target, run_child
 from tests.pydantic_ai.scripted import Outbox, scripted

@@ -16,8 +16,9 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-from .context import EffectContext, bind, current, run, tool_call
-from .errors import (
+from . import _moved
+from .engine.context import EffectContext, bind, current, run, tool_call
+from .model.errors import (
     ApprovalDenied,
     ApprovalRequired,
     Call4AgentsError,
@@ -32,22 +33,8 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .approvals import ApprovalRequest
-    from .effect import (
-        DidNotHappen,
-        Effect,
-        EffectOptions,
-        Happened,
-        approve,
-        default_ledger,
-        deny,
-        effect,
-        init,
-    )
-    from .ledger import EffectRecord, GcReport, Ledger, RunSummary
-    from .lookup import find_marked, key_marker
-    from .replay import ReplayedFailure, ReplayMismatch, replay
-    from .runs import (
+    from .controls.replay import ReplayedFailure, ReplayMismatch, replay
+    from .controls.runs import (
         Budget,
         BudgetExceeded,
         BudgetUsage,
@@ -59,42 +46,56 @@ if TYPE_CHECKING:
         escalate,
         record_model_usage,
     )
-    from .undo import UndoItem, UndoReport
+    from .controls.undo import UndoItem, UndoReport
+    from .engine.approvals import ApprovalRequest
+    from .engine.effect import (
+        DidNotHappen,
+        Effect,
+        EffectOptions,
+        Happened,
+        approve,
+        default_ledger,
+        deny,
+        effect,
+        init,
+    )
+    from .engine.lookup import find_marked, key_marker
+    from .facade.ledger import EffectRecord, GcReport, Ledger, RunSummary
 
 # Everything that needs SQLAlchemy is imported on first use (PEP 562), so a process that only
 # imports the package, or a command that needs little of it, does not pay for all of it.
 _LAZY = {
-    "ApprovalRequest": "approvals",
-    "Budget": "runs",
-    "BudgetExceeded": "runs",
-    "BudgetUsage": "runs",
-    "DidNotHappen": "effect",
-    "Effect": "effect",
-    "EffectOptions": "effect",
-    "EffectRecord": "ledger",
-    "Escalated": "runs",
-    "GcReport": "ledger",
-    "Handoff": "runs",
-    "Happened": "effect",
-    "Ledger": "ledger",
-    "ReplayMismatch": "replay",
-    "ReplayedFailure": "replay",
-    "RunStatus": "runs",
-    "RunSummary": "ledger",
-    "UndoItem": "undo",
-    "UndoReport": "undo",
-    "approve": "effect",
-    "budget_usage": "runs",
-    "count_model_request": "runs",
-    "default_ledger": "effect",
-    "deny": "effect",
-    "effect": "effect",
-    "escalate": "runs",
-    "find_marked": "lookup",
-    "init": "effect",
-    "key_marker": "lookup",
-    "record_model_usage": "runs",
-    "replay": "replay",
+    "ApprovalRequest": "engine.approvals",
+    "Budget": "controls.runs",
+    "BudgetExceeded": "controls.runs",
+    "BudgetUsage": "controls.runs",
+    "DidNotHappen": "engine.effect",
+    "Effect": "engine.effect",
+    "EffectOptions": "engine.effect",
+    "EffectRecord": "facade.ledger",
+    "Escalated": "controls.runs",
+    "GcReport": "facade.ledger",
+    "Handoff": "controls.runs",
+    "Happened": "engine.effect",
+    "Ledger": "facade.ledger",
+    "ReplayMismatch": "controls.replay",
+    "ReplayedFailure": "controls.replay",
+    "RunStatus": "controls.runs",
+    "RunSummary": "facade.ledger",
+    "UndoItem": "controls.undo",
+    "UndoReport": "controls.undo",
+    "approve": "engine.effect",
+    "budget_usage": "controls.runs",
+    "count_model_request": "controls.runs",
+    "default_ledger": "engine.effect",
+    "deny": "engine.effect",
+    "effect": "engine.effect",
+    "escalate": "controls.runs",
+    "find_marked": "engine.lookup",
+    "init": "engine.effect",
+    "key_marker": "engine.lookup",
+    "record_model_usage": "controls.runs",
+    "replay": "controls.replay",
 }
 
 
@@ -112,9 +113,8 @@ def __dir__() -> list[str]:
 
 
 class _Package(types.ModuleType):
-    """Keeps ``effect`` and ``replay`` the functions: importing the submodules of the same names
-    would otherwise bind the modules on the package in their place (they stay importable by
-    their dotted names)."""
+    """Keeps ``effect`` and ``replay`` the functions: importing the old module paths of the same
+    names (see ``_moved``) would otherwise bind the modules on the package in their place."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _SHADOWED and isinstance(value, types.ModuleType):
@@ -124,6 +124,7 @@ class _Package(types.ModuleType):
 
 _SHADOWED = frozenset({"effect", "replay"})
 sys.modules[__name__].__class__ = _Package
+_moved.install()
 
 
 __version__ = "0.1.0.dev0"

@@ -15,33 +15,10 @@ import time
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import observe, run_notes
-from .approvals import ApprovalRequest, first_shown
-from .canonical import canonical_args
-from .context import RunContext, Trigger, check_run_id, current_run, run_part
-from .effect import (
-    Action,
-    EffectOptions,
-    Happened,
-    aperform,
-    default_ledger,
-    is_in_doubt_error,
-    perform,
-    prepare,
-)
-from .errors import (
-    ApprovalDenied,
-    ApprovalRequired,
-    Call4AgentsError,
-    EffectInDoubt,
-    EffectInProgress,
-    ResultNotStored,
-    ResultPruned,
-)
-from .ledger import Ledger, idempotency_key
-from .observe import (
+from .controls import observe
+from .controls.observe import (
     NOT_AN_ENVELOPE,
     Step,
     StepFigures,
@@ -51,8 +28,7 @@ from .observe import (
     register_tool_payload,
     register_tool_payload_shape,
 )
-from .run_notes import TRIGGERS, note_tool
-from .runs import (
+from .controls.runs import (
     ESCALATE_ON,
     BudgetExceeded,
     Escalated,
@@ -62,7 +38,35 @@ from .runs import (
     external_ids,
     record_model_usage,
 )
-from .store import Row
+from .engine import run_notes
+from .engine.approvals import ApprovalRequest, first_shown
+from .engine.context import RunContext, Trigger, check_run_id, current_run, run_part
+from .engine.effect import (
+    Action,
+    EffectOptions,
+    Happened,
+    aperform,
+    default_ledger,
+    is_in_doubt_error,
+    perform,
+    prepare,
+)
+from .engine.run_notes import TRIGGERS, note_tool
+from .facade.ledger import Ledger, idempotency_key
+from .model.canonical import canonical_args
+from .model.errors import (
+    ApprovalDenied,
+    ApprovalRequired,
+    Call4AgentsError,
+    EffectInDoubt,
+    EffectInProgress,
+    ResultNotStored,
+    ResultPruned,
+)
+from .storage.store import Row
+
+if TYPE_CHECKING:
+    from .facade import _children as quickstart_children
 
 T = TypeVar("T")
 
@@ -208,6 +212,16 @@ def failure_message(action: Action, exc: BaseException) -> str:
     )
 
 
+def __getattr__(name: str) -> Any:
+    # The quickstarts' child-process helper, for the integrations' own demo rows: loaded on first
+    # use, so that a tool-calling process does not import multiprocessing for it.
+    if name == "quickstart_children":
+        from .facade import _children
+
+        return _children
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ESCALATE_ON",
     "NOT_AN_ENVELOPE",
@@ -243,6 +257,7 @@ __all__ = [
     "open_ticket",
     "options_for",
     "outcome_of",
+    "quickstart_children",
     "record_model_usage",
     "recorded",
     "recorded_with_other_args",

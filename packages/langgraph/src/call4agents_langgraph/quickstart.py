@@ -23,7 +23,7 @@ from typing import Any
 # module does not import, and the quickstart shows no LangGraph rows.
 import langgraph.checkpoint.sqlite  # noqa: F401
 
-from call4agents import _children
+from call4agents.integration import quickstart_children as _children
 
 _LABEL = "LangGraph, killed after sending, "
 # What the child agents import, preloaded once by the server they are forked from.

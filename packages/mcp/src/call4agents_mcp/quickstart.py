@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from call4agents import _children
+from call4agents.integration import quickstart_children as _children
 
 MODES = ("plain", "once")
 # What the child server and client import, preloaded once by the server they are forked from.

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from call4agents import _children
+from call4agents.integration import quickstart_children as _children
 
 LABEL = "OpenAI Agents SDK, killed after sending"
 # What the child agents import, preloaded once by the server they are forked from.

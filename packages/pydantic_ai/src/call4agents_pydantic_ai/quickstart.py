@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from call4agents import _children
+from call4agents.integration import quickstart_children as _children
 
 PLAIN = "Pydantic AI, killed after sending, without Call4Agents"
 LEDGER = "Pydantic AI, killed after sending, with Call4Agents"

@@ -23,8 +23,8 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from call4agents.errors import Call4AgentsError
-from call4agents.ledger import Ledger
+from call4agents.facade.ledger import Ledger
+from call4agents.model.errors import Call4AgentsError
 
 POLL_SECONDS = 2.0
 ATTEMPTS = 6

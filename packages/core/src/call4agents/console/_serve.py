@@ -6,8 +6,8 @@ import sys
 
 import uvicorn
 
-from call4agents.errors import ConfigurationError
-from call4agents.ledger import Ledger
+from call4agents.facade.ledger import Ledger
+from call4agents.model.errors import ConfigurationError
 
 from ._app import create_app
 from ._auth import ConsoleSettings, check_listen

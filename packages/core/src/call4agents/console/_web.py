@@ -16,9 +16,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from call4agents.approvals import ApprovalRequest
-from call4agents.errors import Call4AgentsError
-from call4agents.store import short_error
+from call4agents.engine.approvals import ApprovalRequest
+from call4agents.model.errors import Call4AgentsError
+from call4agents.storage.store import short_error
 
 from ._auth import (
     COOKIE,

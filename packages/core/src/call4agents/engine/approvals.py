@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, select, text, update
 
-from .errors import ApprovalDenied, ApprovalRequired, Call4AgentsError, LedgerError
-from .store import now_sql
-from .tables import approvals, effects
+from call4agents.model.errors import ApprovalDenied, ApprovalRequired, Call4AgentsError, LedgerError
+from call4agents.storage.store import now_sql
+from call4agents.storage.tables import approvals, effects
 
 if TYPE_CHECKING:
+    from call4agents.facade.ledger import Ledger
+
     from .effect import Action
-    from .ledger import Ledger
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, or_, select
 
-from . import _tally
-from .errors import LedgerError
-from .run_notes import COMPLETED_AT, ENTERED_AT, READS, TOOL_CALLS, TRIGGER
-from .store import now_sql
-from .tables import (
+from call4agents.engine.run_notes import COMPLETED_AT, ENTERED_AT, READS, TOOL_CALLS, TRIGGER
+from call4agents.model.errors import LedgerError
+from call4agents.storage import _tally
+from call4agents.storage.store import now_sql
+from call4agents.storage.tables import (
     approvals,
     dedup_hits,
     effects,
@@ -34,7 +34,7 @@ from .tables import (
 )
 
 if TYPE_CHECKING:
-    from .ledger import Ledger
+    from call4agents.facade.ledger import Ledger
 
 DEDUP_NOTE = (
     "repeats served from the record, over repeats plus executions; counted in memory and "

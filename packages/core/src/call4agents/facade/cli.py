@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from .errors import Call4AgentsError, ConfigurationError, LedgerError
+from call4agents.model.errors import Call4AgentsError, ConfigurationError, LedgerError
 
 # SQLAlchemy and the ledger's modules load when a command first needs them: `--help`, `--version`
 # and a usage error need none of them.
@@ -43,9 +43,11 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
     from sqlalchemy.engine import URL
 
-    from . import _db, migrations, run_notes
+    from call4agents.controls.runs import Handoff, RunStatus
+    from call4agents.engine import run_notes
+    from call4agents.storage import _db, migrations
+
     from .ledger import EffectRecord, Ledger, RunSummary
-    from .runs import Handoff, RunStatus
 
 
 def _lazy_module(name: str) -> types.ModuleType:
@@ -70,15 +72,15 @@ def _sqlalchemy_error() -> type[Exception]:
 
 
 def short_error(exc: BaseException) -> str:
-    from .store import short_error as first_line
+    from call4agents.storage.store import short_error as first_line
 
     return first_line(exc)
 
 
 if not TYPE_CHECKING:
-    _db = _lazy_module("call4agents._db")
-    migrations = _lazy_module("call4agents.migrations")
-    run_notes = _lazy_module("call4agents.run_notes")
+    _db = _lazy_module("call4agents.storage._db")
+    migrations = _lazy_module("call4agents.storage.migrations")
+    run_notes = _lazy_module("call4agents.engine.run_notes")
 
 PROG = "call4agents"
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_IN_DOUBT = 0, 1, 2, 3
@@ -435,7 +437,7 @@ def _evidence_lines(r: EffectRecord) -> list[str]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .runs import spending_text
+    from call4agents.controls.runs import spending_text
 
     with _open(args) as ledger:
         if not args.handoff:  # --handoff answers "was it escalated?", for any run id
@@ -595,7 +597,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from . import stats
+    from call4agents.controls import stats
 
     since = parse_age(args.since) if args.since else None
     with _open(args) as ledger:
@@ -618,7 +620,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .replay import export_run
+    from call4agents.controls.replay import export_run
 
     with _open(args) as ledger:
         _require_run(ledger, args.run)
@@ -634,7 +636,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     # `call4agents.replay` the attribute is the context manager, so import from the module.
-    from .replay import actions_of, diff, render_difference
+    from call4agents.controls.replay import actions_of, diff, render_difference
 
     with _open(args) as ledger:
         a = actions_of(ledger, args.run_a)
@@ -817,7 +819,7 @@ def _clock_check(skew: float) -> Check:
 def _actions_check(engine: Engine) -> Check:
     from sqlalchemy import func, select
 
-    from .tables import effects, open_states
+    from call4agents.storage.tables import effects, open_states
 
     with engine.connect() as conn:
         found = conn.execute(
@@ -836,7 +838,7 @@ def _actions_check(engine: Engine) -> Check:
 def _doctor_checks(args: argparse.Namespace) -> list[Check]:
     from sqlalchemy import select
 
-    from .store import now_sql
+    from call4agents.storage.store import now_sql
 
     try:
         url = _url(args)
@@ -902,7 +904,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_console(args: argparse.Namespace) -> int:
     try:
-        from .console import ConsoleSettings, serve
+        from call4agents.console import ConsoleSettings, serve
     except ImportError as exc:
         raise ConfigurationError(str(exc)) from exc
     for module in args.imports or []:  # their tools' undo= functions, for the Undo button
@@ -1113,7 +1115,7 @@ def _console_options(p: argparse.ArgumentParser) -> None:
 
 
 def _version() -> str:
-    from . import __version__
+    from call4agents import __version__
 
     return __version__
 

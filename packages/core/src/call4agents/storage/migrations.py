@@ -14,8 +14,9 @@ from collections.abc import Callable
 from sqlalchemy import Connection, Engine, inspect, select, text
 from sqlalchemy.exc import OperationalError
 
+from call4agents.model.errors import LedgerError
+
 from . import _tally
-from .errors import LedgerError
 from .tables import (
     approvals,
     changes,

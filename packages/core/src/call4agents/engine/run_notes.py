@@ -23,14 +23,15 @@ from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Connection, delete, exists, or_, select, update
 
-from . import observe
-from .errors import ApprovalRequired, ConfigurationError, LedgerError
-from .store import dialect_insert, now_sql
-from .tables import effects, run_counters
+from call4agents.controls import observe
+from call4agents.model.errors import ApprovalRequired, ConfigurationError, LedgerError
+from call4agents.storage.store import dialect_insert, now_sql
+from call4agents.storage.tables import effects, run_counters
 
 if TYPE_CHECKING:
+    from call4agents.facade.ledger import Ledger
+
     from .context import Trigger
-    from .ledger import Ledger
 
 log = logging.getLogger("call4agents")
 
@@ -180,7 +181,7 @@ def note_tool(run_id: str | None, kind: str) -> None:
 
 def ending_of(exc: BaseException | None) -> tuple[str | None, str | None]:
     """(terminal reason, escalation reason) of an exception leaving the run."""
-    from .runs import BudgetExceeded, Escalated
+    from call4agents.controls.runs import BudgetExceeded, Escalated
 
     if exc is None:
         return COMPLETED, None

@@ -13,10 +13,11 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+from call4agents.model.errors import EffectInProgress, LedgerError
+from call4agents.storage._pg import Watch
+from call4agents.storage.store import Row, owner_is_gone
+
 from . import _owner
-from ._pg import Watch
-from .errors import EffectInProgress, LedgerError
-from .store import Row, owner_is_gone
 
 if TYPE_CHECKING:
     from .effect import Action

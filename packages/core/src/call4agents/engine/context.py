@@ -15,12 +15,13 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 
-from .errors import Call4AgentsError, ConfigurationError
+from call4agents.model.errors import Call4AgentsError, ConfigurationError
 
 if TYPE_CHECKING:
-    from .ledger import Ledger
+    from call4agents.controls.runs import Budget
+    from call4agents.facade.ledger import Ledger
+
     from .run_notes import Notes
-    from .runs import Budget
 
 Trigger = Literal["user", "schedule", "webhook", "retry"]
 
@@ -134,7 +135,7 @@ class run:
     def _start_clock(self) -> None:
         """Note in the ledger when this run first ran with its budget: its deadline's start."""
         if self._ctx.budget is not None:
-            from .runs import start_clock
+            from call4agents.controls.runs import start_clock
 
             start_clock(self._ctx.run_id, self._ctx.ledger)
 
@@ -227,8 +228,8 @@ class run_part(run):
 
 def _mark_ending(run_id: str, exc: BaseException) -> None:
     """An escalation or a budget cut leaving the run: the span around the run carries it too."""
-    from . import observe
-    from .runs import BudgetExceeded, Escalated
+    from call4agents.controls import observe
+    from call4agents.controls.runs import BudgetExceeded, Escalated
 
     if isinstance(exc, Escalated):
         observe.run_ended(exc.run_id, "escalated", count=False)

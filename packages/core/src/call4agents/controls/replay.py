@@ -24,13 +24,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from call4agents.model.codec import decode_result
+from call4agents.model.errors import Call4AgentsError, EffectInDoubt, ResultPruned
+
 from . import observe
-from .codec import decode_result
-from .errors import Call4AgentsError, EffectInDoubt, ResultPruned
 
 if TYPE_CHECKING:
-    from .effect import Action
-    from .ledger import EffectRecord, Ledger
+    from call4agents.engine.effect import Action
+    from call4agents.facade.ledger import EffectRecord, Ledger
 
 T = TypeVar("T")
 FORMAT = "call4agents.replay/1"
@@ -51,7 +52,7 @@ def export_run(ledger: Ledger, run_id: str) -> dict[str, Any]:
     """A run's recorded actions, in order, as one JSON-ready document."""
     found = ledger.effects(run_id)
     if not found:
-        from .errors import LedgerError
+        from call4agents.model.errors import LedgerError
 
         raise LedgerError(f"no actions recorded for run {run_id!r} in {ledger.url}")
     return {"format": FORMAT, "run_id": run_id, "actions": [_entry(r) for r in found]}

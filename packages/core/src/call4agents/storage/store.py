@@ -42,9 +42,11 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.elements import ColumnElement
 
-from . import _owner, _pg
+from call4agents.engine import _owner
+from call4agents.model.errors import Call4AgentsError, LedgerError
+
+from . import _pg
 from ._hot import HotPath
-from .errors import Call4AgentsError, LedgerError
 from .tables import effects
 
 OPEN_STATES = ("started", "in_doubt")

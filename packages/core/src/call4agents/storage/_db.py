@@ -14,8 +14,9 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, InvalidatePoolError
 
+from call4agents.model.errors import ConfigurationError, LedgerError
+
 from . import _files, _pg
-from .errors import ConfigurationError, LedgerError
 
 Durability = Literal["power", "process"]
 DEFAULT_URL = "sqlite:///.c4a/ledger.db"

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from call4agents.model.errors import (
     Call4AgentsError,
     EffectInDoubt,
     EffectInProgress,
@@ -37,8 +37,8 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .effect import Action
-    from .ledger import EffectRecord, Ledger
+    from call4agents.engine.effect import Action
+    from call4agents.facade.ledger import EffectRecord, Ledger
 
 UndoFn = Callable[..., Any]
 UNDO_PREFIX = "undo:"
@@ -175,7 +175,7 @@ def _undo_one(ledger: Ledger, record: EffectRecord, fn: UndoFn | None) -> UndoIt
 
 
 def _undo_action(ledger: Ledger, record: EffectRecord) -> Action:
-    from .effect import EffectOptions, prepare
+    from call4agents.engine.effect import EffectOptions, prepare
 
     # Keyed by the original action's key alone: the same undo whatever process runs it.
     options = EffectOptions(name=UNDO_PREFIX + record.tool, kind="write")
@@ -187,7 +187,7 @@ def _undo_action(ledger: Ledger, record: EffectRecord) -> Action:
 def _perform_undo(
     action: Action, record: EffectRecord, fn: UndoFn, item: Callable[..., UndoItem]
 ) -> UndoItem:
-    from .effect import is_in_doubt_error, perform
+    from call4agents.engine.effect import is_in_doubt_error, perform
 
     original = record.result
     try:
@@ -220,6 +220,6 @@ async def _wait(awaitable: Any) -> Any:
 
 
 def _result_of(encoded: str | None) -> Any:
-    from .codec import decode_result
+    from call4agents.model.codec import decode_result
 
     return decode_result(encoded) if encoded is not None else None

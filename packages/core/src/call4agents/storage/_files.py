@@ -19,7 +19,7 @@ import secrets
 import stat
 from pathlib import Path
 
-from .errors import LedgerError
+from call4agents.model.errors import LedgerError
 
 
 def create_private(path: Path, content: bytes = b"") -> bool:

@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from .context import _effect
-from .errors import (
+from call4agents.engine.context import _effect
+from call4agents.model.errors import (
     ApprovalDenied,
     ApprovalRequired,
     ConfigurationError,
@@ -32,8 +32,8 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from .effect import Action
-    from .run_notes import RunSummary
+    from call4agents.engine.effect import Action
+    from call4agents.engine.run_notes import RunSummary
 
 T = TypeVar("T")
 
@@ -242,7 +242,7 @@ def outcome_of(action: Action, watch: Watch, exc: BaseException | None) -> Outco
     if exc is None:
         return "ok" if watch.executed else "deduped"
     if watch.executed and not watch.returned:  # the tool itself raised
-        from .effect import is_in_doubt_error
+        from call4agents.engine.effect import is_in_doubt_error
 
         if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError since 3.11
             return "timeout"

@@ -19,21 +19,22 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, delete, func, select, tuple_, update
 
-from . import _db, _files, _owner, approvals, run_notes
-from ._hits import DedupCounter
-from .approvals import ApprovalRequest, Signer
-from .codec import decode_result, encode_result
-from .errors import ConfigurationError, LedgerError
-from .migrations import CURRENT, current_version, migrate, refuse_newer
-from .store import Store, now_sql, short_error
-from .tables import approvals as approvals_table
-from .tables import dedup_hits, effects, in_open_state, meta
-from .tables import runs as runs_table
+from call4agents.engine import _owner, approvals, run_notes
+from call4agents.engine.approvals import ApprovalRequest, Signer
+from call4agents.model.codec import decode_result, encode_result
+from call4agents.model.errors import ConfigurationError, LedgerError
+from call4agents.storage import _db, _files
+from call4agents.storage._hits import DedupCounter
+from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
+from call4agents.storage.store import Store, now_sql, short_error
+from call4agents.storage.tables import approvals as approvals_table
+from call4agents.storage.tables import dedup_hits, effects, in_open_state, meta
+from call4agents.storage.tables import runs as runs_table
 
 if TYPE_CHECKING:
-    from .effect import Action
-    from .runs import Handoff, RunStatus
-    from .undo import UndoFn, UndoReport
+    from call4agents.controls.runs import Handoff, RunStatus
+    from call4agents.controls.undo import UndoFn, UndoReport
+    from call4agents.engine.effect import Action
 
 _CACHE_LIMIT = 50_000
 # A resumed run's recorded results read in one go: at most this many, none larger than this.
@@ -649,25 +650,25 @@ class Ledger:
         Uses each tool's ``undo=`` registered in this process, or ``undos`` by tool name. Every
         action not reversed is in the report with why; the run is marked undone or partly undone.
         """
-        from .undo import undo_run
+        from call4agents.controls.undo import undo_run
 
         return undo_run(self, run_id, undos=undos)
 
     def run_status(self, run_id: str) -> RunStatus | None:
         """How a run ended if a run control ended it (escalated, undone, partly undone)."""
-        from .runs import run_status
+        from call4agents.controls.runs import run_status
 
         return run_status(self, run_id)
 
     def endings(self, status: str | None = None, *, limit: int = 100) -> list[RunStatus]:
         """Runs a run control ended (escalated, undone, partly undone), latest first."""
-        from .runs import run_endings
+        from call4agents.controls.runs import run_endings
 
         return run_endings(self, status, limit=limit)
 
     def handoff(self, run_id: str) -> Handoff | None:
         """The hand-off of an escalated run, with its actions as they stand now."""
-        from .runs import handoff
+        from call4agents.controls.runs import handoff
 
         return handoff(self, run_id)
 

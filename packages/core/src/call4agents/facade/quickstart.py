@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _shown_url(url: str) -> str:
-    from . import _db
+    from call4agents.storage import _db
 
     return _db.safe_url(_db.parse_url(url))
 

@@ -20,9 +20,11 @@ from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from sqlalchemy.exc import SQLAlchemyError
 
-from . import _semconv as sc
-from .errors import LedgerError
-from .ledger import idempotency_key
+from call4agents.engine.run_notes import COMPLETED, ERROR
+from call4agents.facade.ledger import idempotency_key
+from call4agents.model import _semconv as sc
+from call4agents.model.errors import LedgerError
+
 from .observe import (
     _NO_STEP,
     AInner,
@@ -36,12 +38,12 @@ from .observe import (
     external_id,
     outcome_of,
 )
-from .run_notes import COMPLETED, ERROR
 
 if TYPE_CHECKING:
-    from .effect import Action
-    from .ledger import Ledger
-    from .run_notes import RunSummary
+    from call4agents.engine.effect import Action
+    from call4agents.engine.run_notes import RunSummary
+    from call4agents.facade.ledger import Ledger
+
     from .stats import OpenFigures
 
 T = TypeVar("T")
@@ -64,7 +66,7 @@ class OtelLayer(Layer):
     """Spans and metrics around each action; built by ``observe.configure``."""
 
     def __init__(self, record_args: bool, tracer_provider: Any, meter_provider: Any) -> None:
-        from . import __version__
+        from call4agents import __version__
 
         self.record_args = record_args
         self.providers = (tracer_provider, meter_provider)
@@ -459,7 +461,7 @@ def _attributes(
 
 
 def _result_text(action: Action, result: Any) -> str:
-    from .codec import ResultEncodingError, encode_result
+    from call4agents.model.codec import ResultEncodingError, encode_result
 
     try:
         return encode_result(result, max_bytes=action.ledger.max_result_bytes)

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
-from . import _owner, _waiting, observe
-from .approvals import ApprovalRequest, Gate, needs_approval
-from .canonical import (
+from call4agents.controls import observe
+from call4agents.controls.runs import budget_gate, check_escalate_on, escalate_by_policy
+from call4agents.controls.undo import register_undo
+from call4agents.facade.ledger import Ledger, idempotency_key
+from call4agents.model.canonical import (
     CanonicalArgs,
     canonical_args,
     canonical_json,
@@ -31,9 +33,8 @@ from .canonical import (
     scrub,
     storable,
 )
-from .codec import ResultEncodingError, decode_result, encode_result
-from .context import EffectContext, _effect, current_run
-from .errors import (
+from call4agents.model.codec import ResultEncodingError, decode_result, encode_result
+from call4agents.model.errors import (
     ConfigurationError,
     EffectInDoubt,
     LedgerError,
@@ -41,12 +42,13 @@ from .errors import (
     ResultNotStored,
     ResultPruned,
 )
-from .ledger import Ledger, idempotency_key
+from call4agents.storage.store import Row
+
+from . import _owner, _waiting
+from .approvals import ApprovalRequest, Gate, needs_approval
+from .context import EffectContext, _effect, current_run
 from .lookup import afinder_first, check_from_finder, finder_first
 from .run_notes import note_tool
-from .runs import budget_gate, check_escalate_on, escalate_by_policy
-from .store import Row
-from .undo import register_undo
 
 P = ParamSpec("P")
 T = TypeVar("T")

@@ -20,17 +20,18 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy import Connection, select, update
 
+from call4agents.engine.context import _effect, current_run
+from call4agents.model.errors import Call4AgentsError, ConfigurationError, LedgerError
+from call4agents.storage.store import Gate, dialect_insert, now_sql
+from call4agents.storage.tables import run_counters, runs
+
 from . import observe
-from .context import _effect, current_run
-from .errors import Call4AgentsError, ConfigurationError, LedgerError
-from .store import Gate, dialect_insert, now_sql
-from .tables import run_counters, runs
 
 log = logging.getLogger("call4agents")
 
 if TYPE_CHECKING:
-    from .effect import Action
-    from .ledger import EffectRecord, Ledger
+    from call4agents.engine.effect import Action
+    from call4agents.facade.ledger import EffectRecord, Ledger
 
 ESCALATED = "escalated"
 UNDONE = "undone"
@@ -223,7 +224,7 @@ def escalate(
     Call it inside ``c4a.run(...)`` (or an integration's run), from agent code or from a tool.
     Raised inside a tool, the tool's own action is recorded as failed (it did not act).
     """
-    from .effect import default_ledger
+    from call4agents.engine.effect import default_ledger
 
     if not reason or not reason.strip():
         raise ConfigurationError("escalate needs a reason: why a person must take over")
@@ -281,8 +282,8 @@ def escalate_by_policy(
     that met the outcome; without one (a model request refused by the budget) the run is the
     budget's.
     """
-    from .effect import is_in_doubt_error
-    from .errors import ApprovalDenied, EffectInDoubt
+    from call4agents.engine.effect import is_in_doubt_error
+    from call4agents.model.errors import ApprovalDenied, EffectInDoubt
 
     if not policy or not isinstance(exc, Exception) or isinstance(exc, Escalated):
         return  # cancellation and interrupts stop here; an escalation is escalated already
@@ -562,7 +563,7 @@ def spending_text(ledger: Ledger, run_id: str) -> str | None:
 
 
 def _current_budget(what: str, ledger: Ledger | None) -> tuple[Budget, str, Ledger]:
-    from .effect import default_ledger
+    from call4agents.engine.effect import default_ledger
 
     run = current_run()
     if run is None or run.budget is None:
@@ -642,7 +643,7 @@ def start_clock(run_id: str, ledger: Ledger | None) -> None:
     counted step that gets there first starts the clock in its own transaction just the same.
     A database fault here is logged, never raised: that first counted step writes the start.
     """
-    from .effect import _default_ledger
+    from call4agents.engine.effect import _default_ledger
 
     ledger = ledger or _default_ledger
     if ledger is None or run_id in _clock_started.get(ledger, ()):

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select, update
 
-from .errors import LedgerError
+from call4agents.model.errors import LedgerError
+
 from .store import dialect_insert, now_sql
 from .tables import dedup_hits
 

@@ -1,0 +1,69 @@
+"""Old import paths, kept for one release: ``call4agents.store`` and the like now live in layers.
+
+Only ``call4agents`` and ``call4agents.integration`` are public. Before the core was split into
+layers (model, storage, engine, controls, facade), its modules sat at the top of the package and
+some users imported them by name; those names still import, as the same module objects, with a
+``DeprecationWarning`` that says where the module went.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+import warnings
+from collections.abc import Sequence
+
+MOVED: dict[str, str] = {
+    "errors": "model.errors",
+    "canonical": "model.canonical",
+    "codec": "model.codec",
+    "tables": "storage.tables",
+    "migrations": "storage.migrations",
+    "store": "storage.store",
+    "effect": "engine.effect",
+    "context": "engine.context",
+    "approvals": "engine.approvals",
+    "lookup": "engine.lookup",
+    "run_notes": "engine.run_notes",
+    "runs": "controls.runs",
+    "undo": "controls.undo",
+    "replay": "controls.replay",
+    "observe": "controls.observe",
+    "stats": "controls.stats",
+    "ledger": "facade.ledger",
+    "cli": "facade.cli",
+    "quickstart": "facade.quickstart",
+}
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``call4agents.<old>`` and hands back the module at its new path."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        package, _, name = fullname.rpartition(".")
+        if package != __package__ or name not in MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        new = f"{__package__}.{MOVED[spec.name.rpartition('.')[2]]}"
+        warnings.warn(
+            f"{spec.name} moved to {new}; import from call4agents or call4agents.integration "
+            "instead (the old path goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(new)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """The module was loaded at its new path already."""
+
+
+def install() -> None:
+    if not any(isinstance(finder, _Alias) for finder in sys.meta_path):
+        sys.meta_path.append(_Alias())

@@ -1,0 +1,1 @@
+"""Controls: escalation, budgets, undo, replay, observation and OpenTelemetry, stats."""

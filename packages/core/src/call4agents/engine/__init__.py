@@ -1,0 +1,1 @@
+"""Engine: claiming, leases, waiting, the approval and budget gates, lookups, effects."""

@@ -1,0 +1,1 @@
+"""Facade: the Ledger, run and init, the CLI and the quickstart."""

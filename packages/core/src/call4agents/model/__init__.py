@@ -1,0 +1,1 @@
+"""Model: values without I/O: errors, canonical arguments, the codec, telemetry names."""
