@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 import call4agents as c4a
-from call4agents.controls import observe
+from call4agents.controls.telemetry import configure
 from call4agents.integration import StepFigures, step
 
 SETUPS = ("off", "otel API only", "no-op providers", "otel SDK")
@@ -47,19 +47,17 @@ class _Drop(SpanExporter):
 
 def _configure(setup: str, providers: tuple[TracerProvider, MeterProvider]) -> None:
     if setup == "off":
-        observe.configure(False)
+        configure(False)
     elif setup == "otel API only":
-        observe.configure(True)  # the global providers, which nothing in this process sets
+        configure(True)  # the global providers, which nothing in this process sets
     elif setup == "no-op providers":
         # Given explicitly, no-op providers make the layer create (non-recording) spans.
         from opentelemetry.metrics import NoOpMeterProvider
         from opentelemetry.trace import NoOpTracerProvider
 
-        observe.configure(
-            True, tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider()
-        )
+        configure(True, tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider())
     else:
-        observe.configure(True, tracer_provider=providers[0], meter_provider=providers[1])
+        configure(True, tracer_provider=providers[0], meter_provider=providers[1])
 
 
 @c4a.effect(name="bench.send")
@@ -117,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     floor[setup] += [_time(lambda i=i: nothing(i)) for i in ids]
         for ledger in ledgers.values():
             ledger.close()
-    observe.configure(None)
+    configure(None)
     tracer_provider.shutdown()
     meter_provider.shutdown()
     _report(fresh, repeat)

@@ -111,7 +111,7 @@ def _ledger_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     # No default ledger is left over from an earlier test on this worker (its database may be
     # gone): a test that wants one opens it.
     monkeypatch.setattr(
-        importlib.import_module("call4agents.engine.effect"), "_default_ledger", None
+        importlib.import_module("call4agents.engine.default"), "_default_ledger", None
     )
 
 

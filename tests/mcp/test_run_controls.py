@@ -27,7 +27,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import update
 
 import call4agents as c4a
-from call4agents.controls.undo import undo_for
+from call4agents.engine.undos import undo_for
 from call4agents.facade.cli import main as cli_main
 from call4agents.storage.tables import run_counters
 from call4agents_mcp import KEY_META, OnceOnly, call_tool, ending_of, process_tool_call

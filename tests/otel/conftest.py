@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from sqlalchemy import update
 
 import call4agents as c4a
-from call4agents.controls import observe
+from call4agents.controls.telemetry import configure
 from call4agents.storage.tables import approvals, effects
 
 
@@ -58,7 +58,7 @@ def install(record_args: bool = False) -> Iterator[Telemetry]:
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])
-    observe.configure(
+    configure(
         True,
         record_args=record_args,
         tracer_provider=tracer_provider,
@@ -67,7 +67,7 @@ def install(record_args: bool = False) -> Iterator[Telemetry]:
     try:
         yield Telemetry(exporter, reader, tracer_provider)
     finally:
-        observe.configure(None)  # back to the automatic default for the rest of the suite
+        configure(None)  # back to the automatic default for the rest of the suite
         meter_provider.shutdown()
 
 

@@ -23,9 +23,10 @@ sys.meta_path.insert(0, Block())
 
 BODY = """
 import call4agents as c4a
-from call4agents.controls import observe
+from call4agents.engine import observe
+from call4agents.controls import telemetry
 
-assert observe.otel_available() is False
+assert telemetry.otel_available() is False
 assert observe.hook is None, observe.hook
 ledger = c4a.init(sys.argv[1])
 count = 0

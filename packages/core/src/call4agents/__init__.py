@@ -17,7 +17,10 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from . import _moved
-from .engine.context import EffectContext, bind, current, run, tool_call
+from .controls import telemetry as _telemetry  # noqa: F401  (installs OpenTelemetry's default)
+from .engine.context import EffectContext, bind, current, tool_call
+from .engine.scope import run
+from .model import _semconv
 from .model.errors import (
     ApprovalDenied,
     ApprovalRequired,
@@ -34,7 +37,18 @@ from .model.errors import (
 
 if TYPE_CHECKING:
     from .controls.replay import ReplayedFailure, ReplayMismatch, replay
-    from .controls.runs import (
+    from .controls.undo import UndoItem, UndoReport
+    from .engine.approvals import ApprovalRequest
+    from .engine.effect import (
+        Effect,
+        EffectOptions,
+        approve,
+        deny,
+        effect,
+    )
+    from .engine.ledger import EffectRecord, GcReport, RunSummary
+    from .engine.lookup import find_marked, key_marker
+    from .engine.runs import (
         Budget,
         BudgetExceeded,
         BudgetUsage,
@@ -46,55 +60,42 @@ if TYPE_CHECKING:
         escalate,
         record_model_usage,
     )
-    from .controls.undo import UndoItem, UndoReport
-    from .engine.approvals import ApprovalRequest
-    from .engine.effect import (
-        DidNotHappen,
-        Effect,
-        EffectOptions,
-        Happened,
-        approve,
-        default_ledger,
-        deny,
-        effect,
-        init,
-    )
-    from .engine.lookup import find_marked, key_marker
-    from .facade.ledger import EffectRecord, GcReport, Ledger, RunSummary
+    from .engine.verdicts import DidNotHappen, Happened
+    from .facade.ledger import Ledger, default_ledger, init
 
 # Everything that needs SQLAlchemy is imported on first use (PEP 562), so a process that only
 # imports the package, or a command that needs little of it, does not pay for all of it.
 _LAZY = {
     "ApprovalRequest": "engine.approvals",
-    "Budget": "controls.runs",
-    "BudgetExceeded": "controls.runs",
-    "BudgetUsage": "controls.runs",
-    "DidNotHappen": "engine.effect",
+    "Budget": "engine.runs",
+    "BudgetExceeded": "engine.runs",
+    "BudgetUsage": "engine.runs",
+    "DidNotHappen": "engine.verdicts",
     "Effect": "engine.effect",
     "EffectOptions": "engine.effect",
-    "EffectRecord": "facade.ledger",
-    "Escalated": "controls.runs",
-    "GcReport": "facade.ledger",
-    "Handoff": "controls.runs",
-    "Happened": "engine.effect",
+    "EffectRecord": "engine.ledger",
+    "Escalated": "engine.runs",
+    "GcReport": "engine.ledger",
+    "Handoff": "engine.runs",
+    "Happened": "engine.verdicts",
     "Ledger": "facade.ledger",
     "ReplayMismatch": "controls.replay",
     "ReplayedFailure": "controls.replay",
-    "RunStatus": "controls.runs",
-    "RunSummary": "facade.ledger",
+    "RunStatus": "engine.runs",
+    "RunSummary": "engine.ledger",
     "UndoItem": "controls.undo",
     "UndoReport": "controls.undo",
     "approve": "engine.effect",
-    "budget_usage": "controls.runs",
-    "count_model_request": "controls.runs",
-    "default_ledger": "engine.effect",
+    "budget_usage": "engine.runs",
+    "count_model_request": "engine.runs",
+    "default_ledger": "facade.ledger",
     "deny": "engine.effect",
     "effect": "engine.effect",
-    "escalate": "controls.runs",
+    "escalate": "engine.runs",
     "find_marked": "engine.lookup",
-    "init": "engine.effect",
+    "init": "facade.ledger",
     "key_marker": "engine.lookup",
-    "record_model_usage": "controls.runs",
+    "record_model_usage": "engine.runs",
     "replay": "controls.replay",
 }
 
@@ -127,7 +128,7 @@ sys.modules[__name__].__class__ = _Package
 _moved.install()
 
 
-__version__ = "0.1.0.dev0"
+__version__ = _semconv.VERSION
 # Lets integrations tell this project's core apart from the unrelated `call4agents` on PyPI.
 __c4a_core__ = True
 

@@ -17,8 +17,18 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .controls import observe
-from .controls.observe import (
+from .engine import observe, run_notes
+from .engine.approvals import ApprovalRequest, first_shown
+from .engine.context import RunContext, Trigger, check_run_id, current_run
+from .engine.effect import (
+    Action,
+    EffectOptions,
+    aperform,
+    perform,
+    prepare,
+)
+from .engine.ledger import LedgerCore, idempotency_key
+from .engine.observe import (
     NOT_AN_ENVELOPE,
     Step,
     StepFigures,
@@ -28,7 +38,8 @@ from .controls.observe import (
     register_tool_payload,
     register_tool_payload_shape,
 )
-from .controls.runs import (
+from .engine.run_notes import TRIGGERS, note_tool
+from .engine.runs import (
     ESCALATE_ON,
     BudgetExceeded,
     Escalated,
@@ -36,23 +47,13 @@ from .controls.runs import (
     count_model_request,
     escalate_by_policy,
     external_ids,
+    handoff,
     record_model_usage,
 )
-from .engine import run_notes
-from .engine.approvals import ApprovalRequest, first_shown
-from .engine.context import RunContext, Trigger, check_run_id, current_run, run_part
-from .engine.effect import (
-    Action,
-    EffectOptions,
-    Happened,
-    aperform,
-    default_ledger,
-    is_in_doubt_error,
-    perform,
-    prepare,
-)
-from .engine.run_notes import TRIGGERS, note_tool
-from .facade.ledger import Ledger, idempotency_key
+from .engine.scope import run_part
+from .engine.verdicts import Happened, is_in_doubt_error
+from .facade.ledger import Ledger, default_ledger
+from .model import _semconv as semconv  # every telemetry name, for spans an integration makes
 from .model.canonical import canonical_args
 from .model.errors import (
     ApprovalDenied,
@@ -127,7 +128,9 @@ def note_unrecorded(options: EffectOptions) -> None:
         note_tool(run.run_id, options.kind)
 
 
-def run_continues(run_id: str, *, ledger: Ledger | None = None, trigger: str | None = None) -> None:
+def run_continues(
+    run_id: str, *, ledger: LedgerCore | None = None, trigger: str | None = None
+) -> None:
     """Open the run's notes unless they are open already: for a framework whose run has no
     hook at its start, only at each step (the first step in this process opens them). The
     look at the ledger for a retry goes to a worker thread inside a running event loop."""
@@ -228,6 +231,7 @@ __all__ = [
     "TRIGGERS",
     "Action",
     "EffectOptions",
+    "LedgerCore",
     "Row",
     "RunContext",
     "Step",
@@ -250,6 +254,7 @@ __all__ = [
     "external_id",
     "external_ids",
     "failure_message",
+    "handoff",
     "idempotency_key",
     "is_in_doubt_error",
     "message_for_model",
@@ -267,6 +272,7 @@ __all__ = [
     "run_finished",
     "run_part",
     "run_tool",
+    "semconv",
     "shown_other_args",
     "step",
     "warn_once",

@@ -54,12 +54,14 @@ from call4agents import (
 )
 from call4agents.integration import (
     Action,
+    LedgerCore,
     Row,
     action_for,
     arun_tool,
     check_escalate_on,
     ends_run,
     escalate_by_policy,
+    handoff,
     is_in_doubt_error,
     options_for,
     recorded,
@@ -276,7 +278,7 @@ class OnceOnly(Extension):
             return tier.finish(await self._ending(ending, call.tool, None))
         return result
 
-    def _run(self, run_id: str, ledger: Ledger | None) -> c4a.run:
+    def _run(self, run_id: str, ledger: LedgerCore | None) -> c4a.run:
         """The run a call belongs to, with this server's budget (checked as the call claims)."""
         return run_part(run_id, ledger=ledger, budget=self._budget)
 
@@ -504,7 +506,7 @@ def _refuse_after_escalation(action: Action, row: Row | None) -> None:
     """
     if row is None or row.state != "failed" or not (row.error or "").startswith("Escalated:"):
         return
-    found = action.ledger.handoff(action.run_id)
+    found = handoff(action.ledger, action.run_id)
     if found is not None:
         raise Escalated(found)
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from agents.items import ModelResponse, TResponseInputItem
     from agents.run_context import AgentHookContext
 
-    from call4agents import Ledger
+    from call4agents.integration import LedgerCore
 
 T = TypeVar("T")
 
@@ -90,7 +90,7 @@ class Scope:
     """Which run a step belongs to, with whose budget it is counted against."""
 
     run_id: str
-    ledger: Ledger | None
+    ledger: LedgerCore | None
     budget: Budget | None  # None: the enclosing run's budget (if any) applies
 
     def enter(self) -> c4a.run:
@@ -109,7 +109,7 @@ class RunControls:
         *,
         budget: Budget | None,
         escalate_on: Iterable[str],
-        ledger: Ledger | None,
+        ledger: LedgerCore | None,
         run_id: RunIdSource,
         trigger: Trigger | None = None,
         options: Callable[[str], EffectOptions] | None = None,
@@ -148,7 +148,7 @@ class RunControls:
 
     # -- scopes -----------------------------------------------------------------------------------
 
-    def scope(self, run_id: str, ledger: Ledger | None = None) -> Scope:
+    def scope(self, run_id: str, ledger: LedgerCore | None = None) -> Scope:
         """The scope of one step of run ``run_id``, judged in the caller's context."""
         outer = current_run()
         ledger = self.ledger or ledger or (outer.ledger if outer is not None else None)
@@ -207,7 +207,7 @@ class RunControls:
         denied, in-doubt or budget-cut tool call where it runs."""
         return with_escalate_on(options, self.escalate_on)
 
-    async def end_run(self, exc: BaseException, ledger: Ledger | None = None) -> NoReturn:
+    async def end_run(self, exc: BaseException, ledger: LedgerCore | None = None) -> NoReturn:
         """Raise ``exc`` (a run ending) as the SDK's kind. A budget cut met outside a tool call
         (a model request, a nested agent's run) is escalated first when ``escalate_on`` says so;
         a tool call's own outcomes were escalated by the core already."""

@@ -22,6 +22,7 @@ from call4agents import (
 )
 from call4agents.integration import (
     Action,
+    LedgerCore,
     ToolOptions,
     Trigger,
     action_for,
@@ -254,7 +255,7 @@ class OnceOnly:
         ``escalate_on``."""
         return self.controls.tool_options(options_for(tool, self._tools, self._default))
 
-    def ledger_for(self, options: EffectOptions) -> Ledger:
+    def ledger_for(self, options: EffectOptions) -> LedgerCore:
         return self._ledger or options.ledger or default_ledger()
 
     # -- approvals --------------------------------------------------------------------------------

@@ -16,8 +16,8 @@ from agents.tracing import Span, SpanError, custom_span, get_current_span
 from agents.tracing.span_data import CustomSpanData
 from agents.tracing.spans import NoOpSpan
 
-from call4agents import _semconv as sc
 from call4agents.integration import Action, Watch, external_id, idempotency_key, outcome_of
+from call4agents.integration import semconv as sc
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ from pydantic_ai import ApprovalRequired, DeferredToolResults, RunContext, ToolD
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 
 import call4agents as c4a
-from call4agents import ApprovalRequest, Ledger, LedgerError
+from call4agents import ApprovalRequest, LedgerError
 from call4agents.integration import Action, open_ticket, shown_other_args
 
 META = "call4agents"
@@ -143,7 +143,7 @@ async def record_denials(
 
 def _deny_shown(action: Action, ticket: str | None, by: str, reason: str | None) -> bool:
     """Deny the shown ticket; whether a "no" now stands for the call."""
-    ledger: Ledger = action.ledger
+    ledger = action.ledger
     if ticket is None:  # a bare "no": the open ticket for this call, a yes not yet spent included
         found = open_ticket(action)
         ticket = found.ticket if found is not None else None

@@ -9,7 +9,7 @@ from starlette.applications import Starlette
 from starlette.responses import Response
 from starlette.routing import Route
 
-from call4agents.facade.ledger import Ledger
+from call4agents import Ledger
 
 from . import _doubt, _health, _inbox, _runs
 from ._auth import ConsoleSettings

@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from call4agents.facade.ledger import EffectRecord, Ledger
+from call4agents import EffectRecord, Ledger
 
 from ._auth import Refused
 from ._html import Html, ago, clock, h, hidden, join, json_block, page

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
+from call4agents import Ledger
 from call4agents.controls import stats
-from call4agents.facade.ledger import Ledger
 
 from ._auth import Refused
 from ._doubt import SHOWN as SHOWN_DOUBT

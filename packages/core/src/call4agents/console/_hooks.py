@@ -23,7 +23,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from call4agents.facade.ledger import Ledger
+from call4agents import Ledger
 from call4agents.model.errors import Call4AgentsError
 
 POLL_SECONDS = 2.0

@@ -6,9 +6,9 @@ import time
 
 from starlette.responses import Response
 
+from call4agents import EffectRecord, Ledger
 from call4agents.controls import stats
 from call4agents.engine.approvals import ApprovalRequest
-from call4agents.facade.ledger import EffectRecord, Ledger
 
 from ._auth import Refused
 from ._html import Html, ago, clock, count_redacted, esc, h, hidden, join, json_block, page

@@ -8,10 +8,10 @@ from urllib.parse import quote
 
 from starlette.responses import Response
 
-from call4agents.controls.runs import spending_text
-from call4agents.controls.undo import undo_for
+from call4agents import EffectRecord, Ledger, RunSummary
 from call4agents.engine.approvals import ApprovalRequest
-from call4agents.facade.ledger import EffectRecord, Ledger, RunSummary
+from call4agents.engine.runs import spending_text
+from call4agents.engine.undos import undo_for
 
 from ._auth import Refused
 from ._html import Html, ago, clock, h, hidden, join, json_block, page, table

@@ -6,7 +6,7 @@ import sys
 
 import uvicorn
 
-from call4agents.facade.ledger import Ledger
+from call4agents import Ledger
 from call4agents.model.errors import ConfigurationError
 
 from ._app import create_app

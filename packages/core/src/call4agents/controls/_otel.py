@@ -20,12 +20,8 @@ from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from sqlalchemy.exc import SQLAlchemyError
 
-from call4agents.engine.run_notes import COMPLETED, ERROR
-from call4agents.facade.ledger import idempotency_key
-from call4agents.model import _semconv as sc
-from call4agents.model.errors import LedgerError
-
-from .observe import (
+from call4agents.engine.ledger import idempotency_key
+from call4agents.engine.observe import (
     _NO_STEP,
     AInner,
     Inner,
@@ -38,11 +34,14 @@ from .observe import (
     external_id,
     outcome_of,
 )
+from call4agents.engine.run_notes import COMPLETED, ERROR
+from call4agents.model import _semconv as sc
+from call4agents.model.errors import LedgerError
 
 if TYPE_CHECKING:
     from call4agents.engine.effect import Action
+    from call4agents.engine.ledger import LedgerCore
     from call4agents.engine.run_notes import RunSummary
-    from call4agents.facade.ledger import Ledger
 
     from .stats import OpenFigures
 
@@ -63,15 +62,13 @@ _NOT_ERRORS = frozenset({"ok", "deduped", "approval_required"})
 
 
 class OtelLayer(Layer):
-    """Spans and metrics around each action; built by ``observe.configure``."""
+    """Spans and metrics around each action; built by ``telemetry.configure``."""
 
     def __init__(self, record_args: bool, tracer_provider: Any, meter_provider: Any) -> None:
-        from call4agents import __version__
-
         self.record_args = record_args
         self.providers = (tracer_provider, meter_provider)
-        self.tracer = trace.get_tracer(sc.INSTRUMENTATION_SCOPE, __version__, tracer_provider)
-        meter = metrics.get_meter(sc.INSTRUMENTATION_SCOPE, __version__, meter_provider)
+        self.tracer = trace.get_tracer(sc.INSTRUMENTATION_SCOPE, sc.VERSION, tracer_provider)
+        meter = metrics.get_meter(sc.INSTRUMENTATION_SCOPE, sc.VERSION, meter_provider)
         self.actions = meter.create_counter(
             sc.METRIC_ACTIONS, unit="{action}", description="Actions by tool and outcome"
         )
@@ -95,7 +92,7 @@ class OtelLayer(Layer):
         )
         self._run_instruments(meter)
         # Ledgers actions ran against, read by the gauges; weak so a closed ledger can go.
-        self.ledgers: weakref.WeakSet[Ledger] = weakref.WeakSet()
+        self.ledgers: weakref.WeakSet[LedgerCore] = weakref.WeakSet()
         meter.create_observable_gauge(
             sc.METRIC_IN_DOUBT_OPEN,
             [self._in_doubt],

@@ -24,14 +24,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from call4agents.engine import observe
 from call4agents.model.codec import decode_result
 from call4agents.model.errors import Call4AgentsError, EffectInDoubt, ResultPruned
 
-from . import observe
-
 if TYPE_CHECKING:
     from call4agents.engine.effect import Action
-    from call4agents.facade.ledger import EffectRecord, Ledger
+    from call4agents.engine.ledger import EffectRecord, LedgerCore
 
 T = TypeVar("T")
 FORMAT = "call4agents.replay/1"
@@ -48,7 +47,7 @@ class ReplayedFailure(Exception):
 # -- export -------------------------------------------------------------------------------------
 
 
-def export_run(ledger: Ledger, run_id: str) -> dict[str, Any]:
+def export_run(ledger: LedgerCore, run_id: str) -> dict[str, Any]:
     """A run's recorded actions, in order, as one JSON-ready document."""
     found = ledger.effects(run_id)
     if not found:
@@ -246,7 +245,7 @@ def diff(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> Difference | None:
     return None
 
 
-def actions_of(ledger: Ledger, run_or_file: str) -> list[dict[str, Any]]:
+def actions_of(ledger: LedgerCore, run_or_file: str) -> list[dict[str, Any]]:
     """A run's actions from the ledger, or from an exported file when given its path."""
     path = Path(run_or_file)
     if run_or_file.endswith(".json") and path.is_file():

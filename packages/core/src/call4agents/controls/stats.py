@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, or_, select
 
-from call4agents.engine.run_notes import COMPLETED_AT, ENTERED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.model.errors import LedgerError
 from call4agents.storage import _tally
+from call4agents.storage.run_rows import COMPLETED_AT, ENTERED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.store import now_sql
 from call4agents.storage.tables import (
     approvals,
@@ -34,7 +34,7 @@ from call4agents.storage.tables import (
 )
 
 if TYPE_CHECKING:
-    from call4agents.facade.ledger import Ledger
+    from call4agents.engine.ledger import LedgerCore
 
 DEDUP_NOTE = (
     "repeats served from the record, over repeats plus executions; counted in memory and "
@@ -81,7 +81,7 @@ class Stats:
         return asdict(self)
 
 
-def open_figures(ledger: Ledger) -> OpenFigures:
+def open_figures(ledger: LedgerCore) -> OpenFigures:
     """In-doubt actions and approvals waiting now, with the age of the oldest of each."""
     with ledger.store.read() as conn:
         now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
@@ -113,7 +113,7 @@ class _Counts:
     runs_by_state: dict[str, int]
 
 
-def compute(ledger: Ledger, since: float | None = None) -> Stats:
+def compute(ledger: LedgerCore, since: float | None = None) -> Stats:
     """Figures for actions first attempted in the last ``since`` seconds (all time if None).
 
     Open figures (in doubt, approvals waiting) count everything open, whatever its age. All-time
@@ -169,7 +169,7 @@ def _endings(conn: Connection) -> dict[str, str]:
     return {r.run_id: r.status for r in conn.execute(select(runs.c.run_id, runs.c.status))}
 
 
-def _all_time(ledger: Ledger, now: float) -> _Counts:
+def _all_time(ledger: LedgerCore, now: float) -> _Counts:
     """From the tallies, after folding in the changes not yet counted. Reads only what is open
     (actions started or in doubt, approvals waiting) and runs ended by a run control."""
     try:
@@ -211,7 +211,7 @@ def _from_tallies(conn: Connection, now: float) -> _Counts:
     )
 
 
-def _window(ledger: Ledger, now: float, since: float | None) -> _Counts:
+def _window(ledger: LedgerCore, now: float, since: float | None) -> _Counts:
     """From the actions first attempted in the window (every action if None). An action
     created in it was also last changed in it, so the read is bounded by the index on
     ``updated_at``, not the ledger."""
@@ -309,7 +309,7 @@ def _age(seconds: float) -> str:
 # -- figures the shipped alerts watch (alerts/call4agents.rules.yml) -----------------------------
 
 
-def open_escalations(ledger: Ledger) -> tuple[int, float | None]:
+def open_escalations(ledger: LedgerCore) -> tuple[int, float | None]:
     """Escalated runs nobody has picked up yet, and the age of the oldest.
 
     Picked up means the run was entered again after it was escalated (a person resuming it),
@@ -352,7 +352,7 @@ class AlertFigures:
         return asdict(self)
 
 
-def alert_figures(ledger: Ledger, stats: Stats, since: float | None = None) -> AlertFigures:
+def alert_figures(ledger: LedgerCore, stats: Stats, since: float | None = None) -> AlertFigures:
     """The alerts' figures for runs active in the last ``since`` seconds (all time if None).
 
     Cost per run is what a budget's counters recorded (runs without a budget have no cost);
@@ -386,7 +386,7 @@ def alert_figures(ledger: Ledger, stats: Stats, since: float | None = None) -> A
     )
 
 
-def _run_counter_rows(ledger: Ledger, since: float | None) -> dict[str, dict[str, float]]:
+def _run_counter_rows(ledger: LedgerCore, since: float | None) -> dict[str, dict[str, float]]:
     """Each run's counters, for runs entered (or budgeted) in the window."""
     with ledger.store.read() as conn:
         now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
@@ -405,7 +405,7 @@ def _run_counter_rows(ledger: Ledger, since: float | None) -> dict[str, dict[str
     return found
 
 
-def _endings_by_status(ledger: Ledger, since: float | None) -> Counter[str]:
+def _endings_by_status(ledger: LedgerCore, since: float | None) -> Counter[str]:
     """Endings recorded by run controls (escalated, a budget limit, undone) in the window."""
     with ledger.store.read() as conn:
         now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())

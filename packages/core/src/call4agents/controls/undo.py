@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from call4agents.engine.undos import UndoFn, undo_for
 from call4agents.model.errors import (
     Call4AgentsError,
     EffectInDoubt,
@@ -38,12 +39,9 @@ from call4agents.model.errors import (
 
 if TYPE_CHECKING:
     from call4agents.engine.effect import Action
-    from call4agents.facade.ledger import EffectRecord, Ledger
+    from call4agents.engine.ledger import EffectRecord, LedgerCore
 
-UndoFn = Callable[..., Any]
 UNDO_PREFIX = "undo:"
-
-_registry: dict[str, UndoFn] = {}
 
 # Outcomes of one action in an undo report. Only the first two count as reversed.
 UNDONE = "undone"  # reversed by this call
@@ -55,17 +53,6 @@ UNDO_FAILED = "undo_failed"  # the undo raised an error meaning it did not act; 
 UNDO_IN_DOUBT = "undo_in_doubt"  # the undo may or may not have happened: settle it, never re-run
 UNDO_RUNNING = "undo_running"  # another worker is running this undo now
 REVERSED = (UNDONE, ALREADY_UNDONE)
-
-
-def register_undo(tool: str, fn: UndoFn) -> None:
-    """Record how to reverse ``tool`` in this process (done by ``@c4a.effect(undo=...)``)."""
-    if not callable(fn):
-        raise TypeError(f"undo= for {tool} must be callable, got {type(fn).__name__}")
-    _registry[tool] = fn
-
-
-def undo_for(tool: str) -> UndoFn | None:
-    return _registry.get(tool)
 
 
 @dataclass(frozen=True)
@@ -129,10 +116,10 @@ class UndoReport:
 
 
 def undo_run(
-    ledger: Ledger, run_id: str, *, undos: Mapping[str, UndoFn] | None = None
+    ledger: LedgerCore, run_id: str, *, undos: Mapping[str, UndoFn] | None = None
 ) -> UndoReport:
     """Reverse the run's succeeded actions newest first; see the module docstring."""
-    from .runs import PARTLY_UNDONE, UNDONE, record_status
+    from call4agents.engine.runs import PARTLY_UNDONE, UNDONE, record_status
 
     ledger.sweep()  # a dead worker's action is in doubt, not running
     records = [r for r in ledger.effects(run_id) if not r.tool.startswith(UNDO_PREFIX)]
@@ -152,7 +139,7 @@ def undo_run(
     return report
 
 
-def _undo_one(ledger: Ledger, record: EffectRecord, fn: UndoFn | None) -> UndoItem:
+def _undo_one(ledger: LedgerCore, record: EffectRecord, fn: UndoFn | None) -> UndoItem:
     def item(outcome: str, detail: str, result: Any = None) -> UndoItem:
         return UndoItem(record.tool, record.key, record.args, outcome, detail, result)
 
@@ -174,7 +161,7 @@ def _undo_one(ledger: Ledger, record: EffectRecord, fn: UndoFn | None) -> UndoIt
     return _perform_undo(action, record, fn, item)
 
 
-def _undo_action(ledger: Ledger, record: EffectRecord) -> Action:
+def _undo_action(ledger: LedgerCore, record: EffectRecord) -> Action:
     from call4agents.engine.effect import EffectOptions, prepare
 
     # Keyed by the original action's key alone: the same undo whatever process runs it.
@@ -187,7 +174,8 @@ def _undo_action(ledger: Ledger, record: EffectRecord) -> Action:
 def _perform_undo(
     action: Action, record: EffectRecord, fn: UndoFn, item: Callable[..., UndoItem]
 ) -> UndoItem:
-    from call4agents.engine.effect import is_in_doubt_error, perform
+    from call4agents.engine.effect import perform
+    from call4agents.engine.verdicts import is_in_doubt_error
 
     original = record.result
     try:

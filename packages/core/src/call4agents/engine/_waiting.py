@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from call4agents.model.errors import EffectInProgress, LedgerError
 from call4agents.storage._pg import Watch
-from call4agents.storage.store import Row, owner_is_gone
+from call4agents.storage.store import Row
 
 from . import _owner
 
@@ -132,3 +132,8 @@ async def await_while_live(action: Action, row: Row) -> Row:
             if not await asyncio.to_thread(step.reread):
                 break
         return step.row
+
+
+def owner_is_gone(row: Row) -> bool:
+    """A started action whose lease holder is a process of this machine that has died."""
+    return row.state == "started" and _owner.is_dead_local(row.owner)

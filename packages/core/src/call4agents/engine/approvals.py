@@ -32,7 +32,7 @@ from call4agents.storage.store import now_sql
 from call4agents.storage.tables import approvals, effects
 
 if TYPE_CHECKING:
-    from call4agents.facade.ledger import Ledger
+    from call4agents.engine.ledger import LedgerCore
 
     from .effect import Action
 
@@ -160,7 +160,7 @@ def _request(row: Mapping[str, Any]) -> ApprovalRequest:
 class Gate:
     """What must hold before a new attempt of an action may start."""
 
-    ledger: Ledger
+    ledger: LedgerCore
     action: Action
     approval: bool
     max_per_run: int | None
@@ -318,7 +318,7 @@ def _edited(conn: Connection, signer: Signer, action: Action) -> ApprovalRequest
     return None if first is None or _covers(first, action) else _request(first)
 
 
-def first_shown(ledger: Ledger, action: Action) -> ApprovalRequest | None:
+def first_shown(ledger: LedgerCore, action: Action) -> ApprovalRequest | None:
     """The ticket first shown for ``action``'s call id if it showed other arguments, else None."""
     with ledger.store.read() as conn:
         return _edited(conn, ledger.signer(), action)
@@ -370,7 +370,7 @@ def _denied(action: Action, row: Mapping[str, Any]) -> ApprovalDenied:
 
 
 def decide(
-    ledger: Ledger,
+    ledger: LedgerCore,
     ticket: str,
     *,
     approve: bool,
@@ -438,7 +438,7 @@ def _check_transition(row: Mapping[str, Any], approve: bool) -> None:
 
 
 def decide_action(
-    ledger: Ledger, action: Action, *, approve: bool, by: str, reason: str | None, ttl: float
+    ledger: LedgerCore, action: Action, *, approve: bool, by: str, reason: str | None, ttl: float
 ) -> ApprovalRequest | None:
     """A yes (or no) to exactly this call, e.g. an edited one. None if it already ran."""
     _check_by(by)
@@ -456,7 +456,7 @@ def decide_action(
         )
 
 
-def request(ledger: Ledger, action: Action, *, ttl: float) -> ApprovalRequest | None:
+def request(ledger: LedgerCore, action: Action, *, ttl: float) -> ApprovalRequest | None:
     """Open (or return the open) ticket for this exact call, without claiming or spending; a
     ticket that denied it, if one did.
 
@@ -482,7 +482,7 @@ def request(ledger: Ledger, action: Action, *, ttl: float) -> ApprovalRequest | 
 
 
 def list_requests(
-    ledger: Ledger, *, run_id: str | None, state: str | None, key: str | None = None
+    ledger: LedgerCore, *, run_id: str | None, state: str | None, key: str | None = None
 ) -> list[ApprovalRequest]:
     stmt = select(approvals).order_by(approvals.c.requested_at)
     if key is not None:
@@ -495,7 +495,7 @@ def list_requests(
         return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
 
 
-def waiting_requests(ledger: Ledger, *, limit: int) -> list[ApprovalRequest]:
+def waiting_requests(ledger: LedgerCore, *, limit: int) -> list[ApprovalRequest]:
     """Pending tickets not yet expired (by the database clock), oldest first."""
     now = now_sql(ledger.dialect)
     stmt = (
@@ -508,7 +508,7 @@ def waiting_requests(ledger: Ledger, *, limit: int) -> list[ApprovalRequest]:
         return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
 
 
-def waiting_counts(ledger: Ledger, run_ids: Sequence[str]) -> dict[str, int]:
+def waiting_counts(ledger: LedgerCore, run_ids: Sequence[str]) -> dict[str, int]:
     if not run_ids:
         return {}
     stmt = (
@@ -524,7 +524,7 @@ def waiting_counts(ledger: Ledger, run_ids: Sequence[str]) -> dict[str, int]:
         return {run_id: int(n) for run_id, n in conn.execute(stmt).all()}
 
 
-def find_request(ledger: Ledger, ticket: str) -> ApprovalRequest | None:
+def find_request(ledger: LedgerCore, ticket: str) -> ApprovalRequest | None:
     with ledger.store.read() as conn:
         row = conn.execute(select(approvals).where(approvals.c.ticket == ticket)).mappings().first()
     return _request(dict(row)) if row is not None else None

@@ -21,10 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
-from call4agents.controls import observe
-from call4agents.controls.runs import budget_gate, check_escalate_on, escalate_by_policy
-from call4agents.controls.undo import register_undo
-from call4agents.facade.ledger import Ledger, idempotency_key
+from call4agents.engine import observe
+from call4agents.engine.runs import budget_gate, check_escalate_on, escalate_by_policy
 from call4agents.model.canonical import (
     CanonicalArgs,
     canonical_args,
@@ -38,7 +36,6 @@ from call4agents.model.errors import (
     ConfigurationError,
     EffectInDoubt,
     LedgerError,
-    OutcomeUnknown,
     ResultNotStored,
     ResultPruned,
 )
@@ -47,35 +44,17 @@ from call4agents.storage.store import Row
 from . import _owner, _waiting
 from .approvals import ApprovalRequest, Gate, needs_approval
 from .context import EffectContext, _effect, current_run
+from .default import default_ledger
+from .ledger import LedgerCore, idempotency_key
 from .lookup import afinder_first, check_from_finder, finder_first
 from .run_notes import note_tool
+from .undos import register_undo
+from .verdicts import DidNotHappen, Happened, is_in_doubt_error
 
 P = ParamSpec("P")
 T = TypeVar("T")
 Kind = Literal["none", "read", "write", "irreversible"]
 KINDS: tuple[str, ...] = ("none", "read", "write", "irreversible")
-
-# Errors after which the outside world may or may not have acted. Everything else that derives
-# from Exception means the tool did not act; BaseExceptions (cancellation, KeyboardInterrupt,
-# SystemExit) stop a tool half-way, so they mean in doubt too.
-IN_DOUBT_ERRORS: tuple[type[BaseException], ...] = (
-    TimeoutError,
-    asyncio.TimeoutError,
-    OutcomeUnknown,
-    EffectInDoubt,
-)
-
-
-@dataclass(frozen=True)
-class Happened:
-    """A reconciler's answer: the action did happen, and this is its result."""
-
-    result: Any = None
-
-
-@dataclass(frozen=True)
-class DidNotHappen:
-    """A reconciler's answer: the action did not happen; it may run as a new attempt."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +72,7 @@ class EffectOptions:
     in_doubt_on: tuple[type[BaseException], ...] = ()
     wait: float | None = None
     lease: float | None = None
-    ledger: Ledger | None = None
+    ledger: LedgerCore | None = None
     approval: bool | Callable[..., bool] | None = None
     approval_ttl: float | None = None
     max_per_run: int | None = None
@@ -133,41 +112,6 @@ class EffectOptions:
         return self.kind in ("write", "irreversible")
 
 
-# -- the ledger in use -------------------------------------------------------------------------
-
-_default_ledger: Ledger | None = None
-
-
-def init(
-    url: str | Ledger | None = None,
-    *,
-    otel: bool | None = None,
-    otel_record_args: bool = False,
-    **settings: Any,
-) -> Ledger:
-    """Open the ledger effects use by default: ``sqlite:///.c4a/ledger.db`` or ``$CALL4AGENTS_URL``.
-
-    Takes the settings of :class:`Ledger`, or an open ``Ledger``. Calling it again replaces the
-    default ledger. ``otel``: OpenTelemetry spans and metrics on (True), off (False), or on when
-    it is installed (None); ``otel_record_args=True`` also puts arguments and results on spans.
-    """
-    global _default_ledger
-    if otel is not None or otel_record_args:
-        observe.configure(otel, record_args=otel_record_args)
-    ledger = url if isinstance(url, Ledger) else Ledger(url, **settings)
-    _default_ledger = ledger
-    return ledger
-
-
-def default_ledger() -> Ledger:
-    if _default_ledger is None:
-        raise ConfigurationError(
-            "no ledger is open: call c4a.init() once at start-up (or pass ledger= to the run or "
-            "the effect)"
-        )
-    return _default_ledger
-
-
 # -- one action, prepared --------------------------------------------------------------------
 
 
@@ -175,7 +119,7 @@ def default_ledger() -> Ledger:
 class Action:
     """Everything known about one call before it runs."""
 
-    ledger: Ledger
+    ledger: LedgerCore
     tool: str
     options: EffectOptions
     arguments: Mapping[str, Any]
@@ -238,7 +182,7 @@ def prepare(
     *,
     run_id: str | None = None,
     call_id: str | None = None,
-    ledger: Ledger | None = None,
+    ledger: LedgerCore | None = None,
 ) -> Action:
     """Canonicalise and key one call; raises before anything is written if that cannot be done."""
     run = current_run()
@@ -293,7 +237,7 @@ def _check_size(tool: str, display: str, limit: int) -> None:
         )
 
 
-def _named_key(tool: str, named: object, options: EffectOptions, ledger: Ledger) -> str:
+def _named_key(tool: str, named: object, options: EffectOptions, ledger: LedgerCore) -> str:
     """The key material of ``key=``. Under ``redact=`` the callable may have used a redacted
     value, and the idempotency key travels to providers, spans and the CLI: a plain hash of a
     low-entropy value (a PIN) is reversed by trying them all, so it goes through the ledger's
@@ -314,7 +258,7 @@ def _process_irreversible(tool: str) -> ConfigurationError:
 
 
 def _canonicalise(
-    tool: str, arguments: Mapping[str, Any], options: EffectOptions, ledger: Ledger
+    tool: str, arguments: Mapping[str, Any], options: EffectOptions, ledger: LedgerCore
 ) -> CanonicalArgs:
     digest = (lambda data: ledger.digest(data)) if options.redact else None
     return canonical_args(
@@ -543,12 +487,6 @@ def apply_verdict(action: Action, row: Row, verdict: Any) -> Any:
             "c4a.Happened(result), c4a.DidNotHappen() or None when it cannot tell"
         )
     return None
-
-
-def is_in_doubt_error(exc: BaseException, options: EffectOptions) -> bool:
-    if not isinstance(exc, Exception):
-        return True
-    return isinstance(exc, (IN_DOUBT_ERRORS, options.in_doubt_on))
 
 
 def record_error(action: Action, attempt: int, exc: BaseException) -> None:
@@ -1028,7 +966,7 @@ def effect(
     in_doubt_on: tuple[type[BaseException], ...] = (),
     wait: float | None = None,
     lease: float | None = None,
-    ledger: Ledger | None = None,
+    ledger: LedgerCore | None = None,
     approval: bool | Callable[..., bool] | None = None,
     approval_ttl: float | None = None,
     max_per_run: int | None = None,

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .context import current
+from .verdicts import DidNotHappen, Happened
 
 if TYPE_CHECKING:
     from .effect import Action
@@ -88,7 +89,6 @@ def afinder_first(action: Action, call: Callable[[], Awaitable[T]]) -> Callable[
 
 def check_from_finder(finder: Callable[..., Any]) -> Callable[..., Any]:
     """A ``check=`` reconciler made from a finder: found means Happened, nothing DidNotHappen."""
-    from .effect import DidNotHappen, Happened
 
     def verdict(found: Any) -> Happened | DidNotHappen:
         return DidNotHappen() if found is None else Happened(found)

@@ -21,15 +21,20 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import Connection, delete, exists, or_, select, update
-
-from call4agents.controls import observe
+from call4agents.engine import observe
+from call4agents.engine.default import default_or_none
 from call4agents.model.errors import ApprovalRequired, ConfigurationError, LedgerError
-from call4agents.storage.store import dialect_insert, now_sql
-from call4agents.storage.tables import effects, run_counters
+from call4agents.storage import run_rows
+from call4agents.storage.run_rows import (
+    COMPLETED_AT,
+    ENTERED_AT,
+    READS,
+    TOOL_CALLS,
+    WALL_CLOCK_MS,
+)
 
 if TYPE_CHECKING:
-    from call4agents.facade.ledger import Ledger
+    from call4agents.engine.ledger import LedgerCore
 
     from .context import Trigger
 
@@ -40,13 +45,6 @@ COMPLETED = "completed"
 ERROR = "error"
 
 # Counter names in c4a_run_counters; the "run." prefix keeps them apart from a budget's.
-PREFIX = "run."
-TRIGGER = "run.trigger:"  # one row per trigger seen, valued the database time it was first seen
-ENTERED_AT = "run.entered_at"  # when the latest entry began: a later one picks up an escalation
-WALL_CLOCK_MS = "run.wall_clock_ms"  # time spent inside the run, summed over its entries
-TOOL_CALLS = "run.tool_calls"
-READS = "run.reads"
-COMPLETED_AT = "run.completed_at"
 
 
 def check_trigger(value: object, where: str = "c4a.run") -> Trigger | None:
@@ -64,7 +62,7 @@ class Notes:
     """Counted in memory while a run is open in this process."""
 
     run_id: str
-    ledger: Ledger | None
+    ledger: LedgerCore | None
     trigger: str | None
     started: float = field(default_factory=time.perf_counter)
     depth: int = 1
@@ -97,7 +95,7 @@ _lock = threading.Lock()
 
 
 def enter(
-    run_id: str, ledger: Ledger | None, trigger: str | None, *, by_steps: bool = False
+    run_id: str, ledger: LedgerCore | None, trigger: str | None, *, by_steps: bool = False
 ) -> Notes | None:
     """The outermost (or a nested) block of ``run_id`` began in this process; the new notes
     when it is the outermost (see :func:`look_back` for the ledger's read). ``by_steps``: opened
@@ -120,14 +118,12 @@ def enter(
 def look_back(notes: Notes) -> None:
     """Read whether the run had been here before (then this entry is a retry). One indexed
     read per run entered; a database fault leaves it unknown rather than failing the run."""
-    from .effect import _default_ledger
 
-    ledger = notes.ledger or _default_ledger
+    ledger = notes.ledger or default_or_none()
     if ledger is None:
         return
     try:
-        with ledger.store.read() as conn:
-            notes.seen_before = _seen_before(conn, notes.run_id)
+        notes.seen_before = run_rows.seen_before(ledger.store, notes.run_id)
     except LedgerError as fault:
         log.warning("could not read the history of run %r: %s", notes.run_id, fault)
 
@@ -181,7 +177,7 @@ def note_tool(run_id: str | None, kind: str) -> None:
 
 def ending_of(exc: BaseException | None) -> tuple[str | None, str | None]:
     """(terminal reason, escalation reason) of an exception leaving the run."""
-    from call4agents.controls.runs import BudgetExceeded, Escalated
+    from call4agents.engine.runs import BudgetExceeded, Escalated
 
     if exc is None:
         return COMPLETED, None
@@ -211,10 +207,9 @@ async def afinish(notes: Notes, exc: BaseException | None) -> RunSummary:
 def settle(notes: Notes, exc: BaseException | None) -> RunSummary:
     """Write the entry to the run's counters. A database fault is logged, never raised: the
     run's own outcome must not change because its telemetry could not be written."""
-    from .effect import _default_ledger
 
     summary = _summary(notes, exc)
-    ledger = notes.ledger or _default_ledger
+    ledger = notes.ledger or default_or_none()
     if ledger is None:
         return summary
     try:
@@ -239,99 +234,38 @@ def _summary(notes: Notes, exc: BaseException | None) -> RunSummary:
     )
 
 
-def _record(ledger: Ledger, notes: Notes, summary: RunSummary) -> RunSummary:
+def _record(ledger: LedgerCore, notes: Notes, summary: RunSummary) -> RunSummary:
     """One transaction: was the run here before (then it is a retry), add this entry."""
-    dialect = ledger.store.dialect
-    with ledger.store.tx() as conn:
-        now = float(conn.execute(select(now_sql(dialect))).scalar_one())
-        entered = now - summary.wall_clock_ms / 1000.0
-        before = _counters(conn, notes.run_id)
-        trigger = summary.trigger
-        if trigger is not None:
-            _put(conn, dialect, notes.run_id, TRIGGER + trigger, entered)
-        _put(conn, dialect, notes.run_id, ENTERED_AT, entered, replace=True)
-        total_ms = before.get(WALL_CLOCK_MS, 0.0) + summary.wall_clock_ms
-        reads = before.get(READS, 0.0) + summary.reads
-        _put(conn, dialect, notes.run_id, WALL_CLOCK_MS, total_ms, replace=True)
-        _put(conn, dialect, notes.run_id, READS, reads, replace=True)
-        calls = before.get(TOOL_CALLS, 0.0) + summary.tool_calls
-        _put(conn, dialect, notes.run_id, TOOL_CALLS, calls, replace=True)
-        if summary.terminal_reason == COMPLETED:
-            _put(conn, dialect, notes.run_id, COMPLETED_AT, now, replace=True)
+    before, after = run_rows.add_entry(
+        ledger.store,
+        notes.run_id,
+        trigger=summary.trigger,
+        wall_clock_ms=summary.wall_clock_ms,
+        tool_calls=summary.tool_calls,
+        reads=summary.reads,
+        completed=summary.terminal_reason == COMPLETED,
+    )
     return RunSummary(
         summary.run_id,
-        trigger,
+        summary.trigger,
         summary.terminal_reason,
-        total_ms,
+        after[WALL_CLOCK_MS],
         summary.tool_calls,
         summary.reads,
-        None if summary.terminal_reason != COMPLETED else reads == 0,
+        None if summary.terminal_reason != COMPLETED else after[READS] == 0,
         before.get("cost"),
         summary.escalation_reason,
     )
 
 
-def _counters(conn: Connection, run_id: str) -> dict[str, float]:
-    rows = conn.execute(
-        select(run_counters.c.name, run_counters.c.value).where(run_counters.c.run_id == run_id)
-    ).all()
-    return {name: float(value) for name, value in rows}
-
-
-def _seen_before(conn: Connection, run_id: str) -> bool:
-    """Whether the run has recorded actions, or has completed before."""
-    done = select(run_counters.c.value).where(
-        run_counters.c.run_id == run_id, run_counters.c.name == COMPLETED_AT
-    )
-    acted = select(effects.c.key).where(effects.c.run_id == run_id)
-    return bool(conn.execute(select(or_(exists(acted), exists(done)))).scalar_one())
-
-
-def _put(
-    conn: Connection, dialect: str, run_id: str, name: str, value: float, *, replace: bool = False
-) -> None:
-    insert = dialect_insert(dialect)
-    conn.execute(
-        insert(run_counters)
-        .values(run_id=run_id, name=name, value=value)
-        .on_conflict_do_nothing(index_elements=["run_id", "name"])
-    )
-    if replace:
-        conn.execute(
-            update(run_counters)
-            .where(run_counters.c.run_id == run_id, run_counters.c.name == name)
-            .values(value=value)
-        )
-
-
-def forget(conn: Connection, *, run_id: str | None = None, before: float | None = None) -> None:
-    """Delete the "run." counters of one run (``delete_run``), or of runs last entered before
-    ``before`` (``gc``). A budget's counters are left as they are."""
-    mine = run_counters.c.name.like(PREFIX + "%")
-    if run_id is not None:
-        conn.execute(delete(run_counters).where(mine, run_counters.c.run_id == run_id))
-    if before is not None:
-        old = select(run_counters.c.run_id).where(
-            run_counters.c.name == ENTERED_AT, run_counters.c.value < before
-        )
-        conn.execute(delete(run_counters).where(mine, run_counters.c.run_id.in_(old)))
-
-
-def triggers(ledger: Ledger, run_id: str) -> list[str]:
+def triggers(ledger: LedgerCore, run_id: str) -> list[str]:
     """The triggers a run was entered with, oldest first (for ``call4agents show``)."""
-    with ledger.store.read() as conn:
-        rows = conn.execute(
-            select(run_counters.c.name)
-            .where(run_counters.c.run_id == run_id, run_counters.c.name.like(TRIGGER + "%"))
-            .order_by(run_counters.c.value)
-        ).scalars()
-        return [name[len(TRIGGER) :] for name in rows]
+    return run_rows.triggers(ledger.store, run_id)
 
 
-def run_document(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
+def run_document(ledger: LedgerCore, run_id: str) -> dict[str, Any] | None:
     """The run's own record for ``call4agents show --json``; None if it was never recorded."""
-    with ledger.store.read() as conn:
-        values = _counters(conn, run_id)
+    values = run_rows.counters(ledger.store, run_id)
     if ENTERED_AT not in values:
         return None
     completed = COMPLETED_AT in values
@@ -346,10 +280,9 @@ def run_document(ledger: Ledger, run_id: str) -> dict[str, Any] | None:
     }
 
 
-def run_text(ledger: Ledger, run_id: str) -> str | None:
+def run_text(ledger: LedgerCore, run_id: str) -> str | None:
     """One line for ``call4agents show``: trigger, time, tool calls, reads; None if unknown."""
-    with ledger.store.read() as conn:
-        values = _counters(conn, run_id)
+    values = run_rows.counters(ledger.store, run_id)
     if ENTERED_AT not in values:
         return None
     found = triggers(ledger, run_id)

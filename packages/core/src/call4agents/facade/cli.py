@@ -43,11 +43,12 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
     from sqlalchemy.engine import URL
 
-    from call4agents.controls.runs import Handoff, RunStatus
     from call4agents.engine import run_notes
+    from call4agents.engine.ledger import EffectRecord, RunSummary
+    from call4agents.engine.runs import Handoff, RunStatus
     from call4agents.storage import _db, migrations
 
-    from .ledger import EffectRecord, Ledger, RunSummary
+    from .ledger import Ledger
 
 
 def _lazy_module(name: str) -> types.ModuleType:
@@ -388,7 +389,7 @@ def _with_waiting_runs(
     found: list[RunSummary], ledger: Ledger, waiting: collections.Counter[str]
 ) -> list[RunSummary]:
     """The runs with actions, and those whose only records are approvals waiting for a person."""
-    from .ledger import RunSummary
+    from call4agents.engine.ledger import RunSummary
 
     known = {r.run_id for r in found}
     for run_id in waiting.keys() - known:
@@ -437,7 +438,7 @@ def _evidence_lines(r: EffectRecord) -> list[str]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from call4agents.controls.runs import spending_text
+    from call4agents.engine.runs import spending_text
 
     with _open(args) as ledger:
         if not args.handoff:  # --handoff answers "was it escalated?", for any run id

@@ -10,6 +10,9 @@ from __future__ import annotations
 from typing import Final
 
 INSTRUMENTATION_SCOPE: Final = "call4agents"
+VERSION: Final = (
+    "0.1.0.dev0"  # the scope's version, and the package's (``call4agents.__version__``)
+)
 
 # -- GenAI semantic conventions (execute_tool spans) ----------------------------------------------
 OPERATION_EXECUTE_TOOL: Final = "execute_tool"

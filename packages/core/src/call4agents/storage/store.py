@@ -42,7 +42,6 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.elements import ColumnElement
 
-from call4agents.engine import _owner
 from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
@@ -728,7 +727,3 @@ _DB_FAULTS = _DbFaults()
 def db_faults() -> _DbFaults:
     """Database faults (a dropped connection, a full pool) as one-line LedgerErrors."""
     return _DB_FAULTS
-
-
-def owner_is_gone(row: Row) -> bool:
-    return row.state == "started" and _owner.is_dead_local(row.owner)

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from sqlalchemy import Connection, select, update
 
 from call4agents.engine.context import _effect, current_run
+from call4agents.engine.default import default_ledger, default_or_none
+from call4agents.engine.verdicts import is_in_doubt_error
 from call4agents.model.errors import Call4AgentsError, ConfigurationError, LedgerError
 from call4agents.storage.store import Gate, dialect_insert, now_sql
 from call4agents.storage.tables import run_counters, runs
@@ -31,7 +33,7 @@ log = logging.getLogger("call4agents")
 
 if TYPE_CHECKING:
     from call4agents.engine.effect import Action
-    from call4agents.facade.ledger import EffectRecord, Ledger
+    from call4agents.engine.ledger import EffectRecord, LedgerCore
 
 ESCALATED = "escalated"
 UNDONE = "undone"
@@ -52,7 +54,7 @@ class RunStatus:
 
 
 def record_status(
-    ledger: Ledger, run_id: str, status: str, reason: str | None, section: str, data: Any
+    ledger: LedgerCore, run_id: str, status: str, reason: str | None, section: str, data: Any
 ) -> None:
     """Set the run's ending and one section of its details, keeping the other sections."""
     with ledger.store.tx() as conn:
@@ -103,13 +105,13 @@ def record_status_in(
     observe.run_ended(run_id, status)
 
 
-def run_status(ledger: Ledger, run_id: str) -> RunStatus | None:
+def run_status(ledger: LedgerCore, run_id: str) -> RunStatus | None:
     with ledger.store.read() as conn:
         row = conn.execute(select(runs).where(runs.c.run_id == run_id)).mappings().first()
     return None if row is None else _status(dict(row))
 
 
-def run_endings(ledger: Ledger, status: str | None, *, limit: int) -> list[RunStatus]:
+def run_endings(ledger: LedgerCore, status: str | None, *, limit: int) -> list[RunStatus]:
     stmt = select(runs).order_by(runs.c.updated_at.desc()).limit(limit)
     if status is not None:
         stmt = stmt.where(runs.c.status == status)
@@ -217,14 +219,13 @@ def escalate(
     what_remains: str | Iterable[str] = (),
     blocking_fact: str | None = None,
     run_id: str | None = None,
-    ledger: Ledger | None = None,
+    ledger: LedgerCore | None = None,
 ) -> NoReturn:
     """End the current run as ``escalated``: record the hand-off, then raise :class:`Escalated`.
 
     Call it inside ``c4a.run(...)`` (or an integration's run), from agent code or from a tool.
     Raised inside a tool, the tool's own action is recorded as failed (it did not act).
     """
-    from call4agents.engine.effect import default_ledger
 
     if not reason or not reason.strip():
         raise ConfigurationError("escalate needs a reason: why a person must take over")
@@ -272,7 +273,7 @@ def escalate_by_policy(
     policy: Collection[str],
     *,
     action: Action | None = None,
-    ledger: Ledger | None = None,
+    ledger: LedgerCore | None = None,
 ) -> None:
     """Escalate the run when ``exc`` is an outcome ``policy`` (``escalate_on``) names.
 
@@ -282,7 +283,6 @@ def escalate_by_policy(
     that met the outcome; without one (a model request refused by the budget) the run is the
     budget's.
     """
-    from call4agents.engine.effect import is_in_doubt_error
     from call4agents.model.errors import ApprovalDenied, EffectInDoubt
 
     if not policy or not isinstance(exc, Exception) or isinstance(exc, Escalated):
@@ -320,7 +320,7 @@ def escalate_by_policy(
         raise escalated from exc
 
 
-def handoff(ledger: Ledger, run_id: str, *, escalating: str | None = None) -> Handoff | None:
+def handoff(ledger: LedgerCore, run_id: str, *, escalating: str | None = None) -> Handoff | None:
     """The hand-off of an escalated run, with its actions as they stand now; None otherwise."""
     status = run_status(ledger, run_id)
     if status is None or "escalation" not in status.details:
@@ -524,7 +524,7 @@ def _counters(conn: Connection, run_id: str) -> dict[str, float]:
     return {name: float(value) for name, value in rows}
 
 
-def budget_usage(run_id: str | None = None, *, ledger: Ledger | None = None) -> BudgetUsage:
+def budget_usage(run_id: str | None = None, *, ledger: LedgerCore | None = None) -> BudgetUsage:
     """The current run's budget and what it spent; for the agent's "wrap up soon" prompt."""
     budget, counted, ledger = _current_budget("budget_usage()", ledger)
     wanted = run_id or counted
@@ -541,7 +541,7 @@ def _chain() -> tuple[tuple[str, Budget], ...]:
     return run.budgets if run is not None else ()
 
 
-def spending_text(ledger: Ledger, run_id: str) -> str | None:
+def spending_text(ledger: LedgerCore, run_id: str) -> str | None:
     """What a run's budget counted, in one line for ``call4agents show``; None if nothing."""
     with ledger.store.read() as conn:
         # Names under "run." are the run's own record (run_notes), not what a budget counted.
@@ -562,8 +562,7 @@ def spending_text(ledger: Ledger, run_id: str) -> str | None:
     return "Budget spent: " + ", ".join(parts)
 
 
-def _current_budget(what: str, ledger: Ledger | None) -> tuple[Budget, str, Ledger]:
-    from call4agents.engine.effect import default_ledger
+def _current_budget(what: str, ledger: LedgerCore | None) -> tuple[Budget, str, LedgerCore]:
 
     run = current_run()
     if run is None or run.budget is None:
@@ -630,7 +629,7 @@ def _lock_all(
     return {r: _locked_counters(conn, dialect, r) for r in sorted({r for r, _ in chain})}
 
 
-def start_clock(run_id: str, ledger: Ledger | None) -> None:
+def start_clock(run_id: str, ledger: LedgerCore | None) -> None:
     """Record when run ``run_id`` was first entered with a budget, by the database's clock.
 
     The deadline counts from here; a resume (a new process) finds the row and keeps the
@@ -643,9 +642,8 @@ def start_clock(run_id: str, ledger: Ledger | None) -> None:
     counted step that gets there first starts the clock in its own transaction just the same.
     A database fault here is logged, never raised: that first counted step writes the start.
     """
-    from call4agents.engine.effect import _default_ledger
 
-    ledger = ledger or _default_ledger
+    ledger = ledger or default_or_none()
     if ledger is None or run_id in _clock_started.get(ledger, ()):
         return
     try:
@@ -659,7 +657,7 @@ def start_clock(run_id: str, ledger: Ledger | None) -> None:
     loop.run_in_executor(None, _write_start, ledger, run_id).add_done_callback(_log_failure)
 
 
-def _write_start(ledger: Ledger, run_id: str) -> None:
+def _write_start(ledger: LedgerCore, run_id: str) -> None:
     with ledger.store.tx() as conn:
         _insert_start(conn, ledger.store.dialect, run_id)
     seen = _clock_started.setdefault(ledger, set())
@@ -680,7 +678,7 @@ def _not_started(exc: BaseException | None) -> None:
 
 
 # The runs whose clock this process has started, by ledger: entering them again writes nothing.
-_clock_started: weakref.WeakKeyDictionary[Ledger, set[str]] = weakref.WeakKeyDictionary()
+_clock_started: weakref.WeakKeyDictionary[LedgerCore, set[str]] = weakref.WeakKeyDictionary()
 _CLOCKS_KEPT = 10_000
 
 
@@ -693,7 +691,7 @@ def _insert_start(conn: Connection, dialect: str, run_id: str) -> None:
     )
 
 
-def count_model_request(*, ledger: Ledger | None = None) -> BudgetUsage | None:
+def count_model_request(*, ledger: LedgerCore | None = None) -> BudgetUsage | None:
     """Check the current run's budgets before a model request and count it; integrations call it.
 
     Raises :class:`BudgetExceeded` (``step_limit`` for ``max_model_requests``, ``budget`` for
@@ -743,7 +741,7 @@ def record_model_usage(
     output_tokens: int = 0,
     *,
     cost: float | None = None,
-    ledger: Ledger | None = None,
+    ledger: LedgerCore | None = None,
 ) -> None:
     """Add one model response's tokens (and cost) to the current run's budget counters.
 

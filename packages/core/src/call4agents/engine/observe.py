@@ -4,16 +4,13 @@
 installed it is None, so the cost is one global read. A layer wraps the whole action (cache hit,
 claim, tool, record), which is what lets a span cover the tool and nest the tool's own spans.
 
-OpenTelemetry is on by default when ``opentelemetry`` is importable: like any library
-instrumented with the OpenTelemetry API, it does nothing until the application installs an SDK.
-Turn it off with ``c4a.init(otel=False)`` or ``CALL4AGENTS_OTEL=0``; ``otel=True`` insists.
+OpenTelemetry plugs in here as a layer: ``call4agents.controls.telemetry`` installs it.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,10 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from call4agents.engine.context import _effect
+from call4agents.engine.verdicts import is_in_doubt_error
 from call4agents.model.errors import (
     ApprovalDenied,
     ApprovalRequired,
-    ConfigurationError,
     EffectInDoubt,
     EffectInProgress,
     ResultNotStored,
@@ -116,7 +113,6 @@ hook: Layer | None = None
 _layers: dict[str, Layer] = {}
 _ORDER = ("otel", "replay")
 _lock = threading.Lock()
-_lazy_lock = threading.Lock()
 
 
 def install(name: str, layer: Layer | None) -> None:
@@ -242,8 +238,6 @@ def outcome_of(action: Action, watch: Watch, exc: BaseException | None) -> Outco
     if exc is None:
         return "ok" if watch.executed else "deduped"
     if watch.executed and not watch.returned:  # the tool itself raised
-        from call4agents.engine.effect import is_in_doubt_error
-
         if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is TimeoutError since 3.11
             return "timeout"
         if not is_in_doubt_error(exc, action.options):
@@ -380,105 +374,3 @@ def approval_of(action: Action, outcome: Outcome, exc: BaseException | None) -> 
         return "", ""
     last = found[-1]
     return last.ticket, last.decided_by or ""
-
-
-# -- configuration ------------------------------------------------------------------------------
-
-
-def otel_available() -> bool:
-    """Whether the OpenTelemetry API can be imported (looked up once per process)."""
-    if _available is None:
-        _set_available()
-    return bool(_available)
-
-
-_available: bool | None = None
-
-
-def _set_available() -> None:
-    global _available
-    try:
-        _available = importlib.util.find_spec("opentelemetry") is not None
-    except (ImportError, ValueError):
-        _available = False
-
-
-def configure(
-    otel: bool | None = None,
-    *,
-    record_args: bool = False,
-    tracer_provider: Any = None,
-    meter_provider: Any = None,
-) -> None:
-    """Turn OpenTelemetry on (True), off (False) or back to automatic (None).
-
-    ``record_args=True`` puts arguments and results on spans (they may hold personal data).
-    Providers default to the global ones, so spans go wherever the application sends them.
-    """
-    if otel is False:
-        install("otel", None)
-        return
-    if not otel_available():
-        if otel:
-            raise ConfigurationError(
-                "otel=True needs OpenTelemetry, which is not installed: "
-                'pip install "call4agents-core[otel]"'
-            )
-        install("otel", None)
-        return
-    if otel is None and os.environ.get("CALL4AGENTS_OTEL") == "0" and record_args is False:
-        install("otel", None)
-        return
-    from ._otel import OtelLayer
-
-    current = installed("otel")
-    if isinstance(current, OtelLayer) and current.providers == (tracer_provider, meter_provider):
-        # The same providers: keep the instruments (a second set would double every gauge).
-        current.record_args = record_args
-        return
-    install("otel", OtelLayer(record_args, tracer_provider, meter_provider))
-
-
-class _Lazy(Layer):
-    """The automatic default: imports OpenTelemetry at the first action, not at import time."""
-
-    def _real(self) -> Layer | None:
-        with _lazy_lock:  # two first actions at once must not build two sets of instruments
-            if installed("otel") is self:
-                try:
-                    configure(None)
-                except ImportError:  # found but broken: stay out of the way
-                    install("otel", None)
-        return installed("otel")
-
-    def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
-        real = self._real()
-        return real.perform(action, call, inner) if real else inner(action, call)
-
-    async def aperform(
-        self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
-    ) -> T:
-        real = self._real()
-        return await (real.aperform(action, call, inner) if real else inner(action, call))
-
-    def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
-        real = self._real()
-        if real is not None:
-            real.run_ended(run_id, reason, count=count)
-
-    def run_left(self, summary: RunSummary) -> None:
-        real = self._real()
-        if real is not None:
-            real.run_left(summary)
-
-    def step(self, run_id: str | None, index: int | None) -> Step:
-        real = self._real()
-        return real.step(run_id, index) if real is not None else _NO_STEP
-
-
-def _auto() -> None:
-    if os.environ.get("CALL4AGENTS_OTEL") != "0" and otel_available():
-        install("otel", _Lazy())
-
-
-_auto()

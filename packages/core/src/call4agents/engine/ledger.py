@@ -1,0 +1,690 @@
+"""The ledger: one database of actions, opened once per process and shared by every effect."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets as _secrets
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from call4agents.engine import _owner, approvals
+from call4agents.engine.approvals import ApprovalRequest, Signer
+from call4agents.model.codec import decode_result, encode_result
+from call4agents.model.errors import ConfigurationError, LedgerError
+from call4agents.storage import _db, _files, reads, run_rows
+from call4agents.storage._hits import DedupCounter
+from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
+from call4agents.storage.store import Store, short_error
+
+if TYPE_CHECKING:
+    from call4agents.engine.effect import Action
+
+_L = TypeVar("_L", bound="LedgerCore")
+_CACHE_LIMIT = 50_000
+# A resumed run's recorded results read in one go: at most this many, none larger than this.
+_RECALL_ROWS = 1_000
+_RECALL_BYTES = 64 * 1024
+
+
+def idempotency_key(key: str) -> str:
+    """The key a tool forwards to its provider (``Idempotency-Key``): stable across attempts."""
+    return "c4a-" + key[:48]
+
+
+@dataclass(frozen=True)
+class EffectRecord:
+    """One recorded action, as ``effects()``, ``in_doubt()`` and the CLI show it."""
+
+    key: str
+    seq: int
+    run_id: str
+    tool: str
+    kind: str
+    state: str
+    attempt: int
+    args: dict[str, Any]
+    result_json: str | None
+    error: str | None
+    note: str | None
+    resolved_by: str | None
+    owner: str | None
+    lease_expires_at: float | None
+    created_at: float
+    updated_at: float
+    pruned_at: float | None
+    evidence: list[dict[str, Any]]
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.key)
+
+    @property
+    def result(self) -> Any:
+        """The recorded result, decoded to its original type (None if there is none)."""
+        return decode_result(self.result_json) if self.result_json is not None else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "run_id": self.run_id,
+            "tool": self.tool,
+            "kind": self.kind,
+            "state": self.state,
+            "attempt": self.attempt,
+            "args": self.args,
+            "result": json.loads(self.result_json) if self.result_json else None,
+            "error": self.error,
+            "note": self.note,
+            "resolved_by": self.resolved_by,
+            "owner": _owner.describe(self.owner) if self.owner else None,
+            "idempotency_key": self.idempotency_key,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "pruned": self.pruned_at is not None,
+            "evidence": self.evidence,
+        }
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    actions: int
+    succeeded: int
+    failed: int
+    in_doubt: int
+    started: int
+    first_at: float
+    last_at: float
+
+
+@dataclass(frozen=True)
+class GcReport:
+    pruned: int  # succeeded actions whose payload was removed, a tombstone kept
+    deleted: int  # failed actions removed (they had not acted, so nothing to remember)
+    kept_open: int  # started or in-doubt actions older than the cut, never touched
+
+
+class _Heartbeat:
+    """One daemon thread per ledger that renews the leases of the tools running in this process.
+
+    A claim starts with a full lease, so a lease is renewed only once a third of it has passed:
+    short tool calls never cost a renewal, and the thread stays parked between calls instead of
+    being started for each one.
+    """
+
+    _IDLE_EXIT = 60.0  # seconds with nothing held before the thread ends
+
+    def __init__(self, ledger: LedgerCore) -> None:
+        self._ledger = weakref.ref(ledger)
+        # key -> (attempt, ttl, renewed at, the claim's owner text)
+        self._held: dict[str, tuple[int, float, float, str]] = {}
+        self._lost: set[str] = set()
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._wake_at = float("inf")  # when the thread next looks (monotonic clock)
+
+    def hold(self, key: str, attempt: int, ttl: float, owner: str) -> None:
+        with self._lock:
+            now = time.monotonic()
+            self._held[key] = (attempt, ttl, now, owner)
+            self._lost.discard(key)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._loop, name="call4agents-heartbeat", daemon=True
+                )
+                self._thread.start()
+            elif now + ttl / 3 < self._wake_at:
+                self._lock.notify()  # due before the thread would next look
+
+    def release(self, key: str) -> bool:
+        """Stop renewing; True if the lease was lost while the tool ran."""
+        with self._lock:
+            self._held.pop(key, None)
+            lost = key in self._lost
+            self._lost.discard(key)
+            return lost
+
+    def reset_after_fork(self) -> None:
+        self._held.clear()
+        self._lost.clear()
+        self._thread = None
+        self._lock = threading.Condition()
+        self._wake_at = float("inf")
+
+    def _loop(self) -> None:
+        idle_since = time.monotonic()
+        while True:
+            with self._lock:
+                if not self._held:
+                    if time.monotonic() - idle_since > self._IDLE_EXIT:
+                        self._thread = None
+                        return
+                    self._wake_at = float("inf")
+                    self._lock.wait(timeout=self._IDLE_EXIT / 4)
+                    continue
+                # Look again the moment the first lease is a third through: its renewal then
+                # has the other two thirds to land in, however slow a commit is meanwhile.
+                self._wake_at = min(at + ttl / 3 for _, ttl, at, _ in self._held.values())
+                self._lock.wait(timeout=max(0.0, self._wake_at - time.monotonic()))
+                now = time.monotonic()
+                due = {k: (a, t, o) for k, (a, t, at, o) in self._held.items() if now - at >= t / 3}
+                idle_since = now
+            if due and not self._renew(due, now):
+                return
+
+    def _renew(self, due: dict[str, tuple[int, float, str]], now: float) -> bool:
+        ledger = self._ledger()
+        if ledger is None:
+            return False
+        for ttl in {t for _, t, _ in due.values()}:
+            batch = [(k, a, o) for k, (a, t, o) in due.items() if t == ttl]
+            try:
+                lost = ledger.store.renew(batch, ttl)
+            except LedgerError:
+                continue  # the database is away; the next beat tries again
+            with self._lock:
+                self._lost.update(lost)
+                for key, attempt, owner in batch:
+                    if self._held.get(key, (None,))[0] == attempt:
+                        self._held[key] = (attempt, ttl, now, owner)
+        return True
+
+
+_ledgers: weakref.WeakSet[LedgerCore] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A child must not reuse its parent's pooled connections or heartbeat (SQLAlchemy's pooling
+    # docs, "Using Connection Pools with Multiprocessing or os.fork()").
+    for ledger in list(_ledgers):
+        ledger.engine.dispose(close=False)
+        ledger._heartbeat.reset_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class LedgerCore:
+    """The ledger as the engine and the controls use it: its store, settings, secret and the
+    results this process has seen; reading, settling and forgetting actions. Users open a
+    :class:`call4agents.Ledger`, which adds the run controls."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        durability: _db.Durability = "power",
+        schema: str | None = None,
+        secret: str | bytes | None = None,
+        lease: float = 30.0,
+        wait: float = 10.0,
+        busy_timeout: float = 30.0,
+        max_result_bytes: int = 1 << 20,
+        max_args_bytes: int = 1 << 20,
+        allow_network_fs: bool | None = None,
+        auto_migrate: bool = True,
+        approval_for: Sequence[str] = (),
+        approval_ttl: float = 24 * 3600.0,
+        previous_secrets: Sequence[tuple[str | bytes, float]] = (),
+    ) -> None:
+        if lease <= 0 or wait < 0:
+            raise ConfigurationError("lease must be > 0 seconds and wait >= 0 seconds")
+        self._url = _db.parse_url(url)
+        if allow_network_fs is None:
+            allow_network_fs = os.environ.get("CALL4AGENTS_ALLOW_NETWORK_FS") == "1"
+        self.engine = _db.make_engine(
+            self._url,
+            durability=durability,
+            schema=schema,
+            busy_timeout=busy_timeout,
+            allow_network_fs=allow_network_fs,
+        )
+        self.schema = schema
+        self.durability = durability
+        self.lease = lease
+        self.wait = wait
+        self.max_result_bytes = max_result_bytes
+        self.max_args_bytes = max_args_bytes
+        self.store = Store(self.engine)
+        self.approval_for = tuple(approval_for)
+        self.approval_ttl = approval_ttl
+        self._previous = [(_bytes(k), until) for k, until in previous_secrets] + _env_previous()
+        self._secret_given = secret.encode() if isinstance(secret, str) else secret
+        self._secret: bytes | None = None
+        self._salt: bytes | None = None
+        self._cache: dict[str, str] = {}
+        self._repeats_read: dict[str, int] = {}  # repeats met in the database, per run
+        self._writing: set[str] = set()  # runs whose last claim here wrote a new intent
+        self.dedup = DedupCounter(self.store)
+        self._heartbeat = _Heartbeat(self)
+        self._open(auto_migrate)
+        _ledgers.add(self)
+
+    def _open(self, auto_migrate: bool) -> None:
+        try:
+            if auto_migrate:
+                migrate(self.engine, schema=self.schema)
+            else:
+                with self.engine.connect() as conn:
+                    version = current_version(conn, self.schema)
+                refuse_newer(version)
+                if version == 0:
+                    raise LedgerError(
+                        f"there is no Call4Agents ledger at {self.url}"
+                        + (f" (schema {self.schema})" if self.schema else "")
+                        + ": check the URL, or create one with `call4agents migrate`"
+                    )
+                if version < CURRENT:
+                    raise LedgerError(
+                        f"the ledger is at schema version {version}, this version needs {CURRENT}:"
+                        " run `call4agents migrate`"
+                    )
+            # Read now, not at the first redacted call: that may be on an event loop's thread.
+            found = reads.key_salt(self.store)
+            self._salt = found.encode() if found is not None else None
+        except LedgerError:
+            self.engine.dispose()
+            raise
+        except Exception as exc:
+            self.engine.dispose()
+            raise LedgerError(
+                f"cannot open the ledger at {self.url}: {short_error(exc)}. Check that the "
+                "database is reachable and that you may write to it (`call4agents doctor`)."
+            ) from exc
+
+    @property
+    def url(self) -> str:
+        """The ledger URL with any password masked."""
+        return _db.safe_url(self._url)
+
+    @property
+    def dialect(self) -> str:
+        return self.store.dialect
+
+    def close(self) -> None:
+        # The counts are a health figure; closing must not fail over them.
+        with contextlib.suppress(LedgerError):
+            self.dedup.flush()
+        self.store.close()
+        self.engine.dispose()
+
+    def __enter__(self: _L) -> _L:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Ledger({self.url!r}, durability={self.durability!r})"
+
+    # -- secret ---------------------------------------------------------------------------------
+
+    def secret_source(self) -> str | None:
+        """Where the secret would come from, without creating anything; None if nowhere."""
+        if self._secret_given:
+            return "given to Ledger(secret=...)"
+        if os.environ.get("CALL4AGENTS_SECRET"):
+            return "CALL4AGENTS_SECRET"
+        if os.environ.get("CALL4AGENTS_SECRET_FILE"):
+            return "CALL4AGENTS_SECRET_FILE"
+        if self._url.get_backend_name() == "sqlite":
+            path = Path(self._url.database or "").expanduser().parent / "secret"
+            return f"{path} ({'exists' if path.exists() else 'made on first use'})"
+        return None
+
+    @property
+    def secret(self) -> bytes:
+        if self._secret is None:
+            self._secret = self._secret_given or _load_secret(self._url)
+        return self._secret
+
+    def signer(self) -> Signer:
+        return Signer(self.secret, self._previous)
+
+    def digest(self, data: bytes) -> str:
+        """HMAC-SHA256 with the ledger's fixed salt: stands in for a redacted value in keys."""
+        if self._salt is None:
+            raise LedgerError("the ledger has no key salt: run `call4agents migrate`")
+        return hmac.new(self._salt, data, hashlib.sha256).hexdigest()
+
+    # -- the in-process cache of finished results ------------------------------------------------
+
+    def _remember(self, key: str, result_json: str) -> None:
+        # A succeeded action is final, so its result can be served without a database round trip.
+        if len(self._cache) >= _CACHE_LIMIT:
+            self._cache.pop(next(iter(self._cache)))
+        self._cache[key] = result_json
+
+    def _recall_run(self, run_id: str) -> None:
+        """Called for each repeat met in the database. At the second, ``run_id`` is being
+        resumed (a replayed agent loop): read its other recorded results in one query, so the
+        repeats that follow are served from memory instead of one round trip each. A lone
+        retry pays nothing extra."""
+        self._writing.discard(run_id)
+        seen = self._repeats_read.get(run_id, 0) + 1
+        if seen > 2:
+            return
+        if len(self._repeats_read) >= _CACHE_LIMIT:
+            self._repeats_read.clear()
+        self._repeats_read[run_id] = seen
+        if seen < 2:
+            return
+        # Only a shortcut: the repeat in hand has its result either way.
+        with contextlib.suppress(LedgerError):
+            for key, result in reads.recorded_results(
+                self.store, run_id, rows=_RECALL_ROWS, max_bytes=_RECALL_BYTES
+            ):
+                self._remember(key, result)
+
+    def _likely_repeat(self, run_id: str) -> bool:
+        """Whether a claim in ``run_id`` should look for a recorded result before trying an
+        insert. Yes, unless this process's last claim in the run wrote a new intent: a run met
+        here for the first time may be a resume, while a run past its replay point meets new
+        actions. Either way the answer is the same; only the cost differs."""
+        return run_id not in self._writing
+
+    def _wrote_intent(self, run_id: str) -> None:
+        if len(self._writing) >= _CACHE_LIMIT:
+            self._writing.clear()
+        self._writing.add(run_id)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def effects(self, run_id: str | None = None, *, limit: int | None = None) -> list[EffectRecord]:
+        """A run's actions in the order they were first attempted (all runs if no id is given)."""
+        return [_record(r) for r in reads.actions(self.store, run_id, limit)]
+
+    def find(self, key: str) -> EffectRecord | None:
+        """One action by its full key, or None if it was never attempted."""
+        found = reads.action(self.store, key)
+        return _record(found) if found is not None else None
+
+    def effect(self, key: str) -> EffectRecord:
+        """One action by its key or a unique prefix of it (at least 6 characters)."""
+        if len(key) == 64:
+            record = self.find(key)
+            if record is None:
+                raise LedgerError(f"no action with key {key!r} in {self.url}")
+            return record
+        if len(key) < 6:
+            raise ConfigurationError("give at least 6 characters of the action key")
+        found = reads.actions_by_prefix(self.store, key, 2)
+        if not found:
+            raise LedgerError(f"no action with key {key!r} in {self.url}")
+        if len(found) > 1:
+            raise LedgerError(f"key prefix {key!r} matches several actions: give more characters")
+        return _record(found[0])
+
+    def in_doubt(self) -> list[EffectRecord]:
+        """Every action in doubt, after judging lapsed leases and dead local owners."""
+        self.sweep()
+        return [_record(r) for r in reads.in_doubt(self.store)]
+
+    def sweep(self) -> int:
+        """Mark in doubt every started action whose local owner died, or whose lease lapsed
+        while its owner is not a live process of this machine."""
+        moved = 0
+        for key, attempt, owner, lapsed in reads.started(self.store):
+            if _owner.is_dead_local(owner):
+                note = _owner.gone_note(owner)
+                moved += self.store.mark_in_doubt(
+                    key, attempt, note, only_if_expired=False, owner=owner
+                )
+            elif lapsed and not _owner.is_alive_local(owner):
+                # A live process of this machine (busy, stuck or stopped) may still act.
+                note = "its lease expired with no result"
+                moved += self.store.mark_in_doubt(
+                    key, attempt, note, only_if_expired=True, owner=owner
+                )
+        return moved
+
+    def runs(
+        self,
+        *,
+        limit: int = 100,
+        tool: str | None = None,
+        search: str | None = None,
+        active_within: float | None = None,
+    ) -> list[RunSummary]:
+        """The most recently active runs, newest first; ``tool`` keeps the runs that called that
+        tool, ``search`` those whose run id contains the text, ``active_within`` (seconds) those
+        with an action updated that recently. Each run's counts cover all of its actions."""
+        # By the database clock; the scan stops at it rather than filtering on it, so it reads
+        # the index on updated_at in order and nothing older.
+        cutoff = None if active_within is None else self.store.now() - active_within
+        found = reads.latest_runs(self.store, limit=limit, tool=tool, search=search, cutoff=cutoff)
+        return [RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7])) for r in found]
+
+    # -- settling -------------------------------------------------------------------------------
+
+    def resolve(
+        self,
+        key: str,
+        *,
+        happened: bool,
+        result: Any = None,
+        by: str,
+        note: str = "",
+    ) -> EffectRecord:
+        """Record what a person (or a reconciler) found out about an in-doubt action.
+
+        ``happened=True`` records it as succeeded with ``result``: repeats return that result.
+        ``happened=False`` records that it did not act: the next call runs it as a new attempt.
+        """
+        if not by or not by.strip():
+            raise ConfigurationError("resolve needs by=: who found this out (a name or a system)")
+        record = self.effect(key)
+        if record.state == "started":
+            self.sweep()
+            record = self.effect(record.key)
+        if record.state not in ("in_doubt", "started"):
+            raise LedgerError(
+                f"{record.tool} in run {record.run_id!r} is {record.state}, not in doubt: "
+                "there is nothing to resolve"
+            )
+        if record.state == "started" and _owner.is_alive_local(record.owner):
+            raise LedgerError(
+                f"{record.tool} in run {record.run_id!r} is held by a process of this machine "
+                f"that is still alive, perhaps stopped ({_owner.describe(record.owner)}): it may "
+                "yet act, so let it finish, or end that process, then resolve"
+            )
+        encoded = encode_result(result, max_bytes=self.max_result_bytes) if happened else None
+        what = "happened" if happened else "did not happen"
+        text = f"resolved by {by}: {what}" + (f" ({note})" if note else "")
+        if not self.store.resolve(record.key, happened=happened, result=encoded, by=by, note=text):
+            raise LedgerError(
+                f"{record.tool} in run {record.run_id!r} is still being run by a live worker "
+                f"({_owner.describe(record.owner)}); wait for it, or for its lease to expire"
+            )
+        return self.effect(record.key)
+
+    # -- approvals ------------------------------------------------------------------------------
+
+    def approve(
+        self, ticket: str, *, by: str, reason: str | None = None, only_if_pending: bool = False
+    ) -> ApprovalRequest:
+        """A person's yes to the exact call a ticket shows; spent by one execution.
+
+        ``only_if_pending=True`` leaves a ticket already answered as it is and returns it (its
+        ``state`` and ``decided_by`` say who answered): the first of two people stands.
+        """
+        return approvals.decide(
+            self, ticket, approve=True, by=by, reason=reason, only_if_pending=only_if_pending
+        )
+
+    def deny(
+        self, ticket: str, *, by: str, reason: str | None = None, only_if_pending: bool = False
+    ) -> ApprovalRequest:
+        """A person's no; it wins over an earlier yes that was not yet used (unless
+        ``only_if_pending``, as for ``approve``)."""
+        return approvals.decide(
+            self, ticket, approve=False, by=by, reason=reason, only_if_pending=only_if_pending
+        )
+
+    def waiting(self, *, limit: int = 100) -> list[ApprovalRequest]:
+        """Tickets waiting for a person now (pending, not expired), oldest first."""
+        return approvals.waiting_requests(self, limit=limit)
+
+    def waiting_by_run(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """How many tickets wait for a person (pending, not expired) in each of these runs."""
+        return approvals.waiting_counts(self, run_ids)
+
+    def approval(self, ticket: str) -> ApprovalRequest | None:
+        """One approval ticket by its id, in whatever state it is; None if there is none."""
+        return approvals.find_request(self, ticket)
+
+    def approve_action(
+        self, action: Action, *, by: str, reason: str | None = None
+    ) -> ApprovalRequest | None:
+        """A yes to exactly this prepared call (e.g. arguments a person edited)."""
+        ttl = action.options.approval_ttl or self.approval_ttl
+        return approvals.decide_action(self, action, approve=True, by=by, reason=reason, ttl=ttl)
+
+    def deny_action(
+        self, action: Action, *, by: str, reason: str | None = None
+    ) -> ApprovalRequest | None:
+        ttl = action.options.approval_ttl or self.approval_ttl
+        return approvals.decide_action(self, action, approve=False, by=by, reason=reason, ttl=ttl)
+
+    def request_approval(self, action: Action) -> ApprovalRequest | None:
+        """The open ticket for exactly this call (made if needed), or the "no" it got (state
+        ``denied``); None if the action ran."""
+        ttl = action.options.approval_ttl or self.approval_ttl
+        return approvals.request(self, action, ttl=ttl)
+
+    def approvals(
+        self, run_id: str | None = None, *, state: str | None = None, key: str | None = None
+    ) -> list[ApprovalRequest]:
+        """Approval tickets, oldest first; ``state="pending"`` for those waiting on a person."""
+        return approvals.list_requests(self, run_id=run_id, state=state, key=key)
+
+    # -- forgetting -----------------------------------------------------------------------------
+
+    def delete_run(self, run_id: str) -> int:
+        """Remove a run's records (e.g. with its checkpoints); refused while any is open."""
+        open_, deleted = reads.delete_run(self.store, run_id, run_rows.forget)
+        if open_:
+            raise LedgerError(
+                f"run {run_id!r} has {open_} action(s) running or in doubt: settle them "
+                "(`call4agents doubt`, `call4agents resolve`) before deleting the run"
+            )
+        return deleted
+
+    # -- retention ------------------------------------------------------------------------------
+
+    def gc(self, older_than: float | timedelta, *, batch: int = 1000) -> GcReport:
+        """Drop the payload of finished actions last touched before ``older_than`` ago.
+
+        Succeeded actions keep a tombstone (their key and state) so a resumed run never runs them
+        again; failed ones are deleted, since they did not act. Started and in-doubt actions are
+        never touched. Works in batches of ``batch`` rows, one short transaction each.
+        """
+        seconds = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
+        if seconds < 0:
+            raise ConfigurationError("older_than must not be negative")
+        cutoff = self.store.now() - seconds
+        return GcReport(*reads.gc(self.store, cutoff, batch, run_rows.forget))
+
+
+def _record(m: Any) -> EffectRecord:
+    return EffectRecord(
+        key=m["key"],
+        seq=m["seq"],
+        run_id=m["run_id"],
+        tool=m["tool"],
+        kind=m["kind"],
+        state=m["state"],
+        attempt=m["attempt"],
+        args=json.loads(m["args"]) if m["args"] else {},
+        result_json=m["result"],
+        error=m["error"],
+        note=m["note"],
+        resolved_by=m["resolved_by"],
+        owner=m["owner"],
+        lease_expires_at=m["lease_expires_at"],
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
+        pruned_at=m["pruned_at"],
+        evidence=json.loads(m["evidence"]) if m["evidence"] else [],
+    )
+
+
+def _load_secret(url: Any) -> bytes:
+    env = os.environ.get("CALL4AGENTS_SECRET")
+    if env:
+        return env.encode()
+    path_text = os.environ.get("CALL4AGENTS_SECRET_FILE")
+    if path_text:
+        return _read_named_secret(Path(path_text))
+    if url.get_backend_name() == "sqlite":
+        return _read_or_create_secret(Path(url.database).expanduser().parent / "secret")
+    raise ConfigurationError(
+        "this ledger needs a secret to sign approvals and none is set: give "
+        "every worker the same value in CALL4AGENTS_SECRET (or a file in CALL4AGENTS_SECRET_FILE)"
+    )
+
+
+def _read_or_create_secret(path: Path) -> bytes:
+    """The secret kept beside an SQLite ledger: made on first use, then only if still private."""
+    _files.create_private(path, _secrets.token_hex(32).encode())
+    _files.check_private(path, what="secret file", may_be_read=False)
+    return _read_secret(path)
+
+
+def _read_named_secret(path: Path) -> bytes:
+    """$CALL4AGENTS_SECRET_FILE: the operator's file (a mounted secret may be a link)."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read CALL4AGENTS_SECRET_FILE={path}: {exc.strerror}"
+        ) from exc
+    if info.st_uid not in (os.geteuid(), 0) or info.st_mode & 0o022:
+        raise LedgerError(
+            f"refusing CALL4AGENTS_SECRET_FILE={path}: it must belong to this process's user or to "
+            "root and be writable by its owner alone, or another user could choose the key that "
+            f"signs approvals (chmod 600 {path})"
+        )
+    return _read_secret(path)
+
+
+def _read_secret(path: Path) -> bytes:
+    value = path.read_text(encoding="ascii").strip()
+    if len(value) < 32:
+        raise LedgerError(f"the secret file {path} is too short; remove it to make a new one")
+    return value.encode()
+
+
+def _bytes(value: str | bytes) -> bytes:
+    return value.encode() if isinstance(value, str) else value
+
+
+def _env_previous() -> list[tuple[bytes, float]]:
+    old = os.environ.get("CALL4AGENTS_PREVIOUS_SECRET")
+    until = os.environ.get("CALL4AGENTS_PREVIOUS_SECRET_UNTIL")
+    if not old:
+        return []
+    if not until:
+        raise ConfigurationError(
+            "CALL4AGENTS_PREVIOUS_SECRET needs CALL4AGENTS_PREVIOUS_SECRET_UNTIL (an ISO date-time "
+            "with a time zone) saying until when approvals signed with it stay valid"
+        )
+    try:
+        moment = datetime.fromisoformat(until)
+    except ValueError as exc:
+        raise ConfigurationError(f"CALL4AGENTS_PREVIOUS_SECRET_UNTIL={until!r} is not ISO") from exc
+    if moment.tzinfo is None:
+        raise ConfigurationError(
+            "CALL4AGENTS_PREVIOUS_SECRET_UNTIL needs a time zone (e.g. +00:00)"
+        )
+    return [(old.encode(), moment.timestamp())]

@@ -1,0 +1,241 @@
+"""Reading recorded actions back, and forgetting them: the statements behind ``Ledger``'s lists,
+its lease sweep, ``delete_run`` and ``gc``.
+
+Every query here is served by an index at any size (``tests/core/test_query_plans.py``). Rows
+are returned as mappings of ``c4a_effects``' columns; the engine turns them into records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_, delete, func, select, tuple_, update
+from sqlalchemy.engine import Connection, RowMapping
+
+from .store import Store, now_sql
+from .tables import approvals, dedup_hits, effects, in_open_state, meta
+from .tables import runs as runs_table
+
+Forget = Callable[..., None]  # a run's own notes: run_rows.forget(conn, run_id=..., before=...)
+
+
+def key_salt(store: Store) -> str | None:
+    """The salt that hides redacted values inside action keys (schema version 2 on)."""
+    with store.read() as conn:
+        found: str | None = conn.execute(
+            select(meta.c.value).where(meta.c.name == "key_salt")
+        ).scalar()
+        return found
+
+
+def recorded_results(store: Store, run_id: str, *, rows: int, max_bytes: int) -> list[Any]:
+    """A run's succeeded results, up to ``rows`` of them, each at most ``max_bytes``."""
+    stmt = (
+        select(effects.c.key, effects.c.result)
+        .where(
+            effects.c.run_id == run_id,
+            effects.c.state == "succeeded",
+            effects.c.pruned_at.is_(None),
+            func.length(effects.c.result) <= max_bytes,
+        )
+        .order_by(effects.c.seq)
+        .limit(rows)
+    )
+    with store.read() as conn:
+        return list(conn.execute(stmt).all())
+
+
+def actions(store: Store, run_id: str | None, limit: int | None) -> list[RowMapping]:
+    stmt = select(effects).order_by(effects.c.seq)
+    if run_id is not None:
+        stmt = stmt.where(effects.c.run_id == run_id)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    with store.read() as conn:
+        return list(conn.execute(stmt).mappings())
+
+
+def action(store: Store, key: str) -> RowMapping | None:
+    with store.read() as conn:
+        return conn.execute(select(effects).where(effects.c.key == key)).mappings().first()
+
+
+def actions_by_prefix(store: Store, prefix: str, limit: int) -> list[RowMapping]:
+    with store.read() as conn:
+        found = conn.execute(
+            select(effects).where(effects.c.key.startswith(prefix, autoescape=True)).limit(limit)
+        )
+        return list(found.mappings())
+
+
+def in_doubt(store: Store) -> list[RowMapping]:
+    with store.read() as conn:
+        rows = conn.execute(
+            select(effects).where(in_open_state("in_doubt")).order_by(effects.c.seq)
+        )
+        return list(rows.mappings())
+
+
+def started(store: Store) -> list[Any]:
+    """Every started action: key, attempt, owner, and whether its lease lapsed by the database
+    clock (the sweep judges each by its owner, then by the lapse)."""
+    now = now_sql(store.dialect)
+    with store.read() as conn:
+        return list(
+            conn.execute(
+                select(
+                    effects.c.key,
+                    effects.c.attempt,
+                    effects.c.owner,
+                    (effects.c.lease_expires_at <= now).label("lapsed"),
+                ).where(in_open_state("started"))
+            ).all()
+        )
+
+
+_RUN_SCAN = 2000  # actions read per step while looking for the most recent runs
+
+
+def latest_runs(
+    store: Store, *, limit: int, tool: str | None, search: str | None, cutoff: float | None
+) -> list[Any]:
+    """The most recently active runs with their counts: run id, actions, succeeded, failed, in
+    doubt, started, first created, last updated; newest first."""
+    conds: list[ColumnElement[bool]] = []
+    if tool is not None:
+        conds.append(effects.c.tool == tool)
+    if search:
+        conds.append(effects.c.run_id.contains(search, autoescape=True))
+    with store.read() as conn:
+        ids = _latest_run_ids(conn, conds, limit, cutoff)
+        return list(conn.execute(_run_counts(ids)).all()) if ids else []
+
+
+def _latest_run_ids(
+    conn: Connection, conds: Sequence[ColumnElement[bool]], limit: int, cutoff: float | None
+) -> list[str]:
+    """The ``limit`` runs updated most recently (and not before ``cutoff``), read newest action
+    first through the index on updated_at: a run's first action met is its latest, so the scan
+    stops once enough are found instead of grouping every action of the ledger."""
+    found: dict[str, None] = {}
+    offset = 0
+    while len(found) < limit:
+        rows = conn.execute(
+            select(effects.c.run_id, effects.c.updated_at)
+            .where(*conds)
+            .order_by(effects.c.updated_at.desc())  # the index alone: no sort of the rest
+            .limit(_RUN_SCAN)
+            .offset(offset)
+        ).all()
+        for run_id, updated_at in rows:
+            if cutoff is not None and updated_at < cutoff:
+                return list(found)
+            found.setdefault(run_id, None)
+            if len(found) == limit:
+                break
+        if len(rows) < _RUN_SCAN:
+            break
+        offset += _RUN_SCAN
+    return list(found)
+
+
+def _run_counts(run_ids: list[str]) -> Any:
+    def count(state: str) -> Any:
+        return func.sum(func.cast(effects.c.state == state, effects.c.attempt.type))
+
+    return (
+        select(
+            effects.c.run_id,
+            func.count(),
+            count("succeeded"),
+            count("failed"),
+            count("in_doubt"),
+            count("started"),
+            func.min(effects.c.created_at),
+            func.max(effects.c.updated_at),
+        )
+        .where(effects.c.run_id.in_(run_ids))
+        .group_by(effects.c.run_id)
+        .order_by(func.max(effects.c.updated_at).desc())
+    )
+
+
+# -- forgetting -----------------------------------------------------------------------------------
+
+
+def delete_run(store: Store, run_id: str, forget: Forget) -> tuple[int, int]:
+    """Delete a run's records in one transaction unless an action is open: (open, deleted)."""
+    with store.tx() as conn:
+        open_ = conn.execute(
+            select(func.count()).where(
+                effects.c.run_id == run_id, effects.c.state.in_(("started", "in_doubt"))
+            )
+        ).scalar_one()
+        if open_:
+            return int(open_), 0
+        conn.execute(delete(approvals).where(approvals.c.run_id == run_id))
+        conn.execute(delete(runs_table).where(runs_table.c.run_id == run_id))
+        forget(conn, run_id=run_id)
+        return 0, int(conn.execute(delete(effects).where(effects.c.run_id == run_id)).rowcount)
+
+
+def gc(store: Store, cutoff: float, batch: int, forget: Forget) -> tuple[int, int, int]:
+    """Prune succeeded actions (a tombstone stays), delete failed ones, last touched before
+    ``cutoff``; drop dedup counts and run notes as old. (pruned, deleted, open ones kept)."""
+    pruned = _gc_batches(
+        store,
+        and_(effects.c.state == "succeeded", effects.c.pruned_at.is_(None)),
+        cutoff,
+        batch,
+        prune=True,
+    )
+    deleted = _gc_batches(store, effects.c.state == "failed", cutoff, batch, prune=False)
+    with store.tx() as conn:  # dedup counts of that age go too (one row per tool-minute)
+        conn.execute(delete(dedup_hits).where(dedup_hits.c.minute < int(cutoff // 60)))
+        forget(conn, before=cutoff)  # the run summaries of runs that old
+    with store.read() as conn:
+        kept = conn.execute(
+            select(func.count()).where(
+                effects.c.state.in_(("started", "in_doubt")), effects.c.updated_at < cutoff
+            )
+        ).scalar_one()
+    return pruned, deleted, int(kept)
+
+
+def _gc_batches(
+    store: Store, cond: ColumnElement[bool], cutoff: float, batch: int, *, prune: bool
+) -> int:
+    total, after = 0, None
+    order = (effects.c.updated_at, effects.c.seq)
+    while True:
+        with store.tx() as conn:
+            query = select(*order).where(cond, effects.c.updated_at < cutoff)
+            if after is not None:
+                # Each batch starts where the last one ended: pruning leaves the tombstones'
+                # updated_at alone, and rescanning them from the start would make a large gc
+                # quadratic.
+                query = query.where(tuple_(*order) > tuple_(*after))
+            found = conn.execute(query.order_by(*order).limit(batch)).all()
+            if not found:
+                return total
+            after = tuple(found[-1])
+            keys = [seq for _, seq in found]
+            # Re-check state and age in the write itself: on PostgreSQL the SELECT above takes
+            # no lock, and a worker may have taken a failed action up again meanwhile.
+            target = and_(effects.c.seq.in_(keys), cond, effects.c.updated_at < cutoff)
+            if prune:
+                done = conn.execute(
+                    update(effects)
+                    .where(target)
+                    .values(
+                        args="{}",
+                        args_digest=None,  # a digest would let guesses be tested
+                        result=None,
+                        evidence=None,
+                        pruned_at=now_sql(store.dialect),
+                    )
+                )
+            else:
+                done = conn.execute(delete(effects).where(target))
+        total += done.rowcount
