@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from . import _moved
 from .controls import telemetry as _telemetry  # noqa: F401  (installs OpenTelemetry's default)
 from .engine.context import EffectContext, bind, current, tool_call
-from .engine.scope import run
 from .model import _semconv
 from .model.errors import (
     ApprovalDenied,
@@ -39,6 +38,13 @@ if TYPE_CHECKING:
     from .controls.replay import ReplayedFailure, ReplayMismatch, replay
     from .controls.undo import UndoItem, UndoReport
     from .engine.approvals import ApprovalRequest
+    from .engine.budgets import (
+        Budget,
+        BudgetUsage,
+        budget_usage,
+        count_model_request,
+        record_model_usage,
+    )
     from .engine.effect import (
         Effect,
         EffectOptions,
@@ -48,28 +54,20 @@ if TYPE_CHECKING:
     )
     from .engine.ledger import EffectRecord, GcReport, RunSummary
     from .engine.lookup import find_marked, key_marker
-    from .engine.runs import (
-        Budget,
-        BudgetExceeded,
-        BudgetUsage,
-        Escalated,
-        Handoff,
-        RunStatus,
-        budget_usage,
-        count_model_request,
-        escalate,
-        record_model_usage,
-    )
+    from .engine.runs import Escalated, Handoff, RunStatus, escalate
+    from .engine.scope import run
     from .engine.verdicts import DidNotHappen, Happened
     from .facade.ledger import Ledger, default_ledger, init
+    from .model.errors import BudgetExceeded
 
 # Everything that needs SQLAlchemy is imported on first use (PEP 562), so a process that only
 # imports the package, or a command that needs little of it, does not pay for all of it.
 _LAZY = {
+    "run": "engine.scope",
     "ApprovalRequest": "engine.approvals",
-    "Budget": "engine.runs",
-    "BudgetExceeded": "engine.runs",
-    "BudgetUsage": "engine.runs",
+    "Budget": "engine.budgets",
+    "BudgetExceeded": "model.errors",
+    "BudgetUsage": "engine.budgets",
     "DidNotHappen": "engine.verdicts",
     "Effect": "engine.effect",
     "EffectOptions": "engine.effect",
@@ -86,8 +84,8 @@ _LAZY = {
     "UndoItem": "controls.undo",
     "UndoReport": "controls.undo",
     "approve": "engine.effect",
-    "budget_usage": "engine.runs",
-    "count_model_request": "engine.runs",
+    "budget_usage": "engine.budgets",
+    "count_model_request": "engine.budgets",
     "default_ledger": "facade.ledger",
     "deny": "engine.effect",
     "effect": "engine.effect",
@@ -95,7 +93,7 @@ _LAZY = {
     "find_marked": "engine.lookup",
     "init": "facade.ledger",
     "key_marker": "engine.lookup",
-    "record_model_usage": "engine.runs",
+    "record_model_usage": "engine.budgets",
     "replay": "controls.replay",
 }
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .engine import observe, run_notes
 from .engine.approvals import ApprovalRequest, first_shown
+from .engine.budgets import count_model_request, record_model_usage
 from .engine.context import RunContext, Trigger, check_run_id, current_run
 from .engine.effect import (
     Action,
@@ -41,14 +42,11 @@ from .engine.observe import (
 from .engine.run_notes import TRIGGERS, note_tool
 from .engine.runs import (
     ESCALATE_ON,
-    BudgetExceeded,
     Escalated,
     check_escalate_on,
-    count_model_request,
     escalate_by_policy,
     external_ids,
     handoff,
-    record_model_usage,
 )
 from .engine.scope import run_part
 from .engine.verdicts import Happened, is_in_doubt_error
@@ -58,6 +56,7 @@ from .model.canonical import canonical_args
 from .model.errors import (
     ApprovalDenied,
     ApprovalRequired,
+    BudgetExceeded,
     Call4AgentsError,
     EffectInDoubt,
     EffectInProgress,

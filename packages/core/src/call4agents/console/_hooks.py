@@ -21,10 +21,9 @@ import time
 import urllib.request
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
 from call4agents import Ledger
 from call4agents.model.errors import Call4AgentsError
+from call4agents.storage._db import DatabaseFault
 
 POLL_SECONDS = 2.0
 ATTEMPTS = 6
@@ -59,7 +58,7 @@ class Notifier:
         while not self._stop.is_set():
             try:
                 self.poll()
-            except (Call4AgentsError, SQLAlchemyError) as exc:  # the ledger may be down a while
+            except (Call4AgentsError, DatabaseFault) as exc:  # the ledger may be down a while
                 print(f"call4agents console: webhook watch failed: {exc}", file=sys.stderr)
             self._stop.wait(POLL_SECONDS)
 

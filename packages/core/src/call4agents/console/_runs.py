@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from call4agents import EffectRecord, Ledger, RunSummary
 from call4agents.engine.approvals import ApprovalRequest
-from call4agents.engine.runs import spending_text
+from call4agents.engine.budgets import spending_text
 from call4agents.engine.undos import undo_for
 
 from ._auth import Refused

@@ -11,13 +11,13 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from call4agents.engine.approvals import ApprovalRequest
 from call4agents.model.errors import Call4AgentsError
+from call4agents.storage._db import DatabaseFault
 from call4agents.storage.store import short_error
 
 from ._auth import (
@@ -113,10 +113,10 @@ def endpoint(
         except Refused as refused:
             return error_page(refused.status, refused.message, who)
         except Call4AgentsError as exc:
-            if isinstance(exc.__cause__, SQLAlchemyError):  # the database, not the request
+            if isinstance(exc.__cause__, DatabaseFault):  # the database, not the request
                 return error_page(503, f"{exc}; nothing was changed", who)
             return error_page(409, f"{exc} (nothing else was changed)", who)
-        except SQLAlchemyError as exc:
+        except DatabaseFault as exc:
             return error_page(503, f"the ledger database failed: {short_error(exc)}", who)
 
     return serve

@@ -18,7 +18,6 @@ from opentelemetry import context, metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
-from sqlalchemy.exc import SQLAlchemyError
 
 from call4agents.engine.ledger import idempotency_key
 from call4agents.engine.observe import (
@@ -37,6 +36,7 @@ from call4agents.engine.observe import (
 from call4agents.engine.run_notes import COMPLETED, ERROR
 from call4agents.model import _semconv as sc
 from call4agents.model.errors import LedgerError
+from call4agents.storage._db import DatabaseFault
 
 if TYPE_CHECKING:
     from call4agents.engine.effect import Action
@@ -328,7 +328,7 @@ class OtelLayer(Layer):
         for ledger in list(self.ledgers):
             try:
                 yield ledger.url, open_escalations(ledger)
-            except (LedgerError, SQLAlchemyError):
+            except (LedgerError, DatabaseFault):
                 continue  # as in _figures
 
     def _figures(self) -> Iterator[tuple[str, OpenFigures]]:
@@ -337,7 +337,7 @@ class OtelLayer(Layer):
         for ledger in list(self.ledgers):
             try:
                 yield ledger.url, open_figures(ledger)
-            except (LedgerError, SQLAlchemyError):
+            except (LedgerError, DatabaseFault):
                 continue  # a ledger that cannot be read now reports nothing, not a wrong zero
 
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 from call4agents.model.errors import Call4AgentsError, ConfigurationError
 
 if TYPE_CHECKING:
+    from call4agents.engine.budgets import Budget
     from call4agents.engine.ledger import LedgerCore
-    from call4agents.engine.runs import Budget
 
 
 Trigger = Literal["user", "schedule", "webhook", "retry"]

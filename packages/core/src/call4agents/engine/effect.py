@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from call4agents.engine import observe
-from call4agents.engine.runs import budget_gate, check_escalate_on, escalate_by_policy
+from call4agents.engine.budgets import budget_gate
+from call4agents.engine.runs import check_escalate_on, escalate_by_policy
 from call4agents.model.canonical import (
     CanonicalArgs,
     canonical_args,

@@ -177,7 +177,8 @@ def note_tool(run_id: str | None, kind: str) -> None:
 
 def ending_of(exc: BaseException | None) -> tuple[str | None, str | None]:
     """(terminal reason, escalation reason) of an exception leaving the run."""
-    from call4agents.engine.runs import BudgetExceeded, Escalated
+    from call4agents.engine.runs import Escalated
+    from call4agents.model.errors import BudgetExceeded
 
     if exc is None:
         return COMPLETED, None

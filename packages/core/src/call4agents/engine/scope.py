@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from call4agents.engine import observe
+from call4agents.engine.budgets import start_clock
 from call4agents.engine.context import RunContext, Trigger, _run, check_run_id
 from call4agents.engine.run_notes import (
     afinish,
@@ -25,14 +26,15 @@ from call4agents.engine.run_notes import (
     look_back,
     settle,
 )
-from call4agents.engine.runs import BudgetExceeded, Escalated, start_clock
+from call4agents.engine.runs import Escalated
+from call4agents.model.errors import BudgetExceeded
 
 if TYPE_CHECKING:
     from contextvars import Token
 
+    from call4agents.engine.budgets import Budget
     from call4agents.engine.ledger import LedgerCore
     from call4agents.engine.run_notes import Notes
-    from call4agents.engine.runs import Budget
 
 
 class run:

@@ -151,3 +151,23 @@ class OutcomeUnknown(Exception):
 
     The action is then recorded as in doubt instead of failed, and is never re-run blindly.
     """
+
+
+class BudgetExceeded(Call4AgentsError):
+    """The run hit a limit of its :class:`Budget`; the call was not run.
+
+    ``reason`` is ``"step_limit"`` (tool calls in all or per tool, or model requests),
+    ``"budget"`` (the cost ceiling) or ``"deadline"``; it is also recorded as the run's ending
+    (``ledger.run_status(run_id)``, ``call4agents show RUN``). Integrations let it end the
+    agent's run rather than show it to the model: the hard cut is not a tool error to work around.
+    """
+
+    def __init__(self, *, run_id: str, tool: str, reason: str, detail: str) -> None:
+        self.run_id = run_id
+        self.tool = tool
+        self.reason = reason
+        self.detail = detail
+        super().__init__(
+            f"{tool} was not run: run {run_id!r} hit its {reason.replace('_', ' ')} ({detail}). "
+            "Wrap up the run, or start it again with a larger budget."
+        )

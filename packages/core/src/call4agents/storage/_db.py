@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, InvalidatePoolError
+from sqlalchemy.exc import ArgumentError, InvalidatePoolError, SQLAlchemyError
 
 from call4agents.model.errors import ConfigurationError, LedgerError
 
@@ -310,3 +310,9 @@ def make_engine(
             allow_network_fs=allow_network_fs,
         )
     return postgres_engine(url, durability=durability, schema=schema)
+
+
+# The handles and the fault type the layers above name (only storage imports SQLAlchemy): an
+# engine, a parsed URL, and what a database call raises when the database fails.
+__all__ = ["URL", "DatabaseFault", "Engine"]
+DatabaseFault = SQLAlchemyError

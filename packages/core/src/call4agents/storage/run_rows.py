@@ -46,7 +46,7 @@ def add_entry(
     with store.tx() as conn:
         now = float(conn.execute(select(now_sql(dialect))).scalar_one())
         entered = now - wall_clock_ms / 1000.0
-        before = _counters(conn, run_id)
+        before = counters_in(conn, run_id)
         after = {
             ENTERED_AT: entered,
             WALL_CLOCK_MS: before.get(WALL_CLOCK_MS, 0.0) + wall_clock_ms,
@@ -63,7 +63,7 @@ def add_entry(
 
 def counters(store: Store, run_id: str) -> dict[str, float]:
     with store.read() as conn:
-        return _counters(conn, run_id)
+        return counters_in(conn, run_id)
 
 
 def triggers(store: Store, run_id: str) -> list[str]:
@@ -90,7 +90,7 @@ def forget(conn: Connection, *, run_id: str | None = None, before: float | None 
         conn.execute(delete(run_counters).where(mine, run_counters.c.run_id.in_(old)))
 
 
-def _counters(conn: Connection, run_id: str) -> dict[str, float]:
+def counters_in(conn: Connection, run_id: str) -> dict[str, float]:
     rows = conn.execute(
         select(run_counters.c.name, run_counters.c.value).where(run_counters.c.run_id == run_id)
     ).all()

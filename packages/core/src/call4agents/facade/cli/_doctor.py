@@ -1,0 +1,288 @@
+"""``call4agents doctor``: is the ledger usable from here; and ``call4agents console``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import getpass
+import importlib
+import importlib.util
+import os
+import secrets
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from call4agents.model.errors import Call4AgentsError, ConfigurationError
+
+from ._base import (
+    CLOCK_SKEW_WARN,
+    EXIT_FAILED,
+    EXIT_OK,
+    PROG,
+    _db,
+    _engine,
+    _open,
+    _print_json,
+    _schema,
+    _sqlalchemy_error,
+    _sqlite_path,
+    _url,
+    diagnose,
+    migrations,
+    short_error,
+)
+
+if TYPE_CHECKING:
+    from call4agents.storage._db import URL, Engine
+
+
+# -- doctor ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Check:
+    name: str
+    status: str  # OK | WARN | FAIL | SKIP
+    detail: str
+
+
+def _permission_check(path: Path) -> Check:
+    loose = []
+    for item in (path, path.with_name(path.name + "-wal"), path.parent / "secret"):
+        if item.exists():
+            mode = stat.S_IMODE(item.stat().st_mode)
+            if mode & 0o077:
+                loose.append(f"{item.name} is {mode:o}")
+    if loose:
+        return Check(
+            "permissions", "WARN", f"{', '.join(loose)}: others may read it; chmod 600 (folder 700)"
+        )
+    return Check("permissions", "OK", f"{path} and its companions are owner-only")
+
+
+# Past this size a full integrity_check reads for minutes; quick_check skips the index contents.
+_QUICK_CHECK_BYTES = 256 << 20
+_RECOVER = (
+    "stop every worker, keep the damaged file aside, and restore the last backup (made with "
+    '`sqlite3 ledger.db ".backup copy.db"` while in use); `sqlite3 damaged.db .recover` salvages '
+    "rows, but an action whose row is lost may run again: check `doubt` before restarting"
+)
+
+
+def _damaged(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "not a database" in text or "malformed" in text
+
+
+def _integrity_check(engine: Engine, path: Path) -> Check:
+    quick = path.stat().st_size > _QUICK_CHECK_BYTES
+    pragma, found = diagnose.integrity(engine, quick=quick)
+    if found == ["ok"]:
+        return Check("integrity", "OK", f"PRAGMA {pragma}: ok")
+    return Check("integrity", "FAIL", f"PRAGMA {pragma}: {'; '.join(found)}; {_RECOVER}")
+
+
+def _durability_check(engine: Engine) -> Check:
+    found = diagnose.durability(engine)
+    if "synchronous" in found:
+        return Check(
+            "durability",
+            "OK",
+            f"sqlite; this process opens it with synchronous={found['synchronous']}"
+            " (each process chooses: durability='power' = FULL, the default)",
+        )
+    fsync, sync = found["fsync"], found["synchronous_commit"]
+    detail = f"postgresql; fsync={fsync}, synchronous_commit={sync}"
+    if fsync != "on":
+        return Check("durability", "WARN", detail + ": a crash can lose or corrupt commits")
+    if sync == "off":
+        return Check("durability", "WARN", detail + ": commits may not survive a server crash")
+    return Check("durability", "OK", detail)
+
+
+def _secret_check(url: URL, schema: str | None) -> Check:
+    from call4agents.facade.ledger import Ledger
+
+    with Ledger(
+        url.render_as_string(hide_password=False), schema=schema, auto_migrate=False
+    ) as ledger:
+        source = ledger.secret_source()  # looks only: never creates a secret file
+    if source is None:
+        return Check(
+            "secret", "WARN", "none set: approvals need CALL4AGENTS_SECRET on every worker"
+        )
+    return Check("secret", "OK", f"available (from {source})")
+
+
+def _schema_check(version: int) -> Check:
+    if version == migrations.CURRENT:
+        return Check("schema", "OK", f"version {version} (current)")
+    if version == 0:
+        return Check(
+            "schema",
+            "FAIL",
+            f"no ledger tables here: check --url/--schema, or create them with `{PROG} migrate`",
+        )
+    if version < migrations.CURRENT:
+        return Check(
+            "schema",
+            "FAIL",
+            f"version {version}, this call4agents needs {migrations.CURRENT}: run `{PROG} migrate`",
+        )
+    return Check(
+        "schema",
+        "FAIL",
+        f"version {version} is newer than this call4agents knows "
+        f"({migrations.CURRENT}): upgrade call4agents",
+    )
+
+
+def _tls_check(tls: tuple[bool, str | None], url: URL) -> Check:
+    """Whether this connection is encrypted; only a warning when the server is on another host."""
+    encrypted, version = tls
+    if encrypted:
+        return Check("tls", "OK", f"the connection is encrypted ({version})")
+    host = url.query.get("host") or url.host or ""
+    if not host or str(host).startswith("/") or host in ("localhost", "127.0.0.1", "::1"):
+        return Check("tls", "OK", "not encrypted, on this machine")
+    return Check(
+        "tls",
+        "WARN",
+        f"not encrypted to {host}: add ?sslmode=verify-full&sslrootcert=<CA file> to the URL",
+    )
+
+
+def _clock_check(skew: float) -> Check:
+    skew = round(skew, 1) + 0.0  # no "-0.0s"
+    detail = f"database clock is {skew:+.1f}s from this machine's"
+    if abs(skew) <= CLOCK_SKEW_WARN:
+        return Check("clock", "OK", detail)
+    return Check(
+        "clock",
+        "WARN",
+        detail + " (leases follow the database clock; ages shown here are off by as much)",
+    )
+
+
+def _actions_check(engine: Engine) -> Check:
+    counts = diagnose.open_actions(engine)
+    doubt, started = counts.get("in_doubt", 0), counts.get("started", 0)
+    detail = f"{started} started, {doubt} in doubt"
+    return (
+        Check("actions", "WARN", f"{detail}: see `{PROG} doubt`")
+        if doubt
+        else Check("actions", "OK", detail)
+    )
+
+
+def _doctor_checks(args: argparse.Namespace) -> list[Check]:
+    try:
+        url = _url(args)
+    except Call4AgentsError as exc:
+        return [Check("url", "FAIL", str(exc))]
+    schema = _schema(args)
+    checks = [Check("url", "OK", _db.safe_url(url) + (f" (schema {schema})" if schema else ""))]
+    path = _sqlite_path(url)
+    if path is not None and not path.exists():
+        return [*checks, Check("database", "FAIL", f"no ledger file at {path}: check --url")]
+    try:
+        engine = _engine(url, schema)
+    except Call4AgentsError as exc:
+        return [*checks, Check("database", "FAIL", str(exc))]
+    try:
+        found = diagnose.facts(engine, schema)
+        version, journal, skew = found.version, found.journal, found.clock - time.time()
+        tls = _tls_check(found.tls, url) if found.tls is not None else None
+        checks.append(Check("database", "OK", f"the {engine.dialect.name} database opens"))
+        checks.append(_schema_check(version))
+        checks.append(_durability_check(engine))
+        if path is not None:
+            wal = str(journal).lower() == "wal"
+            why = "" if wal else ": WAL is needed for concurrent workers"
+            checks.append(Check("journal", "OK" if wal else "FAIL", f"journal_mode={journal}{why}"))
+            checks.append(_permission_check(path))
+            checks.append(_integrity_check(engine, path))
+        if tls is not None:
+            checks.append(tls)
+        checks.append(_clock_check(skew))
+        if version == migrations.CURRENT:
+            checks += [_actions_check(engine), _secret_check(url, schema)]
+        else:
+            checks += [
+                Check(name, "SKIP", "needs the current schema") for name in ("actions", "secret")
+            ]
+    except (_sqlalchemy_error(), OSError) as exc:
+        hint = f"; {_RECOVER}" if path is not None and _damaged(exc) else ""
+        checks.append(
+            Check("database", "FAIL", f"cannot use the database: {short_error(exc)}{hint}")
+        )
+    except Call4AgentsError as exc:
+        checks.append(Check("database", "FAIL", str(exc)))
+    finally:
+        engine.dispose()
+    return checks
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    checks = _doctor_checks(args)
+    ok = all(c.status != "FAIL" for c in checks)
+    if args.json:
+        _print_json({"ok": ok, "checks": [dataclasses.asdict(c) for c in checks]})
+    else:
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            print(f"{c.status:<4}  {c.name:<{width}}  {c.detail}")
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    try:
+        from call4agents.console import ConsoleSettings, serve
+    except ImportError as exc:
+        raise ConfigurationError(str(exc)) from exc
+    for module in args.imports or []:  # their tools' undo= functions, for the Undo button
+        _import(module)
+    settings = ConsoleSettings(
+        operator=_operator(args),
+        token=None if args.user_header else secrets.token_urlsafe(24),
+        user_header=args.user_header,
+        role_header=args.role_header,
+        read_only=args.read_only,
+        read_only_users=frozenset(n.strip() for n in args.read_only_users.split(",") if n.strip()),
+    )
+    webhook = None
+    if args.webhook_url:
+        secret = os.environ.get(args.webhook_secret_env, "")
+        if not secret:
+            raise ConfigurationError(
+                f"--webhook-url needs an HMAC secret in ${args.webhook_secret_env}: set it to a "
+                "long random value the receiver also knows"
+            )
+        webhook = (args.webhook_url, secret.encode())
+    with _open(args) as ledger:
+        serve(ledger, settings, host=args.host, port=args.port, webhook=webhook)
+    return EXIT_OK
+
+
+def _operator(args: argparse.Namespace) -> str:
+    """Token mode records decisions under one name: --operator, else the OS user."""
+    if args.operator:
+        return str(args.operator)
+    if args.user_header:
+        return ""  # each request names its own user
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError) as exc:
+        raise ConfigurationError("say who decides with --operator NAME (no OS user name)") from exc
+
+
+def _import(module: str) -> None:
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigurationError(f"--import {module}: cannot import it ({exc})") from exc

@@ -1,0 +1,67 @@
+"""What ``call4agents doctor`` asks of the database itself: the facts, not the verdicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, func, select, text
+
+from . import migrations
+from .store import now_sql
+from .tables import effects, open_states
+
+SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+@dataclass(frozen=True)
+class Facts:
+    version: int  # the schema version (0: no ledger tables)
+    clock: float  # the database clock, seconds since the epoch
+    journal: str | None  # SQLite's journal mode
+    tls: tuple[bool, str | None] | None  # PostgreSQL: whether this connection is encrypted, how
+
+
+def facts(engine: Engine, schema: str | None) -> Facts:
+    """One connection's worth: schema version, clock, journal mode or TLS."""
+    sqlite = engine.dialect.name == "sqlite"
+    with engine.connect() as conn:
+        version = migrations.current_version(conn, schema)
+        clock = float(conn.execute(select(now_sql(engine.dialect.name))).scalar_one())
+        journal = None if not sqlite else str(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+        tls = None
+        if not sqlite:
+            row = conn.execute(
+                text("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            ).one_or_none()
+            tls = (bool(row[0]), row[1]) if row is not None else (False, None)
+    return Facts(version, clock, journal, tls)
+
+
+def integrity(engine: Engine, *, quick: bool) -> tuple[str, list[str]]:
+    """SQLite's own check of the file: the pragma run, and its first findings (``["ok"]``)."""
+    pragma = "quick_check" if quick else "integrity_check"
+    with engine.connect() as conn:
+        return pragma, [
+            str(row[0]) for row in conn.exec_driver_sql(f"PRAGMA {pragma}").fetchmany(5)
+        ]
+
+
+def durability(engine: Engine) -> dict[str, str]:
+    """SQLite: this connection's ``synchronous``; PostgreSQL: ``fsync``, ``synchronous_commit``."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            level = int(conn.exec_driver_sql("PRAGMA synchronous").scalar() or 0)
+            return {"synchronous": SYNCHRONOUS.get(level, str(level))}
+        return {
+            "fsync": str(conn.execute(text("SHOW fsync")).scalar()),
+            "synchronous_commit": str(conn.execute(text("SHOW synchronous_commit")).scalar()),
+        }
+
+
+def open_actions(engine: Engine) -> dict[str, int]:
+    """How many actions are started and in doubt (through the partial index of open ones)."""
+    with engine.connect() as conn:
+        found = conn.execute(
+            select(effects.c.state, func.count()).where(open_states()).group_by(effects.c.state)
+        ).all()
+    return {state: int(n) for state, n in found}
