@@ -45,7 +45,7 @@ def test_a_key_built_from_a_redacted_value_cannot_be_reversed(ledger: c4a.Ledger
         unlock("c-1", "0007")
     assert len(set(keys.values())) == 2  # other pins are still other actions
     # The attack: try all 10,000 PINs against the key with the plain derivation of key=.
-    from call4agents.engine.effect import action_key
+    from call4agents.engine.action import action_key
     from call4agents.model.canonical import canonical_json
 
     def guess(pin: str) -> str:

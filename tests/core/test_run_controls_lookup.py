@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import call4agents as c4a
-from call4agents.engine.effect import prepare
+from call4agents.engine.action import prepare
 from tests.conftest import Target, run_child
 
 CHILD = Path(__file__).with_name("run_controls_child.py")

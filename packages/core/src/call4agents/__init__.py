@@ -37,6 +37,7 @@ from .model.errors import (
 if TYPE_CHECKING:
     from .controls.replay import ReplayedFailure, ReplayMismatch, replay
     from .controls.undo import UndoItem, UndoReport
+    from .engine.action import EffectOptions
     from .engine.approvals import ApprovalRequest
     from .engine.budgets import (
         Budget,
@@ -45,13 +46,7 @@ if TYPE_CHECKING:
         count_model_request,
         record_model_usage,
     )
-    from .engine.effect import (
-        Effect,
-        EffectOptions,
-        approve,
-        deny,
-        effect,
-    )
+    from .engine.effect import Effect, approve, deny, effect
     from .engine.ledger import EffectRecord, GcReport, RunSummary
     from .engine.lookup import find_marked, key_marker
     from .engine.runs import Escalated, Handoff, RunStatus, escalate
@@ -70,7 +65,7 @@ _LAZY = {
     "BudgetUsage": "engine.budgets",
     "DidNotHappen": "engine.verdicts",
     "Effect": "engine.effect",
-    "EffectOptions": "engine.effect",
+    "EffectOptions": "engine.action",
     "EffectRecord": "engine.ledger",
     "Escalated": "engine.runs",
     "GcReport": "engine.ledger",

@@ -18,16 +18,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .engine import observe, run_notes
+from .engine.action import Action, EffectOptions, prepare
 from .engine.approvals import ApprovalRequest, first_shown
 from .engine.budgets import count_model_request, record_model_usage
 from .engine.context import RunContext, Trigger, check_run_id, current_run
-from .engine.effect import (
-    Action,
-    EffectOptions,
-    aperform,
-    perform,
-    prepare,
-)
+from .engine.effect import aperform, perform
 from .engine.ledger import LedgerCore, idempotency_key
 from .engine.observe import (
     NOT_AN_ENVELOPE,

@@ -39,7 +39,7 @@ from call4agents.model.errors import LedgerError
 from call4agents.storage._db import DatabaseFault
 
 if TYPE_CHECKING:
-    from call4agents.engine.effect import Action
+    from call4agents.engine.action import Action
     from call4agents.engine.ledger import LedgerCore
     from call4agents.engine.run_notes import RunSummary
 

@@ -29,7 +29,7 @@ from call4agents.model.codec import decode_result
 from call4agents.model.errors import Call4AgentsError, EffectInDoubt, ResultPruned
 
 if TYPE_CHECKING:
-    from call4agents.engine.effect import Action
+    from call4agents.engine.action import Action
     from call4agents.engine.ledger import EffectRecord, LedgerCore
 
 T = TypeVar("T")

@@ -18,7 +18,7 @@ from call4agents.engine.observe import _NO_STEP, AInner, Inner, Layer, Step, ins
 from call4agents.model.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from call4agents.engine.effect import Action
+    from call4agents.engine.action import Action
     from call4agents.engine.run_notes import RunSummary
 
 T = TypeVar("T")

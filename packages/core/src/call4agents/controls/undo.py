@@ -38,7 +38,7 @@ from call4agents.model.errors import (
 )
 
 if TYPE_CHECKING:
-    from call4agents.engine.effect import Action
+    from call4agents.engine.action import Action
     from call4agents.engine.ledger import EffectRecord, LedgerCore
 
 UNDO_PREFIX = "undo:"
@@ -162,7 +162,7 @@ def _undo_one(ledger: LedgerCore, record: EffectRecord, fn: UndoFn | None) -> Un
 
 
 def _undo_action(ledger: LedgerCore, record: EffectRecord) -> Action:
-    from call4agents.engine.effect import EffectOptions, prepare
+    from call4agents.engine.action import EffectOptions, prepare
 
     # Keyed by the original action's key alone: the same undo whatever process runs it.
     options = EffectOptions(name=UNDO_PREFIX + record.tool, kind="write")

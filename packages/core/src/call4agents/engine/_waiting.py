@@ -20,7 +20,7 @@ from call4agents.storage.store import Row
 from . import _owner
 
 if TYPE_CHECKING:
-    from .effect import Action
+    from .action import Action
 
 # How often a waiter that will be woken by the outcome reads the row anyway.
 RECHECK_WHILE_TOLD = 5.0

@@ -34,7 +34,7 @@ from call4agents.storage.tables import approvals, effects
 if TYPE_CHECKING:
     from call4agents.engine.ledger import LedgerCore
 
-    from .effect import Action
+    from .action import Action
 
 
 @dataclass(frozen=True)

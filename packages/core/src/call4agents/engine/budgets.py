@@ -32,7 +32,7 @@ from call4agents.storage.store import Gate
 log = logging.getLogger("call4agents")
 
 if TYPE_CHECKING:
-    from call4agents.engine.effect import Action
+    from call4agents.engine.action import Action
     from call4agents.engine.ledger import LedgerCore
 
 STEP_LIMIT = "step_limit"

@@ -10,528 +10,49 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import inspect
-import json
 import os
 import sys
 import types
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from call4agents.engine import observe
-from call4agents.engine.budgets import budget_gate
-from call4agents.engine.runs import check_escalate_on, escalate_by_policy
-from call4agents.model.canonical import (
-    CanonicalArgs,
-    canonical_args,
-    canonical_json,
-    parse_paths,
-    scrub,
-    storable,
-)
-from call4agents.model.codec import ResultEncodingError, decode_result, encode_result
+from call4agents.engine.runs import escalate_by_policy
 from call4agents.model.errors import (
     ConfigurationError,
     EffectInDoubt,
     LedgerError,
-    ResultNotStored,
-    ResultPruned,
 )
 from call4agents.storage.store import Row
 
 from . import _owner, _waiting
-from .approvals import ApprovalRequest, Gate, needs_approval
-from .context import EffectContext, _effect, current_run
-from .default import default_ledger
-from .ledger import LedgerCore, idempotency_key
-from .lookup import afinder_first, check_from_finder, finder_first
+from .action import Action, EffectOptions, Kind, prepare
+from .approvals import ApprovalRequest
+from .context import _effect, current_run
+from .ledger import LedgerCore
+from .lookup import afinder_first, finder_first
 from .run_notes import note_tool
+from .steps import (
+    AGAIN,
+    MISS,
+    Doubt,
+    Go,
+    Recalled,
+    apply_verdict,
+    begin,
+    cached,
+    in_doubt_error,
+    owning,
+    record_error,
+    record_result,
+    settle_found,
+)
 from .undos import register_undo
-from .verdicts import DidNotHappen, Happened, is_in_doubt_error
 
 P = ParamSpec("P")
 T = TypeVar("T")
-Kind = Literal["none", "read", "write", "irreversible"]
-KINDS: tuple[str, ...] = ("none", "read", "write", "irreversible")
-
-
-@dataclass(frozen=True)
-class EffectOptions:
-    """How one tool is made once-only. Every integration accepts these per tool."""
-
-    name: str | None = None
-    kind: Kind = "write"
-    key: Callable[..., Any] | None = None
-    ignore: tuple[str, ...] = ()
-    redact: tuple[str, ...] = ()
-    scope: Literal["args", "call"] = "args"
-    retry_in_doubt: bool = False
-    check: Callable[..., Any] | None = None
-    in_doubt_on: tuple[type[BaseException], ...] = ()
-    wait: float | None = None
-    lease: float | None = None
-    ledger: LedgerCore | None = None
-    approval: bool | Callable[..., bool] | None = None
-    approval_ttl: float | None = None
-    max_per_run: int | None = None
-    credentials: Mapping[str, str | Callable[[], str]] = field(default_factory=dict)
-    undo: Callable[..., Any] | None = None
-    find_existing: Callable[..., Any] | None = None
-    escalate_on: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ConfigurationError(f"kind={self.kind!r} is not one of {', '.join(KINDS)}")
-        object.__setattr__(self, "escalate_on", check_escalate_on(self.escalate_on))
-        if self.scope not in ("args", "call"):
-            raise ConfigurationError(f"scope={self.scope!r} must be 'args' or 'call'")
-        for name in ("ignore", "redact"):
-            value = getattr(self, name)
-            if isinstance(value, str):  # a lone string is a classic slip: ("a") is not a tuple
-                object.__setattr__(self, name, (value,))
-            parse_paths(getattr(self, name))
-        if self.max_per_run is not None and self.max_per_run < 1:
-            raise ConfigurationError("max_per_run must be at least 1")
-        if self.find_existing is not None and self.check is None:
-            # What the finder finds also settles a crash between creating and recording.
-            object.__setattr__(self, "check", check_from_finder(self.find_existing))
-        if (
-            self.kind == "irreversible"
-            and self.ledger is not None
-            and self.ledger.durability == "process"
-        ):
-            raise _process_irreversible(self.name or "this tool")
-        if self.undo is not None and self.name is not None:
-            register_undo(self.name, self.undo)  # integrations name their tools here
-
-    @property
-    def recorded(self) -> bool:
-        """Tools that only read run straight through: there is nothing to do once."""
-        return self.kind in ("write", "irreversible")
-
-
-# -- one action, prepared --------------------------------------------------------------------
-
-
-@dataclass
-class Action:
-    """Everything known about one call before it runs."""
-
-    ledger: LedgerCore
-    tool: str
-    options: EffectOptions
-    arguments: Mapping[str, Any]
-    run_id: str
-    call_id: str | None
-    key: str
-    args_display: str
-    secrets: tuple[str, ...] = field(default=())
-    needs_approval: bool = False
-    args_material: str = ""  # the arguments' canonical key material (redacted values as HMACs)
-
-    def context(self, attempt: int) -> EffectContext:
-        return EffectContext(
-            self.run_id, self.tool, self.key, idempotency_key(self.key), attempt, self.call_id
-        )
-
-    @property
-    def args_digest(self) -> str:
-        """What the ledger keeps of exactly these arguments: a caller's own key reused with other
-        arguments is told apart by it, even where they differ only in a redacted value."""
-        return hashlib.sha256(self.args_material.encode()).hexdigest()
-
-    def same_args(self, digest: str | None, shown: Mapping[str, Any]) -> bool:
-        """Whether a record (an action row, an approval ticket) is of exactly these arguments:
-        by its digest, or, on one written before schema version 5, by the arguments as shown
-        (where a redacted value is masked)."""
-        if digest is not None:
-            return digest == self.args_digest
-        return bool(dict(shown) == json.loads(self.args_display))
-
-    @property
-    def ttl(self) -> float:
-        return self.options.lease or self.ledger.lease
-
-    def error_text(self, exc: BaseException) -> str:
-        """What the ledger keeps of a tool's error: credentials masked, storable, at most 2,000
-        characters (a text that cannot be written would leave a definite failure in doubt)."""
-        try:
-            message = str(exc)
-        except Exception:  # noqa: BLE001 - an error whose __str__ fails still failed
-            message = "(its message could not be read)"
-        return storable(scrub(f"{type(exc).__name__}: {message}", self.secrets), 2000)
-
-
-def action_key(run_id: str, tool: str, call_id: str | None, material: str) -> str:
-    # Length-prefixed parts, so no run id or tool name can be crafted to collide with another.
-    # One f-string (every call builds it): "c4a/1|" then "len:part" for each part, "|" between.
-    call = call_id or ""
-    text = (
-        f"c4a/1|{len(run_id)}:{run_id}|{len(tool)}:{tool}|{len(call)}:{call}"
-        f"|{len(material)}:{material}"
-    )
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def prepare(
-    tool: str,
-    arguments: Mapping[str, Any],
-    options: EffectOptions,
-    *,
-    run_id: str | None = None,
-    call_id: str | None = None,
-    ledger: LedgerCore | None = None,
-) -> Action:
-    """Canonicalise and key one call; raises before anything is written if that cannot be done."""
-    run = current_run()
-    if run_id is None:
-        if run is None:
-            raise ConfigurationError(
-                f"{tool} was called outside a run, so there is no stable id to make it once-only:"
-                ' wrap the agent in `with c4a.run("<id that survives a resume>"):`'
-            )
-        run_id = run.run_id
-    if call_id is None and run is not None and run.run_id == run_id:
-        call_id = run.call_id
-    ledger = ledger or options.ledger or (run.ledger if run else None) or default_ledger()
-    if options.kind == "irreversible" and ledger.durability == "process":
-        raise _process_irreversible(tool)
-    if options.scope == "call" and not call_id:
-        raise ConfigurationError(
-            f"{tool} is scope='call' but no call id is known: run it through an integration, or "
-            'inside `with c4a.tool_call("<stable call id>"):`'
-        )
-    canon = _canonicalise(tool, arguments, options, ledger)
-    _check_size(tool, canon.display, ledger.max_args_bytes)
-    material = canon.key_material
-    if options.key is not None:
-        material = _named_key(tool, options.key(**arguments), options, ledger)
-    key = action_key(run_id, tool, call_id if options.scope == "call" else None, material)
-    approval = needs_approval(options.approval, arguments, options.kind, ledger.approval_for)
-    return Action(
-        ledger,
-        tool,
-        options,
-        arguments,
-        run_id,
-        call_id,
-        key,
-        canon.display,
-        canon.secrets,
-        approval,
-        canon.key_material,
-    )
-
-
-def _check_size(tool: str, display: str, limit: int) -> None:
-    # Each action's arguments are written with its intent and read back by every repeat, doubt
-    # list and approval page: a 50 MB argument would be all of those, 50 MB at a time.
-    if len(display) > limit // 4 and len(display.encode()) > limit:
-        raise ConfigurationError(
-            f"{tool}: the arguments take {len(display.encode()):,} bytes as canonical JSON, over "
-            f"the ledger's max_args_bytes ({limit:,}); nothing was written or run. Pass a "
-            "reference (a file path, an object id) instead of the content, or raise "
-            "max_args_bytes on the Ledger"
-        )
-
-
-def _named_key(tool: str, named: object, options: EffectOptions, ledger: LedgerCore) -> str:
-    """The key material of ``key=``. Under ``redact=`` the callable may have used a redacted
-    value, and the idempotency key travels to providers, spans and the CLI: a plain hash of a
-    low-entropy value (a PIN) is reversed by trying them all, so it goes through the ledger's
-    salted HMAC, as a redacted argument does. Without ``redact=`` it is as it always was."""
-    text = canonical_json(tool, named)
-    if options.redact:
-        return "key-hmac:" + ledger.digest(text.encode())
-    return "key:" + text
-
-
-def _process_irreversible(tool: str) -> ConfigurationError:
-    return ConfigurationError(
-        f"{tool} is kind='irreversible' but its ledger is durability='process', whose commits a "
-        "crash of the database server or the machine can lose (the intent, or the result: the "
-        "action could run again); open the ledger with durability='power' (the default) for it;"
-        " nothing was run"
-    )
-
-
-def _canonicalise(
-    tool: str, arguments: Mapping[str, Any], options: EffectOptions, ledger: LedgerCore
-) -> CanonicalArgs:
-    digest = (lambda data: ledger.digest(data)) if options.redact else None
-    return canonical_args(
-        tool, arguments, ignore=options.ignore, redact=options.redact, redact_digest=digest
-    )
-
-
-# -- steps shared by the sync and async drivers ------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Go:
-    attempt: int
-    owner: str  # the claim's owner text: its lease is renewed under it
-
-
-@dataclass(frozen=True)
-class _Found:
-    row: Row
-
-
-class _Recalled:
-    """A likely repeat answered by one plain read: its recorded result, decoded."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-_AGAIN = object()
-_MISS = object()
-
-
-def cached(action: Action) -> Any:
-    found = action.ledger._cache.get(action.key)
-    if found is None:
-        return _MISS
-    action.ledger.dedup.add(action.tool)
-    return decode_result(found)
-
-
-def begin(
-    action: Action, *, wait: bool = True, owner: str | None = None
-) -> _Go | _Found | _Recalled:
-    """Claim the action, or wait on a live owner; returns what to do next.
-
-    ``wait=False`` returns a live owner's row at once, for callers that wait elsewhere (the
-    async path waits on the event loop, so waiters never fill the default thread pool).
-    ``owner``: the claim's owner text, when the caller made it (see ``_in_thread``).
-    """
-    ledger = action.ledger
-    looked = ledger._likely_repeat(action.run_id)
-    if looked:  # a run met here for the first time, or resumed: its result may be recorded
-        text = ledger.store.recorded(action.key)
-        if text is not None:  # a repeat needs no claim, gate or new yes: nothing will run
-            ledger._recall_run(action.run_id)  # a resume: its next repeats are near
-            ledger.dedup.add(action.tool)
-            ledger._remember(action.key, text)
-            if owner is not None:
-                _owner.finished(owner)
-            return _Recalled(decode_result(text))
-    return _owning(owner, lambda mine: _claim(action, mine, looked=looked, wait=wait))
-
-
-def _owning(owner: str | None, claim: Callable[[str], T]) -> T:
-    """``claim(owner)`` under a claim's owner text (a new one if None); unless it returns the
-    go-ahead to run, no tool runs under that owner, and its process says so (_owner)."""
-    owner = owner or _owner.claim_owner()
-    step: Any = None
-    try:
-        step = claim(owner)
-        return cast(T, step)
-    finally:
-        if not isinstance(step, _Go):
-            _owner.finished(owner)
-
-
-def _claim(action: Action, owner: str, *, looked: bool, wait: bool) -> _Go | _Found:
-    ledger = action.ledger
-    gate = budget_gate(action, _gate(action))
-    digest = action.args_digest
-    while True:
-        try:
-            claim = ledger.store.claim(
-                key=action.key,
-                run_id=action.run_id,
-                tool=action.tool,
-                kind=action.options.kind,
-                args=action.args_display,
-                owner=owner,
-                ttl=action.ttl,
-                args_digest=digest,
-                gate=gate,
-                read_first=not looked,
-            )
-        except LedgerError:
-            # The intent may have committed with its answer lost: kept, so that a retry of this
-            # process knows the intent as its own (and that nothing ran) and goes on.
-            _owner.unanswered(action.key, owner)
-            raise
-        if claim.outcome == "run":
-            ledger._wrote_intent(action.run_id)
-            return _Go(claim.attempt, owner)
-        if claim.refusal is not None:
-            raise claim.refusal
-        row = claim.row
-        if row is not None:
-            if row.state == "started" and _adopted(action, row, owner):
-                ledger._wrote_intent(action.run_id)
-                return _Go(row.attempt, owner)
-            if row.state == "succeeded":
-                ledger._recall_run(action.run_id)  # a resume: its next repeats are near
-            return _Found(_wait_while_live(action, row) if wait else row)
-
-
-def _adopted(action: Action, row: Row, owner: str) -> bool:
-    """Whether ``row`` is an intent this process wrote whose answer was lost, now ``owner``'s.
-
-    Its owner text names one claim of this process, which never ran the tool (it got no
-    answer); ``_owner.adopt`` hands it to one caller only, and moving the row to ``owner``
-    under that owner text and attempt proves nobody moved the action on meanwhile."""
-    lost = row.owner
-    if lost is None or not _owner.adopt(action.key, lost):
-        return False
-    try:
-        return action.ledger.store.adopt(action.key, row.attempt, lost, owner, action.ttl)
-    except LedgerError:
-        # Its answer may be lost too: the row names one of the two, and both stay adoptable.
-        _owner.unanswered(action.key, owner)
-        _owner.unanswered(action.key, lost)
-        raise
-    finally:
-        _owner.finished(lost)
-
-
-def _gate(action: Action) -> Gate | None:
-    options = action.options
-    if not action.needs_approval and options.max_per_run is None:
-        return None
-    ttl = options.approval_ttl or action.ledger.approval_ttl
-    return Gate(action.ledger, action, action.needs_approval, options.max_per_run, ttl)
-
-
-def _wait_while_live(action: Action, row: Row) -> Row:
-    """Wait (bounded) while another live worker runs the action; a dead one's lease is doubt.
-
-    Woken by the outcome on PostgreSQL, polling otherwise: see _waiting (which also has the
-    async form, ``await_while_live``).
-    """
-    return _waiting.wait_while_live(action, row)
-
-
-def settle_found(action: Action, row: Row) -> Any:
-    """A row that is not ours to run: its result, a retry marker, or an error."""
-    if row.state == "succeeded":
-        action.ledger.dedup.add(action.tool)  # done before: not run again
-        return _recorded_result(action, row)
-    if row.state == "failed" or row.state == "started":
-        return _AGAIN  # failed: claim takes it as a new attempt; started: lost a race, look again
-    return _Doubt(row)
-
-
-@dataclass(frozen=True)
-class _Doubt:
-    row: Row
-
-
-def _recorded_result(action: Action, row: Row) -> Any:
-    if row.pruned_at is not None:
-        raise ResultPruned(key=action.key, run_id=action.run_id, tool=action.tool)
-    if row.result is None:
-        raise ResultNotStored(
-            key=action.key,
-            run_id=action.run_id,
-            tool=action.tool,
-            why=(row.note or "no result was recorded"),
-        )
-    action.ledger._remember(action.key, row.result)
-    return decode_result(row.result)
-
-
-def in_doubt_error(action: Action, row: Row) -> EffectInDoubt:
-    return EffectInDoubt(
-        key=action.key,
-        run_id=action.run_id,
-        tool=action.tool,
-        reason=row.note or row.error or "it was interrupted",
-        attempt=row.attempt,
-    )
-
-
-def apply_verdict(action: Action, row: Row, verdict: Any) -> Any:
-    """Record a reconciler's answer. Returns the result, _AGAIN to run anew, or None (unknown)."""
-    store = action.ledger.store
-    if isinstance(verdict, Happened):
-        try:
-            encoded = encode_result(verdict.result, max_bytes=action.ledger.max_result_bytes)
-        except ResultEncodingError as exc:
-            raise ResultNotStored(
-                key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
-            ) from exc
-        store.resolve(
-            action.key,
-            happened=True,
-            result=encoded,
-            by="check",
-            note="check= found it happened",
-            expect_attempt=row.attempt,
-        )
-        fresh = store.get(action.key)
-        return settle_found(action, fresh) if fresh else _AGAIN
-    if isinstance(verdict, DidNotHappen):
-        store.resolve(
-            action.key,
-            happened=False,
-            result=None,
-            by="check",
-            note="check= found it did not happen",
-            expect_attempt=row.attempt,
-        )
-        return _AGAIN
-    if verdict is not None:
-        raise ConfigurationError(
-            f"check= for {action.tool} returned {type(verdict).__name__}: return "
-            "c4a.Happened(result), c4a.DidNotHappen() or None when it cannot tell"
-        )
-    return None
-
-
-def record_error(action: Action, attempt: int, exc: BaseException) -> None:
-    state: Literal["failed", "in_doubt"] = (
-        "in_doubt" if is_in_doubt_error(exc, action.options) else "failed"
-    )
-    # The error itself (e.g. "TimeoutError: read timed out") is the reason shown for a doubt.
-    action.ledger.store.finish(action.key, attempt, state=state, error=action.error_text(exc))
-
-
-def record_result(action: Action, attempt: int, result: Any) -> Any:
-    """Store the result; if it cannot be stored the action is still recorded as done."""
-    ledger = action.ledger
-    try:
-        encoded = encode_result(result, max_bytes=ledger.max_result_bytes)
-    except ResultEncodingError as exc:
-        ledger.store.finish(
-            action.key, attempt, state="succeeded", result=None, note=f"result not stored: {exc}"
-        )
-        raise ResultNotStored(
-            key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
-        ) from None
-    if ledger.store.finish(action.key, attempt, state="succeeded", result=encoded):
-        ledger._remember(action.key, encoded)
-        return result
-    return _fenced_off(action, attempt)
-
-
-def _fenced_off(action: Action, attempt: int) -> Any:
-    """The ledger's answer for an attempt whose result came after the action moved on (its
-    lease was taken over, or it was resolved): never this late result, which is kept as
-    evidence and differs from what every other caller of the action is told."""
-    row = action.ledger.store.get(action.key)
-    if row is not None and row.state == "succeeded":
-        return _recorded_result(action, row)
-    raise EffectInDoubt(
-        key=action.key,
-        run_id=action.run_id,
-        tool=action.tool,
-        reason=f"attempt {attempt} returned after the action had moved on without it (its lease"
-        " lapsed and it was taken over or resolved); its result is kept as evidence, not "
-        "reported as the action's",
-        attempt=row.attempt if row is not None else attempt,
-    )
 
 
 # -- drivers ------------------------------------------------------------------------------------
@@ -552,20 +73,20 @@ def perform(action: Action, call: Callable[[], T]) -> T:
 def _perform(action: Action, call: Callable[[], T]) -> T:
     call = finder_first(action, call)
     hit = cached(action)
-    if hit is not _MISS:
+    if hit is not MISS:
         return cast(T, hit)
     while True:
         step = begin(action)
-        if isinstance(step, _Recalled):
+        if isinstance(step, Recalled):
             return cast(T, step.value)
-        if isinstance(step, _Go):
+        if isinstance(step, Go):
             return _execute(action, step, call)
         outcome = settle_found(action, step.row)
-        if isinstance(outcome, _Doubt):
+        if isinstance(outcome, Doubt):
             outcome = _on_doubt(action, outcome.row)
-            if isinstance(outcome, _Go):
+            if isinstance(outcome, Go):
                 return _execute(action, outcome, call)
-        if outcome is not _AGAIN:
+        if outcome is not AGAIN:
             return cast(T, outcome)
 
 
@@ -584,7 +105,7 @@ def _on_doubt(action: Action, row: Row) -> Any:
 
 
 def _take_over_or_raise(action: Action, row: Row, owner: str | None = None) -> Any:
-    return _owning(owner, lambda mine: _take_over(action, row, mine))
+    return owning(owner, lambda mine: _take_over(action, row, mine))
 
 
 def _take_over(action: Action, row: Row, owner: str) -> Any:
@@ -604,7 +125,7 @@ def _take_over(action: Action, row: Row, owner: str) -> Any:
         raise
     if attempt is False:
         raise _other_args_in_doubt(action, row)
-    return _Go(attempt, owner) if attempt is not None else _AGAIN
+    return Go(attempt, owner) if attempt is not None else AGAIN
 
 
 def _same_args_or_raise(action: Action, row: Row) -> None:
@@ -626,7 +147,7 @@ def _other_args_in_doubt(action: Action, row: Row) -> EffectInDoubt:
     )
 
 
-def _execute(action: Action, go: _Go, call: Callable[[], T]) -> T:
+def _execute(action: Action, go: Go, call: Callable[[], T]) -> T:
     heartbeat, attempt = action.ledger._heartbeat, go.attempt
     heartbeat.hold(action.key, attempt, action.ttl, go.owner)
     token = _effect.set(action.context(attempt))
@@ -682,21 +203,21 @@ async def aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
 async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
     call = afinder_first(action, call)
     hit = cached(action)
-    if hit is not _MISS:
+    if hit is not MISS:
         return cast(T, hit)
     while True:
         step = await _in_thread(lambda owner: begin(action, wait=False, owner=owner))
-        if isinstance(step, _Recalled):
+        if isinstance(step, Recalled):
             return cast(T, step.value)
-        if isinstance(step, _Go):
+        if isinstance(step, Go):
             return await _aexecute(action, step, call)
         row = await _waiting.await_while_live(action, step.row)
         outcome = settle_found(action, row)
-        if isinstance(outcome, _Doubt):
+        if isinstance(outcome, Doubt):
             outcome = await _aon_doubt(action, outcome.row)
-            if isinstance(outcome, _Go):
+            if isinstance(outcome, Go):
                 return await _aexecute(action, outcome, call)
-        if outcome is not _AGAIN:
+        if outcome is not AGAIN:
             return cast(T, outcome)
 
 
@@ -728,7 +249,7 @@ async def _in_thread(claim: Callable[[str], T]) -> T:
         raise
 
 
-async def _aexecute(action: Action, go: _Go, call: Callable[[], Awaitable[T]]) -> T:
+async def _aexecute(action: Action, go: Go, call: Callable[[], Awaitable[T]]) -> T:
     heartbeat, attempt = action.ledger._heartbeat, go.attempt
     heartbeat.hold(action.key, attempt, action.ttl, go.owner)
     token = _effect.set(action.context(attempt))

@@ -27,7 +27,7 @@ from call4agents.storage.migrations import CURRENT, current_version, migrate, re
 from call4agents.storage.store import Store, short_error
 
 if TYPE_CHECKING:
-    from call4agents.engine.effect import Action
+    from call4agents.engine.action import Action
 
 _L = TypeVar("_L", bound="LedgerCore")
 _CACHE_LIMIT = 50_000

@@ -21,7 +21,7 @@ from .context import current
 from .verdicts import DidNotHappen, Happened
 
 if TYPE_CHECKING:
-    from .effect import Action
+    from .action import Action
 
 T = TypeVar("T")
 Item = TypeVar("Item")

@@ -29,7 +29,7 @@ from call4agents.model.errors import (
 )
 
 if TYPE_CHECKING:
-    from call4agents.engine.effect import Action
+    from call4agents.engine.action import Action
     from call4agents.engine.run_notes import RunSummary
 
 T = TypeVar("T")

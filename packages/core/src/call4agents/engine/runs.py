@@ -27,7 +27,7 @@ from . import observe
 log = logging.getLogger("call4agents")
 
 if TYPE_CHECKING:
-    from call4agents.engine.effect import Action
+    from call4agents.engine.action import Action
     from call4agents.engine.ledger import EffectRecord, LedgerCore
 
 ESCALATED = "escalated"

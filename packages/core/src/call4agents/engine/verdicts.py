@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from call4agents.model.errors import EffectInDoubt, OutcomeUnknown
 
 if TYPE_CHECKING:
-    from .effect import EffectOptions
+    from .action import EffectOptions
 
 # Errors after which the outside world may or may not have acted. Everything else that derives
 # from Exception means the tool did not act; BaseExceptions (cancellation, KeyboardInterrupt,

@@ -18,7 +18,6 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
-import functools
 import json
 import math
 import pathlib
@@ -29,26 +28,31 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from .errors import ConfigurationError, UnstableArguments
+from .paths import (
+    EACH,
+    IGNORE,
+    REDACT,
+    Node,
+    Refusal,
+    class_ref,
+    escape,
+    parse_paths,
+    plan_for,
+    type_name,
+    unknown_reason,
+)
 
 __all__ = ["CanonicalArgs", "canonical_args", "canonical_json", "parse_paths", "scrub"]
 
 MAX_DEPTH: Final = 64
 # Secrets shorter than this would scrub ordinary words out of error texts.
 _MIN_SECRET_LEN: Final = 4
-# Keeps a huge dict key from turning an error message into a megabyte.
-_MAX_KEY_REPR: Final = 60
-
-EACH: Final = "[]"
-"""Path segment meaning "every element of a list or tuple" (written ``items[]`` or ``items.*``)."""
 
 _NoneType = type(None)
 # Types that encode as themselves. Strict mode drops str and int so that the rare second pass can
 # check each one for what json cannot write (lone surrogates, ints beyond the digit limit).
 _FAST: Final[frozenset[type]] = frozenset((str, int, bool, _NoneType))
 _FAST_STRICT: Final[frozenset[type]] = frozenset((bool, _NoneType))
-
-_IGNORE: Final = 1
-_REDACT: Final = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,198 +136,9 @@ _write_key_material: Final = _json_writer(_as_key_material)
 _write_display: Final = _json_writer(_as_display)
 
 
-# --- Refusals and their paths ---------------------------------------------------------------------
-
-# A step from a container to one of its parts: ("attr", name), ("index", i) or ("key", key).
-_Step = tuple[str, Any]
-
-
-class _Refusal(Exception):
-    """Raised deep inside the encoder; each container adds its step while the error unwinds.
-
-    Building the path only on the way out keeps the successful path free of string work.
-    """
-
-    def __init__(self, reason: str, *, too_deep: bool = False) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.too_deep = too_deep
-        # (id of the object reached, step that reached it), innermost first.
-        self.trail: list[tuple[int, _Step]] = []
-        self.settled = False
-
-    def add(self, obj: Any, step: _Step) -> None:
-        self.trail.append((id(obj), step))
-
-    def settle(self) -> None:
-        """Fix the reason; a cycle shows up as an object met twice on the way down."""
-        if self.settled:
-            return
-        self.settled = True
-        if not self.too_deep:
-            return
-        down = self.trail[::-1]
-        seen: set[int] = set()
-        for i, (obj_id, _) in enumerate(down):
-            if obj_id in seen:
-                self.reason = "contains a reference cycle"
-                self.trail = down[: i + 1][::-1]
-                return
-            seen.add(obj_id)
-
-    def path(self) -> str:
-        return _format_path([step for _, step in reversed(self.trail)])
-
-
-def _format_path(steps: Iterable[_Step]) -> str:
-    out: list[str] = []
-    for kind, part in steps:
-        if kind == "index":
-            out.append(f"[{part}]")
-        elif kind == "attr" and not out:
-            out.append(str(part))  # the argument's name leads, however it is spelled
-        elif kind == "attr" and isinstance(part, str) and part.isidentifier():
-            out.append(f".{part}")
-        else:
-            text = repr(part)
-            if len(text) > _MAX_KEY_REPR:
-                text = text[: _MAX_KEY_REPR - 3] + "..."
-            out.append(f"[{text}]")
-    return "".join(out)
-
-
-def _type_name(tp: type) -> str:
-    if tp.__module__ == "builtins":
-        return tp.__qualname__
-    return f"{tp.__module__}.{tp.__qualname__}"
-
-
-def _class_ref(tp: type) -> str:
-    return f"{tp.__module__}:{tp.__qualname__}"
-
-
-def _unknown_reason(tp: type) -> str:
-    printer: object = tp.__repr__
-    name = tp.__qualname__
-    if printer is object.__repr__:
-        article = "an" if name[:1].lower() in "aeiou" else "a"
-        return f"is {article} {name} object whose only printed form is its memory address"
-    return f"is a {_type_name(tp)}, which has no stable canonical form"
-
-
-def _escape(key: str) -> str:
-    return "$" + key if key.startswith("$") else key
-
-
-# --- Field paths for ignore= and redact= ----------------------------------------------------------
-
-
-def parse_paths(paths: Sequence[str]) -> tuple[tuple[str, ...], ...]:
-    """Split field paths like ``"meta.request_id"`` or ``"items[].id"`` into segments.
-
-    Every-element steps (``[]`` or ``*``) become :data:`EACH`. Raises
-    :class:`~call4agents.errors.ConfigurationError` on bad syntax, so mistakes show up when the
-    tool is declared rather than as a field that silently never matches.
-    """
-    if isinstance(paths, str):
-        raise ConfigurationError(
-            f"field paths must be a list or tuple of strings, not the string {paths!r}; "
-            f"write ({paths!r},)."
-        )
-    return tuple(_parse_path(path) for path in paths)
-
-
-def _bad_path(path: object, why: str) -> ConfigurationError:
-    return ConfigurationError(
-        f"bad field path {path!r}: {why}. Write paths like 'timestamp', 'meta.request_id' "
-        "or 'items[].id'."
-    )
-
-
-def _parse_path(path: object) -> tuple[str, ...]:
-    if not isinstance(path, str):
-        raise _bad_path(path, f"it is a {type(path).__name__}, not a string")
-    if not path:
-        raise _bad_path(path, "it is empty")
-    segments: list[str] = []
-    for part in path.split("."):
-        if part == "*":
-            segments.append(EACH)
-            continue
-        name = part
-        each = 0
-        while name.endswith(EACH):
-            name = name[: -len(EACH)]
-            each += 1
-        if not name:
-            raise _bad_path(path, "it has an empty name (look for '..', a leading '.' or '[]')")
-        if any(ch in name for ch in "[]*"):
-            raise _bad_path(path, f"{name!r} is not a name ('[]' may only follow a name)")
-        if name != name.strip():
-            raise _bad_path(path, f"{name!r} has spaces around it")
-        segments.append(name)
-        segments.extend([EACH] * each)
-    if segments[0] == EACH:
-        raise _bad_path(path, "it must start with an argument name")
-    return tuple(segments)
-
-
-class _Node:
-    """One step of the ignore/redact tree: what to do here, and the rules below."""
-
-    __slots__ = ("action", "children")
-
-    def __init__(self) -> None:
-        self.action = 0
-        self.children: dict[str, _Node] = {}
-
-
-class _Plan:
-    __slots__ = ("has_redact", "root")
-
-    def __init__(self, root: _Node, has_redact: bool) -> None:
-        self.root = root
-        self.has_redact = has_redact
-
-
-@functools.lru_cache(maxsize=256)
-def _plan(ignore: tuple[str, ...], redact: tuple[str, ...]) -> _Plan:
-    root = _Node()
-    marked: dict[tuple[str, ...], int] = {}
-    for action, paths in ((_IGNORE, ignore), (_REDACT, redact)):
-        for path, segments in zip(paths, parse_paths(paths), strict=True):
-            if marked.get(segments, action) != action:
-                raise ConfigurationError(
-                    f"field path {path!r} is named in both ignore= and redact=; pick one."
-                )
-            marked[segments] = action
-            node = root
-            for segment in segments:
-                node = node.children.setdefault(segment, _Node())
-            node.action = action
-    _prune(root, inside_redacted=False)
-    return _Plan(root, has_redact=bool(redact))
-
-
-def _prune(node: _Node, *, inside_redacted: bool) -> None:
-    """Drop rules that cannot matter, so an encoded redacted value never holds a redaction.
-
-    Below an ignored field nothing is looked at; below a redacted one only ignores still count
-    (they change which digest the value gets), while nested redactions are already covered.
-    """
-    for name, child in list(node.children.items()):
-        if child.action == _IGNORE:
-            child.children.clear()
-        elif inside_redacted and child.action == _REDACT:
-            child.action = 0
-        _prune(child, inside_redacted=inside_redacted or child.action == _REDACT)
-        if not child.action and not child.children:
-            del node.children[name]
-
-
 # --- The encoder ----------------------------------------------------------------------------------
 
-_Handler = Callable[["_Encoder", Any, int, "_Node | None"], Any]
+_Handler = Callable[["_Encoder", Any, int, "Node | None"], Any]
 # Handler per concrete type, filled on first sight: what a type needs depends only on the type.
 _HANDLERS: dict[type, _Handler] = {}
 _MAX_HANDLERS: Final = 4096
@@ -343,7 +158,7 @@ class _Encoder:
         self.redactions = 0
         self.secrets: list[str] = []
 
-    def value(self, v: Any, depth: int, node: _Node | None) -> Any:
+    def value(self, v: Any, depth: int, node: Node | None) -> Any:
         tp = type(v)
         if tp in self.fast:
             return v
@@ -353,7 +168,7 @@ class _Encoder:
         return handler(self, v, depth, node)
 
     def fields(
-        self, items: Iterable[tuple[str, Any]], depth: int, node: _Node | None
+        self, items: Iterable[tuple[str, Any]], depth: int, node: Node | None
     ) -> dict[str, Any]:
         """Encode str-keyed fields (a dict, a dataclass, a model dump) honouring ignore/redact."""
         out: dict[str, Any] = {}
@@ -372,23 +187,23 @@ class _Encoder:
             for key, item in items:
                 rule = rules.get(key)
                 if rule is None:
-                    out[_escape(key)] = self.value(item, depth, None)
-                elif rule.action == _IGNORE:
+                    out[escape(key)] = self.value(item, depth, None)
+                elif rule.action == IGNORE:
                     continue
-                elif rule.action == _REDACT:
-                    out[_escape(key)] = self.redacted(item, depth, rule)
+                elif rule.action == REDACT:
+                    out[escape(key)] = self.redacted(item, depth, rule)
                 else:
-                    out[_escape(key)] = self.value(item, depth, rule)
-        except _Refusal as refusal:
+                    out[escape(key)] = self.value(item, depth, rule)
+        except Refusal as refusal:
             refusal.add(item, ("attr", key))
             raise
         return out
 
-    def redacted(self, v: Any, depth: int, node: _Node) -> _Redacted:
+    def redacted(self, v: Any, depth: int, node: Node) -> _Redacted:
         try:
             tree = self.value(v, depth, node)
             data = _write(tree).encode("utf-8")
-        except _Refusal as refusal:
+        except Refusal as refusal:
             # The path stops at the redacted field: anything below it (a dict key, an index)
             # could give the secret away.
             refusal.settle()
@@ -399,7 +214,7 @@ class _Encoder:
             # the same rule that the path stops here.
             try:
                 _Encoder(strict=True).value(v, depth, node)
-            except _Refusal as refusal:
+            except Refusal as refusal:
                 refusal.settle()
                 refusal.trail.clear()
                 raise
@@ -415,10 +230,10 @@ class _Encoder:
     def container(self, v: Any, depth: int) -> int:
         """The depth of v's children, refusing v if it is itself too deep."""
         if depth > MAX_DEPTH:
-            raise _Refusal(f"is nested deeper than {MAX_DEPTH} levels", too_deep=True)
+            raise Refusal(f"is nested deeper than {MAX_DEPTH} levels", too_deep=True)
         return depth + 1
 
-    def items(self, v: Iterable[Any], depth: int, node: _Node | None) -> list[Any]:
+    def items(self, v: Iterable[Any], depth: int, node: Node | None) -> list[Any]:
         each = node.children.get(EACH) if node is not None else None
         out: list[Any] = []
         fast = self.fast
@@ -427,13 +242,13 @@ class _Encoder:
             if each is None:
                 for item in v:
                     out.append(item if type(item) in fast else self.value(item, depth, None))
-            elif each.action == _REDACT:
+            elif each.action == REDACT:
                 for item in v:
                     out.append(self.redacted(item, depth, each))
-            elif each.action != _IGNORE:
+            elif each.action != IGNORE:
                 for item in v:
                     out.append(self.value(item, depth, each))
-        except _Refusal as refusal:
+        except Refusal as refusal:
             # Every earlier element was appended, so the failing one's index is len(out).
             refusal.add(item, ("index", len(out)))
             raise
@@ -464,42 +279,42 @@ def _printed_forms(v: Any) -> list[str]:
 # Handlers: (encoder, value, depth, node) -> JSON-ready tree.
 
 
-def _h_str(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_str(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     text = str.__str__(v)
     if enc.strict:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            raise _Refusal(
+            raise Refusal(
                 "contains a lone surrogate character, which is not valid Unicode text"
             ) from None
     return text
 
 
-def _h_int(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_int(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     number = int.__int__(v)
     # 2000 bits is below the smallest digit limit Python can be set to; only then can str() fail.
     if enc.strict and number.bit_length() > 2000:
         try:
             str(number)
         except ValueError:
-            raise _Refusal(
+            raise Refusal(
                 "is an integer too long to write in decimal in this process "
                 "(see sys.set_int_max_str_digits)"
             ) from None
     return number
 
 
-def _h_float(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_float(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     number = float.__float__(v)
     if math.isfinite(number):
         return number
     if math.isnan(number):
-        raise _Refusal("is NaN, which has no stable form")
-    raise _Refusal("is infinite, which has no stable form")
+        raise Refusal("is NaN, which has no stable form")
+    raise Refusal("is infinite, which has no stable form")
 
 
-def _h_dict(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_dict(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     inner = enc.container(v, depth)
     if not all(type(k) is str for k in v):
         return _encode_map(enc, v, inner, node)
@@ -507,32 +322,32 @@ def _h_dict(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
         for k in v:
             try:
                 _h_str(enc, k, inner, None)
-            except _Refusal as refusal:
+            except Refusal as refusal:
                 refusal.add(k, ("key", k))
                 raise
     return enc.fields(v.items(), inner, node)
 
 
-def _encode_map(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _encode_map(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     rules = node.children if node is not None else {}
     pairs: list[tuple[str, Any, Any]] = []
     for k, item in v.items():
         try:
             key_tree = enc.value(k, depth, None)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             refusal.add(k, ("key", k))
             raise
         rule = rules.get(k) if type(k) is str else None
         try:
             if rule is None:
                 item_tree = enc.value(item, depth, None)
-            elif rule.action == _IGNORE:
+            elif rule.action == IGNORE:
                 continue
-            elif rule.action == _REDACT:
+            elif rule.action == REDACT:
                 item_tree = enc.redacted(item, depth, rule)
             else:
                 item_tree = enc.value(item, depth, rule)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             refusal.add(item, ("attr" if type(k) is str else "key", k))
             raise
         pairs.append((_write(key_tree), key_tree, item_tree))
@@ -540,23 +355,23 @@ def _encode_map(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
     return {"$map": [[key_tree, item_tree] for _, key_tree, item_tree in pairs]}
 
 
-def _h_list(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_list(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     return enc.items(v, enc.container(v, depth), node)
 
 
-def _h_tuple(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_tuple(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     if hasattr(type(v), "_fields"):  # a namedtuple: a tool may read it by name, a tuple cannot be
-        return {"$namedtuple": [_class_ref(type(v)), enc.items(v, enc.container(v, depth), node)]}
+        return {"$namedtuple": [class_ref(type(v)), enc.items(v, enc.container(v, depth), node)]}
     return {"$tuple": enc.items(v, enc.container(v, depth), node)}
 
 
-def _h_set(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_set(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     inner = enc.container(v, depth)
     members: list[tuple[str, Any]] = []
     for item in v:
         try:
             tree = enc.value(item, inner, None)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             refusal.add(item, ("key", item))
             raise
         members.append((_write(tree), tree))
@@ -565,7 +380,7 @@ def _h_set(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
     return {"$frozenset" if isinstance(v, frozenset) else "$set": [tree for _, tree in members]}
 
 
-def _h_bytes(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_bytes(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     # bytes, bytearray (mutable) and memoryview are three types a tool may tell apart.
     tag = (
         "$bytearray"
@@ -577,9 +392,9 @@ def _h_bytes(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
     return {tag: base64.b64encode(bytes(v)).decode("ascii")}
 
 
-def _h_datetime(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_datetime(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     if v.utcoffset() is None:
-        raise _Refusal("is a naive datetime; attach a timezone (datetime.now(timezone.utc))")
+        raise Refusal("is a naive datetime; attach a timezone (datetime.now(timezone.utc))")
     if isinstance(v.tzinfo, dt.timezone):
         return {"$datetime": v.isoformat()}
     # A named zone (ZoneInfo("Europe/Paris")) moves its offset with the seasons where a fixed
@@ -589,54 +404,54 @@ def _h_datetime(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
 
 def _zone_name(tz: dt.tzinfo) -> str:
     name = getattr(tz, "key", None) or getattr(tz, "zone", None)  # zoneinfo, pytz
-    return str(name) if name else f"{_class_ref(type(tz))}:{tz!r}"
+    return str(name) if name else f"{class_ref(type(tz))}:{tz!r}"
 
 
-def _h_date(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_date(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     return {"$date": v.isoformat()}
 
 
-def _h_time(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_time(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     return {"$time": v.isoformat()}
 
 
-def _h_timedelta(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_timedelta(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     return {"$timedelta": [v.days, v.seconds, v.microseconds]}
 
 
-def _h_decimal(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_decimal(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     if v.is_nan():
-        raise _Refusal("is a Decimal NaN, which has no stable form")
+        raise Refusal("is a Decimal NaN, which has no stable form")
     if v.is_infinite():
-        raise _Refusal("is an infinite Decimal, which has no stable form")
+        raise Refusal("is an infinite Decimal, which has no stable form")
     return {"$decimal": str(v)}
 
 
-def _h_uuid(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_uuid(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     return {"$uuid": str(v)}
 
 
-def _h_path(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_path(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     return {"$path": str(v)}
 
 
-def _h_enum(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_enum(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     inner = enc.container(v, depth)
-    return {"$enum": [_class_ref(type(v)), enc.value(v.value, inner, None)]}
+    return {"$enum": [class_ref(type(v)), enc.value(v.value, inner, None)]}
 
 
-def _h_model(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_model(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     inner = enc.container(v, depth)
     try:
         dump = v.model_dump(mode="python")
     except Exception as exc:  # noqa: BLE001 - any failure means no stable form; say which
         # The exception text is left out: it may quote a field that is meant to be redacted.
-        raise _Refusal(
-            f"is a {_type_name(type(v))} whose model_dump() failed ({type(exc).__name__})"
+        raise Refusal(
+            f"is a {type_name(type(v))} whose model_dump() failed ({type(exc).__name__})"
         ) from None
     if type(dump) is not dict:
-        raise _Refusal(f"is a {_type_name(type(v))} whose model_dump() is not a dict")
-    tree = [_class_ref(type(v)), _model_fields(enc, dump, inner, node)]
+        raise Refusal(f"is a {type_name(type(v))} whose model_dump() is not a dict")
+    tree = [class_ref(type(v)), _model_fields(enc, dump, inner, node)]
     hidden = _excluded(v)
     if hidden:
         # Fields with exclude=True are left out of model_dump(), yet the tool reads them: two
@@ -659,20 +474,20 @@ def _excluded(model: Any) -> dict[str, Any]:
     return found
 
 
-def _model_fields(enc: _Encoder, dump: dict[Any, Any], depth: int, node: _Node | None) -> Any:
+def _model_fields(enc: _Encoder, dump: dict[Any, Any], depth: int, node: Node | None) -> Any:
     if all(type(k) is str for k in dump):
         return enc.fields(dump.items(), depth, node)
     return _encode_map(enc, dump, depth, node)
 
 
-def _h_dataclass(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
+def _h_dataclass(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
     inner = enc.container(v, depth)
     items = ((field.name, getattr(v, field.name)) for field in dataclasses.fields(v))
-    return {"$dataclass": [_class_ref(type(v)), enc.fields(items, inner, node)]}
+    return {"$dataclass": [class_ref(type(v)), enc.fields(items, inner, node)]}
 
 
-def _h_unknown(enc: _Encoder, v: Any, depth: int, node: _Node | None) -> Any:
-    raise _Refusal(_unknown_reason(type(v)))
+def _h_unknown(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
+    raise Refusal(unknown_reason(type(v)))
 
 
 # Checked in order, so that the most specific base wins (datetime is a date, bool an int).
@@ -742,9 +557,9 @@ def canonical_args(
         text = _plain_text(arguments)
         if text is not None:
             return CanonicalArgs(text, text, ())
-    root: _Node | None = None
+    root: Node | None = None
     if ignore or redact:
-        plan = _plan(_as_paths(ignore), _as_paths(redact))
+        plan = plan_for(_as_paths(ignore), _as_paths(redact))
         if plan.has_redact and redact_digest is None:
             raise ConfigurationError(
                 f"{tool}: redact= needs redact_digest= to key redacted values by an HMAC"
@@ -786,11 +601,11 @@ def _as_paths(paths: Sequence[str]) -> tuple[str, ...]:
 
 
 def _encode_top(
-    tool: str, encoder: _Encoder, arguments: Mapping[str, Any], root: _Node | None
+    tool: str, encoder: _Encoder, arguments: Mapping[str, Any], root: Node | None
 ) -> dict[str, Any]:
     try:
         tree = encoder.fields(arguments.items(), 1, root)
-    except _Refusal as refusal:
+    except Refusal as refusal:
         refusal.settle()
         raise UnstableArguments(tool, refusal.path(), refusal.reason) from None
     return tree
@@ -809,7 +624,7 @@ def canonical_json(tool: str, value: Any, *, root: str = "key") -> str:
         except ValueError:
             _Encoder(strict=True).value(value, 1, None)
             raise
-    except _Refusal as refusal:
+    except Refusal as refusal:
         refusal.add(value, ("attr", root))
         refusal.settle()
         raise UnstableArguments(tool, refusal.path(), refusal.reason) from None
