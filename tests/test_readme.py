@@ -152,7 +152,7 @@ def test_every_public_name_is_in_the_api_reference() -> None:
     import call4agents
 
     reference = (DOCS / "reference" / "core.md").read_text(encoding="utf-8")
-    documented = set(re.findall(r"^::: call4agents\.(?:\w+\.)?(\w+)$", reference, flags=re.M))
+    documented = set(re.findall(r"^::: call4agents\.(?:\w+\.)*(\w+)$", reference, flags=re.M))
     assert set(call4agents.__all__) <= documented, set(call4agents.__all__) - documented
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import call4agents as c4a
-from call4agents.controls import undo
+from call4agents.engine import undos
 from call4agents.facade.cli import main
 from tests.conftest import Target, run_child
 
@@ -205,7 +205,7 @@ def test_cli_undo(
     target: Target, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
 ) -> None:
     # The registry is per process: forget "charge" from an earlier test's import.
-    monkeypatch.delitem(undo._registry, "charge", raising=False)
+    monkeypatch.delitem(undos._registry, "charge", raising=False)
     out = tmp_path / "world.txt"
     assert child(target, "act", "order-3", str(out)).returncode == 0
     # This process never defined "charge": nothing is reversed, and the report says why.

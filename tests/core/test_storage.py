@@ -67,7 +67,7 @@ def test_a_ledger_from_before_argument_digests_is_brought_up_to_date(target: Any
 
 
 def test_threads_making_the_secret_at_once_all_get_the_same_one(tmp_path: Path) -> None:
-    from call4agents.facade.ledger import _read_or_create_secret
+    from call4agents.engine.ledger import _read_or_create_secret
 
     path = tmp_path / "ledger" / "secret"
     start = threading.Barrier(8)

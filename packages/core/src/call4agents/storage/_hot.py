@@ -37,6 +37,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from . import _db, _pg
+from .dialects import dialect_of
 
 T = TypeVar("T")
 
@@ -46,8 +47,6 @@ _INHERITED: list[Any] = []  # a forked child's copies of its parent's connection
 # registered on its socket once, since making one per statement costs more than polling.
 _Conn = tuple[Any, Any, Any]
 _Claimed = tuple[int, tuple[Any, ...]]  # (attempt to run, ()) or (0, the row that exists)
-_PG_NOW = "extract(epoch from clock_timestamp())::float8"
-_SQLITE_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 
 
 class HotPath:
@@ -59,7 +58,7 @@ class HotPath:
         self.postgres = engine.dialect.name == "postgresql"
         self._driver_error: Any = engine.dialect.loaded_dbapi.Error  # the driver's own faults
         table = f'"{schema}".c4a_effects' if schema else "c4a_effects"
-        now = _PG_NOW if self.postgres else _SQLITE_NOW
+        now = dialect_of(engine.dialect.name).now_text
         m = "%s" if self.postgres else "?"
         cols = ", ".join(columns)
         insert = (

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
+from .dialects import dialect_of
 from .run_rows import counters_in
 from .store import Store, dialect_insert, now_sql
 from .tables import run_counters, runs
@@ -42,9 +43,7 @@ def write_status(
         )
         .on_conflict_do_nothing(index_elements=["run_id"])
     )
-    stmt = select(runs.c.details).where(runs.c.run_id == run_id)
-    if dialect == "postgresql":
-        stmt = stmt.with_for_update()
+    stmt = dialect_of(dialect).locked(select(runs.c.details).where(runs.c.run_id == run_id))
     details = json.loads(conn.execute(stmt).scalar_one() or "{}")
     details[section] = data
     conn.execute(
@@ -97,7 +96,7 @@ def locked(conn: Conn, dialect: str, run_id: str) -> tuple[dict[str, float], flo
     # Entering the run started the clock; this only covers a run entered before any ledger was
     # open, and makes sure the lock row below exists.
     start(conn, dialect, run_id)
-    if dialect == "postgresql":
+    if dialect_of(dialect).row_locks:
         # The started_at row is the run's lock: every counting step takes it first. Locking the
         # whole row set instead is not enough: a statement that waited on a lock still sees the
         # rows as they were when it began, so a counter row the previous holder created would

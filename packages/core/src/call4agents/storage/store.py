@@ -38,7 +38,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -46,6 +46,7 @@ from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
 from ._hot import HotPath
+from .dialects import dialect_of
 from .tables import effects
 
 OPEN_STATES = ("started", "in_doubt")
@@ -62,24 +63,13 @@ def _held(key: str, attempt: int, owner: str) -> ColumnElement[bool]:
 
 
 def dialect_insert(dialect: str) -> Callable[[Table], Any]:
-    """The dialect's own INSERT, which has ON CONFLICT: one place for what was five copies."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert
+    """The database's INSERT that can skip a conflict (see ``dialects``)."""
+    return dialect_of(dialect).insert
 
 
 def now_sql(dialect: str) -> ColumnElement[float]:
-    """The database's clock in epoch seconds: the one clock every lease is judged by."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
-
-        return func.extract("epoch", func.clock_timestamp()).cast(DOUBLE_PRECISION)
-    # julianday('now') is the same clock for every process of this machine, at millisecond grain.
-    return (func.julianday("now") - literal(2440587.5)) * literal(86400.0)
+    """The database's clock in epoch seconds (see ``dialects``)."""
+    return dialect_of(dialect).now()
 
 
 class StoredArgs(NamedTuple):
@@ -167,8 +157,9 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
-        self._now = now_sql(self.dialect)
-        insert = dialect_insert(self.dialect)
+        self._sql = dialect_of(self.dialect)
+        self._now = self._sql.now()
+        insert = self._sql.insert
         given = ("key", "run_id", "tool", "kind", "args", "args_digest", "owner")
         self._insert_intent = (
             insert(effects)
@@ -209,9 +200,7 @@ class Store:
             yield conn
 
     def _row(self, conn: Connection, key: str, *, lock: bool = False) -> Row | None:
-        stmt = self._select_row
-        if lock and self.dialect == "postgresql":
-            stmt = stmt.with_for_update()
+        stmt = self._sql.locked(self._select_row) if lock else self._select_row
         found = conn.execute(stmt, {"k": key}).first()
         return Row(**found._asdict()) if found is not None else None
 
@@ -409,7 +398,7 @@ class Store:
         if self._hot.usable:
             with db_faults():
                 return self._hot.finish(key, attempt, state, result, error, note)
-        if self.dialect != "postgresql":
+        if not self._sql.wakes:  # one round trip matters where the server is a network away
             return False
         params = self._finish_params(key, attempt, state, result, error, note)
         with db_faults(), self._autocommit.connect() as conn:
@@ -432,7 +421,7 @@ class Store:
             "err": error,
             "nt": note,
         }
-        if self.dialect == "postgresql":
+        if self._sql.wakes:
             params["lock_id"] = _pg.lock_id(self._schema, key)
         return params
 
@@ -447,7 +436,7 @@ class Store:
         note: str | None,
     ) -> bool:
         params = self._finish_params(key, attempt, state, result, error, note)
-        if self.dialect == "postgresql":
+        if self._sql.wakes:  # the outcome's RETURNING carries the wake-up
             if conn.execute(self._finish_sql, params).first() is not None:
                 return True
         elif conn.execute(self._finish_sql, params).rowcount == 1:
@@ -511,7 +500,7 @@ class Store:
                 updated_at=self._now,
             )
         )
-        if self.dialect != "postgresql":
+        if not self._sql.wakes:
             return stmt
         # Still one round trip: RETURNING runs only for the row the UPDATE matched.
         return stmt.returning(effects.c.key, self._wake_waiters())
@@ -527,7 +516,7 @@ class Store:
 
     def _announce(self, conn: Connection, key: str) -> None:
         """Wake whoever waits for ``key`` once this transaction commits (PostgreSQL)."""
-        if self.dialect == "postgresql":
+        if self._sql.wakes:
             lock = _pg.lock_id(self._schema, key)
             conn.execute(select(self._wake_waiters()), {"k": key, "lock_id": lock})
 
@@ -538,9 +527,7 @@ class Store:
             return True
         if not isinstance(cause, DBAPIError):
             return False
-        if cause.connection_invalidated or self.dialect == "postgresql":
-            return isinstance(cause, (OperationalError, InterfaceError))
-        return "locked" in str(cause.orig) or "busy" in str(cause.orig)
+        return self._sql.transient(cause)
 
     def watch(self, key: str, *, listen: bool = True) -> AbstractContextManager[_pg.Watch]:
         """Interest in ``key`` while waiting for it; on PostgreSQL its outcome wakes the wait."""
@@ -611,9 +598,11 @@ class Store:
         other arguments under the attempt that may have happened is never a retry of it."""
         with self.tx() as conn:
             found = conn.execute(
-                select(effects.c.state, effects.c.attempt, effects.c.args_digest)
-                .where(effects.c.key == key)
-                .with_for_update()
+                self._sql.locked(
+                    select(effects.c.state, effects.c.attempt, effects.c.args_digest).where(
+                        effects.c.key == key
+                    )
+                )
             ).first()
             if found is None or (found.state, found.attempt) != ("in_doubt", seen_attempt):
                 return None  # moved on meanwhile: the caller looks again

@@ -1,0 +1,88 @@
+"""What differs between SQLite and PostgreSQL, in one object per database.
+
+Every statement elsewhere in storage is written once and asks its database's object for the few
+things that differ: the clock, the insert that can skip a conflict, the row lock, whether an
+outcome can wake a waiter, and which faults may pass if tried again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, Select, Table, func, literal
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+
+S = TypeVar("S", bound=Select[Any])
+
+
+class Dialect:
+    name: str
+    # The clock as hand-written SQL, for the hot lane's statements (storage/_hot.py).
+    now_text: str
+    # An outcome wakes a waiter through the database (PostgreSQL's LISTEN/NOTIFY); elsewhere
+    # waiters re-read the row.
+    wakes: bool = False
+    # Rows can be locked one by one (SELECT ... FOR UPDATE); SQLite locks the whole file.
+    row_locks: bool = False
+
+    def now(self) -> ColumnElement[float]:
+        """The database's clock in epoch seconds: the one clock every lease is judged by."""
+        raise NotImplementedError
+
+    def insert(self, table: Table) -> Any:
+        """An INSERT that can skip a row whose key exists (``.on_conflict_do_nothing``)."""
+        raise NotImplementedError
+
+    def locked(self, stmt: S) -> S:
+        """``stmt`` reading its rows under a row lock, where the database locks rows; SQLite's
+        write transaction (BEGIN IMMEDIATE) already holds the whole file."""
+        return stmt
+
+    def transient(self, cause: DBAPIError) -> bool:
+        """A fault that may pass if tried again: the connection went away, a lock was busy."""
+        raise NotImplementedError
+
+
+class SQLite(Dialect):
+    name = "sqlite"
+    # julianday('now') is the same clock for every process of this machine, at millisecond grain.
+    now_text = "((julianday('now') - 2440587.5) * 86400.0)"
+
+    def now(self) -> ColumnElement[float]:
+        return (func.julianday("now") - literal(2440587.5)) * literal(86400.0)
+
+    def insert(self, table: Table) -> Any:
+        return sqlite.insert(table)
+
+    def transient(self, cause: DBAPIError) -> bool:
+        if cause.connection_invalidated:
+            return isinstance(cause, (OperationalError, InterfaceError))
+        return "locked" in str(cause.orig) or "busy" in str(cause.orig)
+
+
+class PostgreSQL(Dialect):
+    name = "postgresql"
+    now_text = "extract(epoch from clock_timestamp())::float8"
+    wakes = True
+    row_locks = True
+
+    def now(self) -> ColumnElement[float]:
+        return func.extract("epoch", func.clock_timestamp()).cast(postgresql.DOUBLE_PRECISION)
+
+    def insert(self, table: Table) -> Any:
+        return postgresql.insert(table)
+
+    def locked(self, stmt: S) -> S:
+        return stmt.with_for_update()
+
+    def transient(self, cause: DBAPIError) -> bool:
+        return isinstance(cause, (OperationalError, InterfaceError))
+
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (SQLite(), PostgreSQL())}
+
+
+def dialect_of(name: str) -> Dialect:
+    """The object of a database by SQLAlchemy's dialect name (``engine.dialect.name``)."""
+    return DIALECTS[name]
