@@ -149,11 +149,13 @@ async def arun_finished(run_id: str, exc: BaseException | None = None) -> None:
         await run_notes.afinish(notes, exc)
 
 
-def step(run_id: str | None, index: int | None) -> Step:
+def step(run_id: str | None, index: int | None, span: object = None) -> Step:
     """A span for one turn of the agent loop (``call4agents.step``), current while open:
     ``with step(run_id, n) as s: response = call_model(); s.finish(StepFigures(...))``.
+    ``span``: an instrumentation's own OpenTelemetry span of the step, still open, that gets
+    the step's attributes and figures instead of a second span (it is not ended here).
     A shared no-op while no OpenTelemetry SDK records anything."""
-    return observe.step(run_id, index)
+    return observe.step(run_id, index, span)
 
 
 def check_trigger(value: object) -> Trigger | None:

@@ -79,7 +79,7 @@ class Layer:
     def run_left(self, summary: RunSummary) -> None:
         """The outermost ``c4a.run`` block of a run left (see ``run_notes``)."""
 
-    def step(self, run_id: str | None, index: int | None) -> Step:
+    def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
         """A span for one step of the agent loop (see :func:`step`)."""
         return _NO_STEP
 
@@ -176,13 +176,15 @@ class Step:
 _NO_STEP = Step()
 
 
-def step(run_id: str | None, index: int | None) -> Step:
+def step(run_id: str | None, index: int | None, span: object = None) -> Step:
     """A span for one turn of the agent loop, current while it is open (the framework's own
-    model span nests under it). The same cheap no-op object while no SDK records anything."""
+    model span nests under it). ``span``: an instrumentation's own open span of this step,
+    which gets the step's attributes instead (no second span). The same cheap no-op object
+    while no SDK records anything."""
     layer = _layers.get("otel")
     if layer is None:
         return _NO_STEP
-    return layer.step(run_id, index)
+    return layer.step(run_id, index, span)
 
 
 def run_left(summary: RunSummary) -> None:
@@ -471,9 +473,9 @@ class _Lazy(Layer):
         if real is not None:
             real.run_left(summary)
 
-    def step(self, run_id: str | None, index: int | None) -> Step:
+    def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
         real = self._real()
-        return real.step(run_id, index) if real is not None else _NO_STEP
+        return real.step(run_id, index, span) if real is not None else _NO_STEP
 
 
 def _auto() -> None:
