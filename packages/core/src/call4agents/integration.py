@@ -158,6 +158,14 @@ def step(run_id: str | None, index: int | None, span: object = None) -> Step:
     return observe.step(run_id, index, span)
 
 
+def run_entered(run_id: str, *, ledger: Ledger | None = None, trigger: Trigger) -> str | None:
+    """Record at once that run ``run_id`` was entered with ``trigger``, for a framework that
+    never sees its runs end (an MCP server): ``"retry"`` instead when the run had recorded
+    actions before. A ledger write: call it off the event loop, once per run and process.
+    Returns the trigger recorded (None if the ledger could not be written)."""
+    return run_notes.record_entry(ledger, run_id, trigger)
+
+
 def check_trigger(value: object) -> Trigger | None:
     """An integration's ``OnceOnly(trigger=...)``: one of TRIGGERS or None, else a clear error."""
     return run_notes.check_trigger(value, "OnceOnly")
@@ -251,6 +259,7 @@ __all__ = [
     "register_tool_payload",
     "register_tool_payload_shape",
     "run_continues",
+    "run_entered",
     "run_finished",
     "run_part",
     "run_tool",

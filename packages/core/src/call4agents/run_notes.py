@@ -270,6 +270,27 @@ def _record(ledger: Ledger, notes: Notes, summary: RunSummary) -> RunSummary:
     )
 
 
+def record_entry(ledger: Ledger | None, run_id: str, trigger: str) -> str | None:
+    """An entry into a run whose end this process never sees (an MCP server's run of a caller):
+    its trigger, or ``"retry"`` when the run had been here before, recorded at once in one
+    transaction. Returns what was recorded; a database fault is logged and gives None."""
+    from .effect import _default_ledger
+
+    ledger = ledger or _default_ledger
+    if ledger is None:
+        return None
+    try:
+        with ledger.store.tx() as conn:
+            now = float(conn.execute(select(now_sql(ledger.store.dialect))).scalar_one())
+            found = "retry" if _seen_before(conn, run_id) else trigger
+            _put(conn, ledger.store.dialect, run_id, TRIGGER + found, now)
+            _put(conn, ledger.store.dialect, run_id, ENTERED_AT, now, replace=True)
+    except LedgerError as fault:
+        log.warning("could not record the entry into run %r: %s", run_id, fault)
+        return None
+    return found
+
+
 def _counters(conn: Connection, run_id: str) -> dict[str, float]:
     rows = conn.execute(
         select(run_counters.c.name, run_counters.c.value).where(run_counters.c.run_id == run_id)
