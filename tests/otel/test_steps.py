@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -206,8 +207,9 @@ def test_langgraph_escalation_ends_the_run_its_steps_opened(
     assert attrs(ended)["call4agents.run.terminal_reason"] == "escalated"
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 def test_langgraph_steps_nest_with_openinferences_spans(
-    target: Target, telemetry: Telemetry, tmp_path: Path
+    target: Target, telemetry: Telemetry, tmp_path: Path, use_async: bool
 ) -> None:
     """With OpenInference's LangChain instrumentation in the same tracer provider, each step is
     its span of the ``model`` node (whose child is its LLM span): one tree, no second span."""
@@ -217,8 +219,12 @@ def test_langgraph_steps_nest_with_openinferences_spans(
     instrumentor.instrument(tracer_provider=telemetry.tracer_provider)
     try:
         graph = _graph(target, LgOutbox(tmp_path / "outbox.jsonl"), usage=(120, 30))
+        inputs = {"messages": [HumanMessage("mail bob")]}
         with telemetry.tracer_provider.get_tracer("app").start_as_current_span("ticket"):
-            graph.invoke({"messages": [HumanMessage("mail bob")]}, LG_CONFIG)
+            if use_async:
+                asyncio.run(graph.ainvoke(inputs, LG_CONFIG))
+            else:
+                graph.invoke(inputs, LG_CONFIG)
     finally:
         instrumentor.uninstrument()
     spans = {s.context.span_id: s for s in telemetry.exporter.get_finished_spans()}
