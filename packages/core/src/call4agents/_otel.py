@@ -173,6 +173,11 @@ class OtelLayer(Layer):
             attributes = {sc.RUN_ID: run_id, sc.RUN_TERMINAL_REASON: reason}
             span.add_event(sc.EVENT_RUN_ENDED, attributes)
 
+    def run_entered(self, run_id: str, trigger: str) -> None:
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes({sc.RUN_ID: run_id, sc.RUN_TRIGGER: trigger})
+
     def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
         if self.silent():
             return _NO_STEP

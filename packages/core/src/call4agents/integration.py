@@ -162,8 +162,12 @@ def run_entered(run_id: str, *, ledger: Ledger | None = None, trigger: Trigger) 
     """Record at once that run ``run_id`` was entered with ``trigger``, for a framework that
     never sees its runs end (an MCP server): ``"retry"`` instead when the run had recorded
     actions before. A ledger write: call it off the event loop, once per run and process.
+    The current span (the call's that entered the run) gets the trigger recorded.
     Returns the trigger recorded (None if the ledger could not be written)."""
-    return run_notes.record_entry(ledger, run_id, trigger)
+    found = run_notes.record_entry(ledger, run_id, trigger)
+    if found is not None:
+        observe.run_entered(run_id, found)
+    return found
 
 
 def check_trigger(value: object) -> Trigger | None:

@@ -83,6 +83,9 @@ class Layer:
         """A span for one step of the agent loop (see :func:`step`)."""
         return _NO_STEP
 
+    def run_entered(self, run_id: str, trigger: str) -> None:
+        """A run whose end is never seen here was entered (see :func:`run_entered`)."""
+
 
 class _Chain(Layer):
     """Several layers, the first outermost (telemetry sees what replay served)."""
@@ -185,6 +188,14 @@ def step(run_id: str | None, index: int | None, span: object = None) -> Step:
     if layer is None:
         return _NO_STEP
     return layer.step(run_id, index, span)
+
+
+def run_entered(run_id: str, trigger: str) -> None:
+    """Tell telemetry a run was entered with ``trigger``, where its end is never seen (an MCP
+    server's run): the current span, the one of the call that entered it, gets the trigger."""
+    layer = _layers.get("otel")
+    if layer is not None:
+        layer.run_entered(run_id, trigger)
 
 
 def run_left(summary: RunSummary) -> None:
@@ -476,6 +487,11 @@ class _Lazy(Layer):
     def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
         real = self._real()
         return real.step(run_id, index, span) if real is not None else _NO_STEP
+
+    def run_entered(self, run_id: str, trigger: str) -> None:
+        real = self._real()
+        if real is not None:
+            real.run_entered(run_id, trigger)
 
 
 def _auto() -> None:
