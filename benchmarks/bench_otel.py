@@ -15,7 +15,10 @@ drown the difference), interleaved in rounds so drift touches each alike:
 
 Times are ``time.perf_counter_ns`` around each single call, after a warm-up. The per-step span
 row times what an integration adds to each turn of the agent loop (``integration.step`` opened,
-given the model's figures, closed), beside an empty call timed the same way (the floor).
+given the model's figures, closed), beside an empty call timed the same way (the floor). The
+Agents SDK row times that integration's share of one model request: its ``on_llm_start`` and
+``on_llm_end`` step work (open the step and keep it with the run's context, then read the
+response's usage and output items, put them on the step and end it).
 """
 
 from __future__ import annotations
@@ -73,6 +76,26 @@ def one_step(i: int) -> None:
         turn.finish(_FIGURES)
 
 
+def sdk_step() -> Callable[[int], None]:
+    """The Agents SDK integration's step work for one model request, on the SDK's own objects."""
+    from agents import Agent, RunContextWrapper, Usage
+    from agents.items import ModelResponse
+    from agents.testing import assistant_message
+
+    from call4agents_openai_agents import _steps
+
+    agent: Agent[Any] = Agent(name="bench", model="bench-model")
+    wrapper: RunContextWrapper[Any] = RunContextWrapper(context=None)
+    usage = Usage(requests=1, input_tokens=100, output_tokens=20, total_tokens=120)
+    response = ModelResponse(output=[assistant_message("done")], usage=usage, response_id=None)
+
+    def one(i: int) -> None:
+        _steps.started(wrapper, agent, "bench")
+        _steps.ended(wrapper, response)
+
+    return one
+
+
 def nothing(i: int) -> None:
     return None
 
@@ -95,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     fresh: dict[str, list[int]] = {s: [] for s in SETUPS}
     repeat: dict[str, list[int]] = {s: [] for s in SETUPS}
     steps: dict[str, list[int]] = {s: [] for s in SETUPS}
+    sdk_steps: dict[str, list[int]] = {s: [] for s in SETUPS}
+    sdk_one = sdk_step()
     floor: dict[str, list[int]] = {s: [] for s in SETUPS}
     with tempfile.TemporaryDirectory() as tmp:
         ledgers = {
@@ -112,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     fresh[setup] += [_time(lambda i=i: send(i)) for i in ids]
                     repeat[setup] += [_time(lambda i=i: send(i)) for i in ids]
                     steps[setup] += [_time(lambda i=i: one_step(i)) for i in ids]
+                    sdk_steps[setup] += [_time(lambda i=i: sdk_one(i)) for i in ids]
                     floor[setup] += [_time(lambda i=i: nothing(i)) for i in ids]
         for ledger in ledgers.values():
             ledger.close()
@@ -119,11 +145,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     tracer_provider.shutdown()
     meter_provider.shutdown()
     _report(fresh, repeat)
-    _report_steps(steps, floor)
+    _report_steps(steps, sdk_steps, floor)
 
 
-def _report_steps(steps: dict[str, list[int]], floor: dict[str, list[int]]) -> None:
-    for label, data in (("per-step span", steps), ("empty call (floor)", floor)):
+def _report_steps(
+    steps: dict[str, list[int]], sdk_steps: dict[str, list[int]], floor: dict[str, list[int]]
+) -> None:
+    rows = (
+        ("per-step span", steps),
+        ("Agents SDK step hooks", sdk_steps),
+        ("empty call (floor)", floor),
+    )
+    for label, data in rows:
         cells = " ".join(f"{_us(data[s], 0.5):>13.1f} us" for s in SETUPS)
         print(f"{label + ' median':32} {cells}")
 

@@ -80,6 +80,7 @@ def test_bench_otel() -> None:
     out = bench("bench_otel.py", "--n", "40", "--rounds", "2")
     assert "repeat (same process) added (median)" in out
     assert "per-step span median" in out
+    assert "Agents SDK step hooks median" in out
     assert "empty call (floor) median" in out
 
 

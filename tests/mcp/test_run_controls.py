@@ -27,6 +27,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import update
 
 import call4agents as c4a
+from call4agents.engine import run_notes
 from call4agents.engine.undos import undo_for
 from call4agents.facade.cli import main as cli_main
 from call4agents.storage.tables import run_counters
@@ -575,3 +576,49 @@ def test_find_existing_records_the_found_ticket(
     [record] = ledger.effects("mcp:job-t")
     assert record.state == "succeeded"
     assert record.result["structuredContent"] == tracker[0]
+
+
+# -- the run's trigger ----------------------------------------------------------------------------
+
+
+def shown_run(target: Target, run_id: str, capsys: pytest.CaptureFixture[str]) -> Any:
+    schema = ["--schema", target.schema] if target.schema else []
+    capsys.readouterr()
+    assert cli_main(["show", run_id, "--json", "--url", target.url, *schema]) == 0
+    return json.loads(capsys.readouterr().out)["run"]
+
+
+def test_trigger_is_recorded_as_the_server_enters_a_run(
+    target: Target, world: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ledger = target.open()
+    once = OnceOnly(ledger=ledger, identity=job("job-t"), trigger="webhook")
+    results = call_all(pay_server(world, once), *charges(1, 2, 1))
+    assert [outcome(r) for r in results] == ["ok", "ok", "replayed"]
+    # Entered once by this server, whatever the number of calls: one trigger.
+    assert shown_run(target, "mcp:job-t", capsys)["triggers"] == ["webhook"]
+
+    # A call the ledger does not record (a read) enters its run too.
+    reads = OnceOnly(
+        ledger=ledger,
+        identity=job("job-r"),
+        trigger="schedule",
+        default=c4a.EffectOptions(kind="read"),
+    )
+    call_all(pay_server(world, reads), ("charge", {"amount": 9}, "charge-9"))
+    assert run_notes.triggers(ledger, "mcp:job-r") == ["schedule"]
+    assert ledger.effects("mcp:job-r") == []  # nothing recorded but the entry
+
+    # A restarted server (a new OnceOnly, same ledger) enters a run that has acted: a retry.
+    again = OnceOnly(ledger=ledger, identity=job("job-t"), trigger="webhook")
+    assert [outcome(r) for r in call_all(pay_server(world, again), *charges(3))] == ["ok"]
+    assert shown_run(target, "mcp:job-t", capsys)["triggers"] == ["webhook", "retry"]
+    assert world.lines() == ["charge 1", "charge 2", "charge 9", "charge 3"]
+
+
+def test_a_bad_trigger_is_refused_when_the_server_is_built() -> None:
+    with pytest.raises(c4a.ConfigurationError) as raised:
+        OnceOnly(trigger="cron")  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert "OnceOnly(trigger='cron') is not a known trigger" in message
+    assert "'user', 'schedule', 'webhook'" in message

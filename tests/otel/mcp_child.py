@@ -1,4 +1,5 @@
 """Child: an MCP server with OnceOnly, the SDK's own OpenTelemetry spans on, a call and a retry.
+The server says its runs come from a webhook.
 
 Then a tool that escalates, which ends the run. Runs in its own interpreter because it sets the
 process-wide tracer provider, which the MCP SDK reads. Prints every finished span as JSON lines.
@@ -27,7 +28,7 @@ provider.add_span_processor(SimpleSpanProcessor(exporter))
 trace.set_tracer_provider(provider)
 
 c4a.init(os.environ["C4A_TEST_URL"], schema=os.environ.get("C4A_TEST_SCHEMA") or None)
-app = MCPServer("mail", middleware=[OnceOnly()])
+app = MCPServer("mail", middleware=[OnceOnly(trigger="webhook")])
 
 
 @app.tool()

@@ -48,6 +48,11 @@ def test_span_nests_under_mcp_server_span(target: Target) -> None:
         request_id = outer["attributes"]["jsonrpc.request.id"]
         assert span["attributes"]["gen_ai.tool.call.id"] == request_id
     assert servers[0]["span_id"] != servers[1]["span_id"]  # the retry is its own request
+    # The first call entered the run: its span carries the server's trigger; the retry's not.
+    first, retry = (outer["attributes"] for outer in servers)
+    assert first["call4agents.run.trigger"] == "webhook"
+    assert first["call4agents.run.id"] == ours[0]["attributes"]["call4agents.run.id"]
+    assert "call4agents.run.trigger" not in retry
     # The escalation ended the run: the server's span of that call carries the run's ending.
     ended = by_id[escalated["parent_id"]]
     assert ended["name"] == "tools/call refund"

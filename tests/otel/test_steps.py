@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +205,60 @@ def test_langgraph_escalation_ends_the_run_its_steps_opened(
     [ended] = [s for s in spans if attrs(s).get("call4agents.escalation.reason")]
     assert attrs(ended)["call4agents.escalation.reason"] == "refunds need a person"
     assert attrs(ended)["call4agents.run.terminal_reason"] == "escalated"
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_langgraph_steps_nest_with_openinferences_spans(
+    target: Target, telemetry: Telemetry, tmp_path: Path, use_async: bool
+) -> None:
+    """With OpenInference's LangChain instrumentation in the same tracer provider, each step is
+    its span of the ``model`` node (whose child is its LLM span): one tree, no second span."""
+    from openinference.instrumentation.langchain import LangChainInstrumentor
+
+    instrumentor = LangChainInstrumentor()
+    instrumentor.instrument(tracer_provider=telemetry.tracer_provider)
+    try:
+        graph = _graph(target, LgOutbox(tmp_path / "outbox.jsonl"), usage=(120, 30))
+        inputs = {"messages": [HumanMessage("mail bob")]}
+        with telemetry.tracer_provider.get_tracer("app").start_as_current_span("ticket"):
+            if use_async:
+                asyncio.run(graph.ainvoke(inputs, LG_CONFIG))
+            else:
+                graph.invoke(inputs, LG_CONFIG)
+    finally:
+        instrumentor.uninstrument()
+    spans = {s.context.span_id: s for s in telemetry.exporter.get_finished_spans()}
+
+    def parent(span: ReadableSpan) -> ReadableSpan:
+        assert span.parent is not None
+        return spans[span.parent.span_id]
+
+    def kind(span: ReadableSpan) -> Any:
+        return attrs(span).get("openinference.span.kind")
+
+    assert telemetry.spans("call4agents.step") == []  # no duplicate of the instrumentation's
+    [ticket] = telemetry.spans("ticket")
+    assert {s.context.trace_id for s in spans.values()} == {ticket.context.trace_id}
+    nodes = [s for s in spans.values() if s.name == "model" and kind(s) == "CHAIN"]
+    nodes.sort(key=lambda s: attrs(s)["call4agents.step.index"])
+    assert [attrs(s)["call4agents.step.index"] for s in nodes] == [1, 2, 3]
+    assert [attrs(s)["call4agents.step.stop_reason"] for s in nodes] == [
+        "tool_call",
+        "tool_call",
+        "end",
+    ]
+    [graph_span] = {parent(s).context.span_id for s in nodes}  # all under one graph span
+    assert parent(spans[graph_span]).context.span_id == ticket.context.span_id
+    llms = [s for s in spans.values() if kind(s) == "LLM"]
+    # One LLM span per step, inside it, whose token counts our figures repeat.
+    assert sorted(parent(s).context.span_id for s in llms) == sorted(
+        s.context.span_id for s in nodes
+    )
+    for node in nodes:
+        [llm] = [s for s in llms if parent(s).context.span_id == node.context.span_id]
+        assert attrs(llm)["llm.token_count.prompt"] == attrs(node)["gen_ai.usage.input_tokens"]
+        assert attrs(llm)["llm.token_count.completion"] == attrs(node)["gen_ai.usage.output_tokens"]
+    # The tool calls between the steps nest under the instrumentation's tools node.
+    [ours] = telemetry.ours()
+    assert parent(ours).name == "tools"
+    assert parent(parent(ours)).context.span_id == graph_span

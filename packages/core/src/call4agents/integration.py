@@ -150,11 +150,25 @@ async def arun_finished(run_id: str, exc: BaseException | None = None) -> None:
         await run_notes.afinish(notes, exc)
 
 
-def step(run_id: str | None, index: int | None) -> Step:
+def step(run_id: str | None, index: int | None, span: object = None) -> Step:
     """A span for one turn of the agent loop (``call4agents.step``), current while open:
     ``with step(run_id, n) as s: response = call_model(); s.finish(StepFigures(...))``.
+    ``span``: an instrumentation's own OpenTelemetry span of the step, still open, that gets
+    the step's attributes and figures instead of a second span (it is not ended here).
     A shared no-op while no OpenTelemetry SDK records anything."""
-    return observe.step(run_id, index)
+    return observe.step(run_id, index, span)
+
+
+def run_entered(run_id: str, *, ledger: LedgerCore | None = None, trigger: Trigger) -> str | None:
+    """Record at once that run ``run_id`` was entered with ``trigger``, for a framework that
+    never sees its runs end (an MCP server): ``"retry"`` instead when the run had recorded
+    actions before. A ledger write: call it off the event loop, once per run and process.
+    The current span (the call's that entered the run) gets the trigger recorded.
+    Returns the trigger recorded (None if the ledger could not be written)."""
+    found = run_notes.record_entry(ledger, run_id, trigger)
+    if found is not None:
+        observe.run_entered(run_id, found)
+    return found
 
 
 def check_trigger(value: object) -> Trigger | None:
@@ -263,6 +277,7 @@ __all__ = [
     "register_tool_payload",
     "register_tool_payload_shape",
     "run_continues",
+    "run_entered",
     "run_finished",
     "run_part",
     "run_tool",

@@ -1,4 +1,5 @@
-"""Each action's span under a LangChain OpenTelemetry instrumentation's span of the tools node.
+"""Each action's span under a LangChain OpenTelemetry instrumentation's span of the tools node,
+and each step's attributes on its span of the model node.
 
 OpenInference's LangChain instrumentation makes its spans from LangChain callbacks and never makes
 them current, so a span started inside a tool call would start a trace of its own. While that
@@ -15,6 +16,12 @@ from collections.abc import Iterator
 from typing import Any
 
 _OPENINFERENCE = "openinference.instrumentation.langchain"
+
+
+def instrumentation_span() -> Any:
+    """The instrumentation's open span of the LangChain run calling us (inside a model call's
+    middleware: the ``model`` node's span), or None when no instrumentation is on."""
+    return _node_span()
 
 
 @contextlib.contextmanager

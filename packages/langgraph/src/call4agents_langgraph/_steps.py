@@ -2,7 +2,10 @@
 model, tokens with cache reads and writes apart, where the chat model reports them.
 
 A chat model that reports no usage (``usage_metadata`` absent) leaves the token attributes unset.
-With OpenInference's LangChain instrumentation on, its LLM span of the call is made inside ours.
+With OpenInference's LangChain instrumentation on, that instrumentation already has a span of the
+step: its span of the ``model`` node, whose child is its LLM span of the call. The step's
+attributes go on that node span instead of a second span of ours beside it (the instrumentation
+never makes its spans current, so a span of ours would not nest with its tree).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from langchain_core.messages import AIMessage
 
 from call4agents.integration import Step, StepFigures
 from call4agents.integration import step as _step
+
+from ._otel_parent import instrumentation_span
 
 # Providers' words for why generation stopped, as LangChain passes them on in response_metadata.
 _STOPS = {
@@ -35,7 +40,7 @@ def step(run_id: str | None, request: ModelRequest[Any]) -> Step:
     """The step's span; its index counts the model's answers so far in the thread, so it
     continues across resumes."""
     answered = sum(isinstance(m, AIMessage) for m in request.messages)
-    return _step(run_id, answered + 1)
+    return _step(run_id, answered + 1, instrumentation_span())
 
 
 def finish(turn: Step, response: Any) -> str | None:

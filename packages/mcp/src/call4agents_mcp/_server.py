@@ -56,9 +56,11 @@ from call4agents.integration import (
     Action,
     LedgerCore,
     Row,
+    Trigger,
     action_for,
     arun_tool,
     check_escalate_on,
+    check_trigger,
     ends_run,
     escalate_by_policy,
     handoff,
@@ -67,6 +69,7 @@ from call4agents.integration import (
     recorded,
     recorded_with_other_args,
     register_tool_payload_shape,
+    run_entered,
     run_part,
     warn_once,
 )
@@ -88,6 +91,7 @@ _HANDSHAKES: Final = ("initialize", "server/discover")
 _HINTS_TTL: Final = 60.0  # seconds a tools/list answer seeds options before it is asked again
 _HINTS_RETRY: Final = 1.0  # at most this often for a tool the last listing did not show
 _MAX_LIST_PAGES: Final = 100
+_ENTERED_KEPT: Final = 10_000  # run ids remembered as entered, per OnceOnly
 
 # Set while OnceOnly handles a tools/call, so the same object given as middleware and as an
 # extension acts once: a nested claim of the same action would wait on its own lease.
@@ -146,6 +150,10 @@ class OnceOnly(Extension):
         escalate_on: outcomes that end the run as escalated to a person (``c4a.Escalated``)
             instead of an error result the model may work around: ``"in_doubt"``,
             ``"denied"``, ``"budget"``.
+        trigger: what starts the runs this server serves: ``"user"``, ``"schedule"``,
+            ``"webhook"``. A server never sees a run end, so it is recorded in the ledger as
+            this process first enters each run (its first tool call there), or ``"retry"`` when
+            the run had recorded actions before (a restart, another replica).
     """
 
     identifier = EXTENSION
@@ -163,6 +171,7 @@ class OnceOnly(Extension):
         anonymous_window: bool = False,
         budget: Budget | None = None,
         escalate_on: Collection[str] = (),
+        trigger: Trigger | None = None,
     ) -> None:
         if window is not None and not window > 0:
             raise ConfigurationError("window must be a positive number of seconds, or None")
@@ -180,6 +189,8 @@ class OnceOnly(Extension):
             options_for(name, self._tools, self._default)  # registers undo=, checks the fields
         self._budget = budget
         self._escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
+        self._trigger = check_trigger(trigger)
+        self._entered: dict[str, None] = {}  # runs this process entered, oldest first
         self._window = window
         self._identity = identity or authenticated_client
         self._use_annotations = annotations
@@ -263,9 +274,11 @@ class OnceOnly(Extension):
     ) -> HandlerResult:
         """A call run without the ledger (a read, or nothing to key it by), still in its run:
         ``c4a.escalate()`` and ``@c4a.effect`` calls inside find the run and its budget."""
+        run_id = _run_id(caller or "anonymous")
+        await self._enter(run_id, self._ledger)
         seen, token = out.watch()
         try:
-            with self._run(_run_id(caller or "anonymous"), self._ledger):
+            with self._run(run_id, self._ledger):
                 result = await call_next(ctx)
         except Exception as exc:
             if ends_run(exc):  # raised by a low-level server's handler
@@ -277,6 +290,16 @@ class OnceOnly(Extension):
         if ending is not None and out.as_dict(result).get("isError") is True:
             return tier.finish(await self._ending(ending, call.tool, None))
         return result
+
+    async def _enter(self, run_id: str, ledger: LedgerCore | None) -> None:
+        """Record the trigger as this process first enters run ``run_id`` (once per run)."""
+        if self._trigger is None or run_id in self._entered:
+            return
+        if len(self._entered) >= _ENTERED_KEPT:  # a long-lived server's memory stays bounded
+            self._entered.pop(next(iter(self._entered)))
+        self._entered[run_id] = None  # before the write: a concurrent call does not repeat it
+        enter = functools.partial(run_entered, run_id, ledger=ledger, trigger=self._trigger)
+        await anyio.to_thread.run_sync(enter)
 
     def _run(self, run_id: str, ledger: LedgerCore | None) -> c4a.run:
         """The run a call belongs to, with this server's budget (checked as the call claims)."""
@@ -313,6 +336,7 @@ class OnceOnly(Extension):
             with self._run(action.run_id, action.ledger):
                 return await arun_tool(action, run)
 
+        await self._enter(action.run_id, action.ledger)
         found = _hooks.found_now.set([])  # filled by a find_existing= hook that finds it
         try:
             stored = await _outlive_cancel(work, self._grace)

@@ -6,7 +6,8 @@
   agent's calls count against it and against the agent's own budget, as a nested agent's do.
 - Model requests: the wrapped agent's ``hooks`` (the SDK's ``AgentHooks``) count each request
   in ``on_llm_start``, before it is sent, and add the response's own ``Usage`` tokens in
-  ``on_llm_end``; the cost is priced by ``Budget(token_prices=...)``.
+  ``on_llm_end``; the cost is priced by ``Budget(token_prices=...)``. The same two hooks open
+  and end each request's step span (``_steps``).
 - The wrap-up note: the wrapped agent's instructions become a function (the SDK's dynamic
   instructions) that adds ``BudgetUsage.wrap_up_note()`` once the soft threshold is passed.
 - Endings: ``BudgetExceeded`` and ``Escalated`` end the run. The SDK turns whatever a tool raises
@@ -46,6 +47,7 @@ from call4agents.integration import (
     with_escalate_on,
 )
 
+from . import _steps
 from ._run_id import RunIdSource, resolve_run_id
 
 if TYPE_CHECKING:
@@ -238,12 +240,14 @@ class BudgetHooks(AgentHooks[Any]):
     ) -> None:
         self.controls.step_started(context)
         await self.controls.before_request(context)  # raises to end the run before the request
+        _steps.started(context, agent, resolve_run_id(context, self.controls.run_id))
         if self.inner is not None:
             await self.inner.on_llm_start(context, agent, system_prompt, input_items)
 
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
+        _steps.ended(context, response)
         await self.controls.after_response(context, response.usage)
         if self.inner is not None:
             await self.inner.on_llm_end(context, agent, response)

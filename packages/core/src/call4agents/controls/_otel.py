@@ -172,9 +172,18 @@ class OtelLayer(Layer):
             attributes = {sc.RUN_ID: run_id, sc.RUN_TERMINAL_REASON: reason}
             span.add_event(sc.EVENT_RUN_ENDED, attributes)
 
-    def step(self, run_id: str | None, index: int | None) -> Step:
+    def run_entered(self, run_id: str, trigger: str) -> None:
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.set_attributes({sc.RUN_ID: run_id, sc.RUN_TRIGGER: trigger})
+
+    def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
         if self.silent():
             return _NO_STEP
+        if isinstance(span, Span) and span.is_recording():
+            # An instrumentation's span of the step (OpenInference's span of LangGraph's model
+            # node): the whole step goes on it, its LLM span below keeps the model call.
+            return _StepSpan(None, run_id, index, span=span, figures=True)
         current = trace.get_current_span()
         if current.is_recording() and _is_model_span(current):
             # The framework's own span of this model request (Pydantic AI's `chat <model>`
@@ -351,6 +360,7 @@ class _StepSpan(Step):
         index: int | None,
         *,
         span: Span | None = None,
+        figures: bool = False,
     ) -> None:
         attributes: dict[str, Any] = {}
         if run_id is not None:
@@ -358,6 +368,8 @@ class _StepSpan(Step):
         if index is not None:
             attributes[sc.STEP_INDEX] = index
         self.own = span is None  # False: the framework's span, which it ends itself
+        # Model and tokens too: on our span, or on a given span that has no figures of its own.
+        self.figures = self.own or figures
         if span is None:
             assert tracer is not None
             span = tracer.start_span(sc.STEP_SPAN, kind=SpanKind.INTERNAL, attributes=attributes)
@@ -391,10 +403,10 @@ class _StepSpan(Step):
             sc.GEN_AI_CACHE_READ_TOKENS: figures.cache_read_tokens,
             sc.GEN_AI_CACHE_WRITE_TOKENS: figures.cache_write_tokens,
         }
-        if not self.own:  # the framework's span has its own model, tokens and finish reasons
+        if not self.figures:  # the framework's span has its own model, tokens, finish reasons
             found = {sc.STEP_STOP_REASON: figures.stop_reason}
         self.span.set_attributes({k: v for k, v in found.items() if v is not None})
-        if self.own and figures.finish_reason is not None:
+        if self.figures and figures.finish_reason is not None:
             self.span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, [figures.finish_reason])
 
 

@@ -111,9 +111,14 @@ class _Lazy(Layer):
         if real is not None:
             real.run_left(summary)
 
-    def step(self, run_id: str | None, index: int | None) -> Step:
+    def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
         real = self._real()
-        return real.step(run_id, index) if real is not None else _NO_STEP
+        return real.step(run_id, index, span) if real is not None else _NO_STEP
+
+    def run_entered(self, run_id: str, trigger: str) -> None:
+        real = self._real()
+        if real is not None:
+            real.run_entered(run_id, trigger)
 
 
 def _auto() -> None:

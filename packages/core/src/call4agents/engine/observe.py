@@ -76,9 +76,12 @@ class Layer:
     def run_left(self, summary: RunSummary) -> None:
         """The outermost ``c4a.run`` block of a run left (see ``run_notes``)."""
 
-    def step(self, run_id: str | None, index: int | None) -> Step:
+    def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
         """A span for one step of the agent loop (see :func:`step`)."""
         return _NO_STEP
+
+    def run_entered(self, run_id: str, trigger: str) -> None:
+        """A run whose end is never seen here was entered (see :func:`run_entered`)."""
 
 
 class _Chain(Layer):
@@ -172,13 +175,23 @@ class Step:
 _NO_STEP = Step()
 
 
-def step(run_id: str | None, index: int | None) -> Step:
+def step(run_id: str | None, index: int | None, span: object = None) -> Step:
     """A span for one turn of the agent loop, current while it is open (the framework's own
-    model span nests under it). The same cheap no-op object while no SDK records anything."""
+    model span nests under it). ``span``: an instrumentation's own open span of this step,
+    which gets the step's attributes instead (no second span). The same cheap no-op object
+    while no SDK records anything."""
     layer = _layers.get("otel")
     if layer is None:
         return _NO_STEP
-    return layer.step(run_id, index)
+    return layer.step(run_id, index, span)
+
+
+def run_entered(run_id: str, trigger: str) -> None:
+    """Tell telemetry a run was entered with ``trigger``, where its end is never seen (an MCP
+    server's run): the current span, the one of the call that entered it, gets the trigger."""
+    layer = _layers.get("otel")
+    if layer is not None:
+        layer.run_entered(run_id, trigger)
 
 
 def run_left(summary: RunSummary) -> None:

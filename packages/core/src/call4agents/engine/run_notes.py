@@ -259,6 +259,20 @@ def _record(ledger: LedgerCore, notes: Notes, summary: RunSummary) -> RunSummary
     )
 
 
+def record_entry(ledger: LedgerCore | None, run_id: str, trigger: str) -> str | None:
+    """An entry into a run whose end this process never sees (an MCP server's run of a caller):
+    its trigger, or ``"retry"`` when the run had been here before, recorded at once in one
+    transaction. Returns what was recorded; a database fault is logged and gives None."""
+    ledger = ledger or default_or_none()
+    if ledger is None:
+        return None
+    try:
+        return run_rows.add_bare_entry(ledger.store, run_id, trigger)
+    except LedgerError as fault:
+        log.warning("could not record the entry into run %r: %s", run_id, fault)
+        return None
+
+
 def triggers(ledger: LedgerCore, run_id: str) -> list[str]:
     """The triggers a run was entered with, oldest first (for ``call4agents show``)."""
     return run_rows.triggers(ledger.store, run_id)

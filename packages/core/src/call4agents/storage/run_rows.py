@@ -23,12 +23,16 @@ COMPLETED_AT = "run.completed_at"
 
 def seen_before(store: Store, run_id: str) -> bool:
     """Whether the run has recorded actions, or has completed before."""
+    with store.read() as conn:
+        return _seen_before(conn, run_id)
+
+
+def _seen_before(conn: Connection, run_id: str) -> bool:
     done = select(run_counters.c.value).where(
         run_counters.c.run_id == run_id, run_counters.c.name == COMPLETED_AT
     )
     acted = select(effects.c.key).where(effects.c.run_id == run_id)
-    with store.read() as conn:
-        return bool(conn.execute(select(or_(exists(acted), exists(done)))).scalar_one())
+    return bool(conn.execute(select(or_(exists(acted), exists(done)))).scalar_one())
 
 
 def add_entry(
@@ -59,6 +63,18 @@ def add_entry(
         for name, value in after.items():
             _put(conn, dialect, run_id, name, value, replace=True)
     return before, {**before, **after}
+
+
+def add_bare_entry(store: Store, run_id: str, trigger: str) -> str:
+    """Record an entry whose end is never seen: ``trigger``, or ``"retry"`` when the run had
+    been here before, at the database's time, in one transaction. Returns what was recorded."""
+    dialect = store.dialect
+    with store.tx() as conn:
+        now = float(conn.execute(select(now_sql(dialect))).scalar_one())
+        found = "retry" if _seen_before(conn, run_id) else trigger
+        _put(conn, dialect, run_id, TRIGGER + found, now)
+        _put(conn, dialect, run_id, ENTERED_AT, now, replace=True)
+    return found
 
 
 def counters(store: Store, run_id: str) -> dict[str, float]:
