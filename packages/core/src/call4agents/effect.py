@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
-from . import _owner, _waiting, observe
+from . import _keys, _owner, _waiting, observe
 from .approvals import ApprovalRequest, Gate, needs_approval
 from .canonical import (
     CanonicalArgs,
@@ -257,12 +257,22 @@ def prepare(
             f"{tool} is scope='call' but no call id is known: run it through an integration, or "
             'inside `with c4a.tool_call("<stable call id>"):`'
         )
-    canon = _canonicalise(tool, arguments, options, ledger)
-    _check_size(tool, canon.display, ledger.max_args_bytes)
-    material = canon.key_material
-    if options.key is not None:
-        material = _named_key(tool, options.key(**arguments), options, ledger)
-    key = action_key(run_id, tool, call_id if options.scope == "call" else None, material)
+    scoped = call_id if options.scope == "call" else None
+    memo = None
+    if options.key is None and not options.ignore and not options.redact:
+        memo = _keys.memo_of(tool, run_id, scoped, arguments)  # see _keys: a repeat's key
+    kept = _keys.recall(memo)
+    if kept is not None:
+        key, canon = kept
+        _check_size(tool, canon.display, ledger.max_args_bytes)  # each ledger has its limit
+    else:
+        canon = _canonicalise(tool, arguments, options, ledger)
+        _check_size(tool, canon.display, ledger.max_args_bytes)
+        material = canon.key_material
+        if options.key is not None:
+            material = _named_key(tool, options.key(**arguments), options, ledger)
+        key = action_key(run_id, tool, scoped, material)
+        _keys.keep(memo, key, canon)
     approval = needs_approval(options.approval, arguments, options.kind, ledger.approval_for)
     return Action(
         ledger,
@@ -609,10 +619,10 @@ def perform(action: Action, call: Callable[[], T]) -> T:
 
 
 def _perform(action: Action, call: Callable[[], T]) -> T:
-    call = finder_first(action, call)
-    hit = cached(action)
+    hit = cached(action)  # a finished action is final: no finder, no claim
     if hit is not _MISS:
         return cast(T, hit)
+    call = finder_first(action, call)
     while True:
         step = begin(action)
         if isinstance(step, _Recalled):
@@ -739,10 +749,10 @@ async def aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
 
 
 async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
-    call = afinder_first(action, call)
-    hit = cached(action)
+    hit = cached(action)  # a finished action is final: no finder, no claim
     if hit is not _MISS:
         return cast(T, hit)
+    call = afinder_first(action, call)
     while True:
         step = await _in_thread(lambda owner: begin(action, wait=False, owner=owner))
         if isinstance(step, _Recalled):
