@@ -10,7 +10,9 @@ SQLite, ``generate_series`` on PostgreSQL), not through the API: a million effec
 API would take an hour and measure the writes.
 The fill holds five actions in doubt and five started whatever the size, five approvals waiting
 among a tenth as many spent tickets, and five runs ended by escalation, so each read has the
-same answer to give at every size; only what it must look through grows.
+same answer to give at every size; only what it must look through grows. Each run (one per ten
+actions) has the counters ``c4a.run`` leaves, which the alert figures of ``stats`` read: those
+figures' answer does grow with the ledger.
 
 ``in process``: one open ledger, each operation timed ``--rounds`` times, median in ms.
 ``bare indexed select``: one row of ``c4a_effects`` by key on the same connection kind: the least
@@ -71,6 +73,22 @@ def fill_sql(dialect: str, n: int, t0: float, step: float) -> list[str]:
         ticket_series = f"FROM (WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < {m}) SELECT i FROM s)"  # noqa: E501
         float_of = "CAST(i AS REAL)"
     tickets = max(n // 10, OPEN)
+    runs = max(n // 10, 1)
+    run_series = (
+        f"FROM generate_series(0, {runs - 1}) AS s(i)"
+        if dialect == "postgresql"
+        else f"FROM (WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s "
+        f"WHERE i < {runs - 1}) SELECT i FROM s)"
+    )
+    # What `c4a.run` leaves for each run (see run_notes): entered, calls and reads, a trigger,
+    # and for three in four runs a completion. The alert figures of `stats` read these.
+    counters = [
+        ("run.entered_at", f"{t0} + {float_of} * {step * 10}", ""),
+        ("run.tool_calls", "10", ""),
+        ("run.reads", "i % 3", ""),
+        ("run.trigger:user", f"{t0}", ""),
+        ("run.completed_at", f"{t0} + {float_of} * {step * 10} + 1", " WHERE i % 4 <> 0"),
+    ]
     state = (
         f"CASE WHEN i % {every} = 1 THEN 'in_doubt' WHEN i % {every} = 2 THEN 'started' "
         "WHEN i % 50 = 3 THEN 'failed' ELSE 'succeeded' END"
@@ -96,6 +114,11 @@ def fill_sql(dialect: str, n: int, t0: float, step: float) -> list[str]:
             if dialect == "postgresql"
             else f"FROM (WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s "
             f"WHERE i < {OPEN - 1}) SELECT i FROM s)"
+        ),
+        *(
+            "INSERT INTO c4a_run_counters (run_id, name, value) "
+            f"SELECT 'run-' || {txt('i')}, '{name}', {value} {run_series}{where}"
+            for name, value, where in counters
         ),
     ]
 
@@ -156,6 +179,8 @@ def in_process(ledger: c4a.Ledger, n: int, rounds: int) -> dict[str, float]:
         "show": show,
         "stats": lambda: stats.compute(ledger),
         "stats --since 1h": lambda: stats.compute(ledger, 3600),
+        # The second part of `stats`: still read from every run's counters (see docs/speed.md).
+        "alert figures": lambda: stats.alert_figures(ledger, stats.compute(ledger)),
         "approvals": lambda: ledger.approvals(state="pending"),
         "sweep": ledger.sweep,
     }

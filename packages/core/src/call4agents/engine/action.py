@@ -21,6 +21,7 @@ from call4agents.model.errors import (
     ConfigurationError,
 )
 
+from . import _keys
 from .approvals import needs_approval
 from .context import EffectContext, current_run
 from .default import default_ledger
@@ -180,12 +181,22 @@ def prepare(
             f"{tool} is scope='call' but no call id is known: run it through an integration, or "
             'inside `with c4a.tool_call("<stable call id>"):`'
         )
-    canon = _canonicalise(tool, arguments, options, ledger)
-    _check_size(tool, canon.display, ledger.max_args_bytes)
-    material = canon.key_material
-    if options.key is not None:
-        material = _named_key(tool, options.key(**arguments), options, ledger)
-    key = action_key(run_id, tool, call_id if options.scope == "call" else None, material)
+    scoped = call_id if options.scope == "call" else None
+    memo = None
+    if options.key is None and not options.ignore and not options.redact:
+        memo = _keys.memo_of(tool, run_id, scoped, arguments)  # see _keys: a repeat's key
+    kept = _keys.recall(memo)
+    if kept is not None:
+        key, canon = kept
+        _check_size(tool, canon.display, ledger.max_args_bytes)  # each ledger has its limit
+    else:
+        canon = _canonicalise(tool, arguments, options, ledger)
+        _check_size(tool, canon.display, ledger.max_args_bytes)
+        material = canon.key_material
+        if options.key is not None:
+            material = _named_key(tool, options.key(**arguments), options, ledger)
+        key = action_key(run_id, tool, scoped, material)
+        _keys.keep(memo, key, canon)
     approval = needs_approval(options.approval, arguments, options.kind, ledger.approval_for)
     return Action(
         ledger,

@@ -71,10 +71,10 @@ def perform(action: Action, call: Callable[[], T]) -> T:
 
 
 def _perform(action: Action, call: Callable[[], T]) -> T:
-    call = finder_first(action, call)
-    hit = cached(action)
+    hit = cached(action)  # a finished action is final: no finder, no claim
     if hit is not MISS:
         return cast(T, hit)
+    call = finder_first(action, call)
     while True:
         step = begin(action)
         if isinstance(step, Recalled):
@@ -201,10 +201,10 @@ async def aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
 
 
 async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
-    call = afinder_first(action, call)
-    hit = cached(action)
+    hit = cached(action)  # a finished action is final: no finder, no claim
     if hit is not MISS:
         return cast(T, hit)
+    call = afinder_first(action, call)
     while True:
         step = await _in_thread(lambda owner: begin(action, wait=False, owner=owner))
         if isinstance(step, Recalled):

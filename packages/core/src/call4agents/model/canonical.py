@@ -582,13 +582,11 @@ def canonical_args(
 
 def _plain_text(arguments: Mapping[str, Any]) -> str | None:
     """The common call (a few str/int/bool/None arguments) without the general machinery."""
-    out: dict[str, Any] = {}
     for name, value in arguments.items():
         if type(value) not in _FAST or name.startswith("$"):
             return None
-        out[name] = value
-    try:
-        text = _write(out)
+    try:  # the C encoder takes a dict as it is (no copy); any other mapping is copied into one
+        text = _write(arguments if type(arguments) is dict else dict(arguments))
     except ValueError:  # an int past sys.get_int_max_str_digits(): the general path explains it
         return None
     return text if text.isascii() else None
