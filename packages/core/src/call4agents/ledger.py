@@ -31,6 +31,7 @@ from .tables import dedup_hits, effects, in_open_state, meta
 from .tables import runs as runs_table
 
 if TYPE_CHECKING:
+    from ._live import LiveFeed
     from .effect import Action
     from .runs import Handoff, RunStatus
     from .undo import UndoFn, UndoReport
@@ -604,9 +605,16 @@ class Ledger:
             self, ticket, approve=False, by=by, reason=reason, only_if_pending=only_if_pending
         )
 
-    def waiting(self, *, limit: int = 100) -> list[ApprovalRequest]:
-        """Tickets waiting for a person now (pending, not expired), oldest first."""
-        return approvals.waiting_requests(self, limit=limit)
+    def waiting(self, *, limit: int = 100, newest_first: bool = False) -> list[ApprovalRequest]:
+        """Tickets waiting for a person now (pending, not expired), oldest first (or newest)."""
+        return approvals.waiting_requests(self, limit=limit, newest_first=newest_first)
+
+    def listen(self) -> LiveFeed | None:
+        """A feed of new tickets and new in-doubt actions as they commit (PostgreSQL LISTEN);
+        None on SQLite, where a watcher polls. Close the feed when done."""
+        from ._live import listen
+
+        return listen(self.engine)
 
     def waiting_by_run(self, run_ids: Sequence[str]) -> dict[str, int]:
         """How many tickets wait for a person (pending, not expired) in each of these runs."""
