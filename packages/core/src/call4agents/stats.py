@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, or_, select
-from sqlalchemy.sql.elements import ColumnElement
 
 from . import _tally
 from .errors import LedgerError
@@ -526,15 +525,11 @@ def series(ledger: Ledger, since: float, buckets: int = 24) -> Series:
                 effects.c.updated_at,
             ).where(effects.c.updated_at >= start, effects.c.created_at >= start)
         ).all()
-        unapproved = _unapproved(conn, start)
+        tickets = _tickets_since(conn, start)
+        unapproved = _unapproved(conn, start, tickets)
         doubt_since = list(
             conn.execute(select(effects.c.updated_at).where(in_open_state("in_doubt"))).scalars()
         )
-        tickets = conn.execute(
-            select(approvals.c.requested_at, approvals.c.expires_at, approvals.c.decided_at).where(
-                approvals.c.state.in_(_TICKET_STATES), approvals.c.expires_at > start
-            )
-        ).all()
         hits = conn.execute(
             select(dedup_hits.c.minute, func.sum(dedup_hits.c.hits))
             .where(dedup_hits.c.minute >= int(start // 60))
@@ -572,9 +567,9 @@ def series(ledger: Ledger, since: float, buckets: int = 24) -> Series:
     for i in range(buckets):
         end = edges[i + 1]
         waiting = [
-            float(asked)
-            for asked, expires, decided in tickets
-            if asked <= end < expires and (decided is None or decided > end)
+            float(t.requested_at)
+            for t in tickets
+            if t.requested_at <= end < t.expires_at and (t.decided_at is None or t.decided_at > end)
         ]
         open_esc = [at for at in escalated if at <= end]
         spent = sorted(costs[i])
@@ -615,26 +610,47 @@ def unapproved_executions(ledger: Ledger, since: float | None = None) -> int:
         return len(_unapproved(conn, start))
 
 
-def _unapproved(conn: Connection, start: float | None) -> list[float]:
-    """When each action started without a yes was first attempted (see unapproved_executions).
-    Windowed, it reads the window's actions by ``updated_at``; each looks its tickets up by key."""
-    asked = select(approvals.c.key).where(approvals.c.key == effects.c.key).exists()
-    yes = (
-        select(approvals.c.key)
-        .where(
-            approvals.c.key == effects.c.key,
-            approvals.c.for_attempt == effects.c.attempt,
-            approvals.c.state.in_(_YES_STATES),
-        )
-        .exists()
+def _tickets_since(conn: Connection, start: float | None) -> list[Any]:
+    """Every ticket open at some time since ``start`` (all if None): through the pending index's
+    ``expires_at``, so a window reads the tickets of the window (and their time to live)."""
+    return list(
+        conn.execute(
+            select(
+                approvals.c.key,
+                approvals.c.for_attempt,
+                approvals.c.state,
+                approvals.c.requested_at,
+                approvals.c.expires_at,
+                approvals.c.decided_at,
+            ).where(
+                approvals.c.state.in_(_TICKET_STATES),
+                *([] if start is None else [approvals.c.expires_at > start]),
+            )
+        ).all()
     )
-    where: list[ColumnElement[bool]]
-    if start is None:  # all time: from the tickets (far fewer than actions), each by its key
-        where = [effects.c.key.in_(select(approvals.c.key))]
-    else:
-        where = [effects.c.updated_at >= start, effects.c.created_at >= start, asked]
-    stmt = select(effects.c.created_at).where(*where, effects.c.attempt > 0, ~yes)
-    return [float(at) for at in conn.execute(stmt).scalars()]
+
+
+def _unapproved(
+    conn: Connection, start: float | None, tickets: list[Any] | None = None
+) -> list[float]:
+    """When each action started without a yes was first attempted (see unapproved_executions).
+
+    From the tickets, not the actions: a yes that started an attempt in the window was live in
+    it, so the window's tickets hold every yes that matters; each ticket's action is then looked
+    up by its unique key. A ticket that asked, expired before the window, and whose action ran
+    in the window without a yes is missed by a window (all time counts it)."""
+    tickets = _tickets_since(conn, start) if tickets is None else tickets
+    yes = {(t.key, t.for_attempt) for t in tickets if t.state in _YES_STATES}
+    keys = sorted({t.key for t in tickets})
+    found: list[float] = []
+    for i in range(0, len(keys), 500):  # under SQLite's limit of bound parameters
+        stmt = select(effects.c.key, effects.c.attempt, effects.c.created_at).where(
+            effects.c.key.in_(keys[i : i + 500]),
+            effects.c.attempt > 0,
+            *([] if start is None else [effects.c.created_at >= start]),
+        )
+        found += [float(at) for key, attempt, at in conn.execute(stmt) if (key, attempt) not in yes]
+    return found
 
 
 def _open_escalations_since() -> Any:
