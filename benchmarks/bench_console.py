@@ -221,15 +221,17 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("CALL4AGENTS_SECRET", "bench-secret-" + "x" * 40)
     results: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as folder:
-        results["sqlite"] = measure("sqlite", f"sqlite:///{Path(folder) / 'ledger.db'}", None, args)
-    if args.postgres:
-        schema = "c4a_bench_" + uuid.uuid4().hex[:10]
-        try:
-            results["postgresql"] = measure("postgresql", args.postgres, schema, args)
-        finally:
-            _drop(args.postgres, schema)
-    report(results, args)
+    with LoadWatch() as load:
+        with tempfile.TemporaryDirectory() as folder:
+            url = f"sqlite:///{Path(folder) / 'ledger.db'}"
+            results["sqlite"] = measure("sqlite", url, None, args)
+        if args.postgres:
+            schema = "c4a_bench_" + uuid.uuid4().hex[:10]
+            try:
+                results["postgresql"] = measure("postgresql", args.postgres, schema, args)
+            finally:
+                _drop(args.postgres, schema)
+    report(results, args, load.text())
 
 
 def _drop(url: str, schema: str) -> None:
@@ -241,12 +243,48 @@ def _drop(url: str, schema: str) -> None:
     engine.dispose()
 
 
-def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
+class LoadWatch:
+    """The machine's 1-minute load average, sampled every few seconds while the pages are timed:
+    on a shared machine the figures mean little without it."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LoadWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0 if not self.samples else 5.0):
+            self.samples.append(os.getloadavg()[0])
+
+    def text(self) -> str:
+        if not self.samples:
+            return "load average: not sampled"
+        low, high = min(self.samples), max(self.samples)
+        mean = statistics.mean(self.samples)
+        return (
+            f"1-minute load average during the run: {low:.1f} to {high:.1f} "
+            f"(mean {mean:.1f}), {os.cpu_count()} CPUs"
+        )
+
+
+def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, load: str = "") -> None:
     backends = list(results)
     print(
         f"console pages, {args.tickets:,} pending tickets, {args.actions:,} actions, "
         f"{args.rounds} rounds: median / worst ms"
     )
+    if load:
+        print(load)
     header = f"{'page':<40}" + "".join(f"{b:>22}" for b in backends)
     print(header)
     for page in results[backends[0]]:
