@@ -358,6 +358,14 @@ def test_a_version_7_ledger_gets_who_asked_and_the_kind_on_new_tickets_only(
     finally:
         if feed is not None:
             feed.close()
+    # One version on, this code refuses the ledger with the clear error, and leaves it alone.
+    with reopened.engine.begin() as conn:
+        conn.execute(schema_version.update().values(version=CURRENT + 1))
+    reopened.close()
+    with pytest.raises(
+        c4a.LedgerError, match=rf"newer Call4Agents \(schema version {CURRENT + 1};"
+    ):
+        target.open()
 
 
 def test_who_asked_names_the_ledgers_policy_or_the_tools_own_yes(target: Any) -> None:
