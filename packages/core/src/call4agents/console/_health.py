@@ -17,7 +17,7 @@ from ._web import Ask, html, json_response
 
 # Windows a person can pick; the figures of actions started in it (open items: whatever age).
 WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
-DEFAULT_WINDOW = "24h"  # all time reads every action ever recorded: slow on a large ledger
+DEFAULT_WINDOW = "24h"  # the page costs what the window holds: a week of a busy ledger is slow
 # Buckets of each window's charts; "all" charts the last 7 days (a chart of every day ever
 # recorded would read every action).
 BUCKETS = {"1h": 12, "24h": 24, "7d": 28, "all": 28}
