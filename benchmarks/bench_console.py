@@ -3,9 +3,10 @@
     uv run python benchmarks/bench_console.py [--tickets N] [--actions N] [--rounds N]
                                               [--postgres URL]
 
-Each backend gets a fresh ledger: ``--tickets`` pending approval tickets opened through the
-library (each signed, as agents open them), then ``--actions`` recorded actions bulk-copied from
-one real row over many runs spread over the last 30 days, a few of them in doubt. Each page is
+Each backend gets a fresh ledger: one ticket and one action made through the library, then
+copies of them made inside the database (see ``seed``) up to ``--tickets`` pending approval
+tickets asked over the last day and ``--actions`` recorded actions in runs of 50 spread over the
+last 30 days, 20 of them in doubt, each run with a cost and a completion time. Each page is
 then requested through the app in this process (Starlette's test client: routing, ledger reads
 and rendering, no network) ``--rounds`` times; the table prints the median and the worst. The
 issue's target is 10,000 tickets and 1,000,000 actions under 100 ms a page; the defaults are
@@ -29,22 +30,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, select, text
+from sqlalchemy import select, text
 from starlette.testclient import TestClient
 
 import call4agents as c4a
 from call4agents.console import ConsoleSettings, create_app
+from call4agents.storage import _live, _tally
+from call4agents.storage.run_rows import COMPLETED_AT
 from call4agents.storage.tables import approvals, effects
 
 RUN_SIZE = 50  # actions per run in the bulk copy
 SPREAD_DAYS = 30  # how far back the copies go
+IN_DOUBT = 20  # actions in doubt, whatever the size (an in-doubt backlog is a page, not a size)
 PAGES = (
     "/",
     "/doubt",
     "/runs",
     "/runs?active=all",
     "/run?id=bulk-1",
+    "/health?since=1h",
     "/health",
+    "/health?since=7d",
     "/health?since=all",
     "/api/live",
 )
@@ -52,6 +58,11 @@ TOKEN = "bench-token"
 
 
 def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
+    """One real ticket and one real action through the library, then copies of each made inside
+    the database (a recursive CTE on SQLite, generate_series on PostgreSQL), as
+    bench_scale.py fills: a million actions through the API would take an hour and measure the
+    writes. Copied tickets keep the template's signature, so they would not verify if decided;
+    no page verifies a ticket to show it."""
     c4a.init(ledger)
 
     @c4a.effect(name="refund", kind="irreversible", approval=True, redact=("card",))
@@ -62,46 +73,94 @@ def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
     def send_email(to: str, n: int) -> dict[str, str]:
         return {"id": f"msg-{n}"}
 
-    for i in range(tickets):
-        with c4a.run(f"wait-{i}"), contextlib.suppress(c4a.ApprovalRequired):
-            refund(i, card="4242-4242-4242-4242")
+    with c4a.run("wait-template"), contextlib.suppress(c4a.ApprovalRequired):
+        refund(0, card="4242-4242-4242-4242")
     with c4a.run("bulk-1"):
         send_email("bob@example.com", 0)
-    _bulk_copy(ledger, actions - 1)
-
-
-def _bulk_copy(ledger: c4a.Ledger, count: int) -> None:
-    """Copies of the one real action, over runs of RUN_SIZE; one in 500 left in doubt."""
     with ledger.store.tx() as conn:
-        [template] = conn.execute(select(effects)).mappings().all()
-    base = {k: v for k, v in template.items() if k != "seq"}
-    batch: list[dict[str, Any]] = []
-    for i in range(count):
-        doubt = i % 500 == 7
-        # Spread over the last SPREAD_DAYS days, newest first, as a ledger in use would be.
-        at = base["created_at"] - SPREAD_DAYS * 86400.0 * i / max(count, 1)
-        batch.append(
-            {
-                **base,
-                "created_at": at,
-                "updated_at": at,
-                "key": uuid.uuid4().hex + uuid.uuid4().hex,
-                "run_id": f"bulk-{(i + 1) // RUN_SIZE + 1}",
-                "state": "in_doubt" if doubt else "succeeded",
-                "note": "its lease expired with no result" if doubt else None,
-                "result": None if doubt else base["result"],
-            }
-        )
-        if len(batch) == 5000:
-            _insert(ledger, batch)
-    _insert(ledger, batch)
+        [action] = conn.execute(select(effects)).mappings().all()
+        [ticket] = conn.execute(select(approvals)).mappings().all()
+    pg = ledger.dialect == "postgresql"
+    now = float(action["created_at"])
+    with ledger.engine.begin() as conn:
+        if ledger.schema:  # the statements name tables bare
+            conn.execute(text(f'SET LOCAL search_path TO "{ledger.schema}"'))
+        _tally.drop_triggers(conn)  # the seed below counts the bulk rows once
+        if pg:
+            _live.drop_triggers(conn)  # no news for the bulk rows
+        for statement in _fill_sql(pg, tickets - 1, actions - 1, now):
+            conn.execute(
+                text(statement),
+                {
+                    "args": action["args"],
+                    "result": action["result"],
+                    "targs": ticket["args"],
+                    "sig": ticket["signature"],
+                    "kind": ticket["kind"],
+                    "asked": ticket["asked_by"],
+                },
+            )
+        for table in ("c4a_tallies", "c4a_run_tallies", "c4a_changes"):
+            conn.execute(text(f"DELETE FROM {table}"))
+        _tally.seed(conn)
+        _tally.create_triggers(conn)
+        if pg:
+            _live.create_triggers(conn)
+        else:
+            conn.exec_driver_sql("ANALYZE")
+    if pg:
+        with ledger.engine.begin() as conn:
+            for table in ("c4a_effects", "c4a_approvals", "c4a_run_counters", "c4a_dedup_hits"):
+                conn.execute(text(f'ANALYZE "{ledger.schema}".{table}'))
 
 
-def _insert(ledger: c4a.Ledger, batch: list[dict[str, Any]]) -> None:
-    if batch:
-        with ledger.store.tx() as conn:
-            conn.execute(insert(effects), batch)
-        batch.clear()
+def _series(pg: bool, n: int) -> str:
+    if pg:
+        return f"FROM generate_series(1, {n}) AS s(i)"
+    return (
+        "FROM (WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s "
+        f"WHERE i < {n}) SELECT i FROM s)"
+    )
+
+
+def _fill_sql(pg: bool, tickets: int, actions: int, now: float) -> list[str]:
+    """Pending tickets asked over the last day; actions over the last SPREAD_DAYS days in runs
+    of RUN_SIZE, IN_DOUBT of them in doubt, each run with a cost and a completion time; a
+    minute of repeats for every minute of the span."""
+
+    def txt(expr: str) -> str:
+        return f"({expr})::text" if pg else f"CAST({expr} AS TEXT)"
+
+    def num(expr: str) -> str:
+        return f"({expr})::float8" if pg else f"CAST({expr} AS REAL)"
+
+    key = "lpad(i::text, 64, '0')" if pg else "printf('%064d', i)"  # no real key is all digits
+    span = SPREAD_DAYS * 86400.0
+    every = max(actions // IN_DOUBT, 1)
+    at = f"{now} - {num('i')} * {span / max(actions, 1)}"
+    runs = max(actions // RUN_SIZE, 1)
+    minutes = int(span // 60)
+    return [
+        "INSERT INTO c4a_approvals (ticket, key, for_attempt, run_id, tool, args, state, "
+        "requested_at, expires_at, signature, asked_by, kind) "
+        f"SELECT 'apr_bulk' || {txt('i')}, {key}, 1, 'wait-' || {txt('i')}, 'refund', "
+        f":targs, 'pending', {now} - {num('i')} * {86400.0 / max(tickets, 1)}, {now + 30 * 86400}, "
+        f":sig, :asked, :kind {_series(pg, tickets)}",
+        "INSERT INTO c4a_effects (key, run_id, tool, kind, state, attempt, args, result, note, "
+        "created_at, updated_at) "
+        f"SELECT {key}, 'bulk-' || {txt(f'i / {RUN_SIZE} + 1')}, 'send_email', 'write', "
+        f"CASE WHEN i % {every} = 7 THEN 'in_doubt' ELSE 'succeeded' END, 1, :args, "
+        f"CASE WHEN i % {every} = 7 THEN NULL ELSE :result END, "
+        f"CASE WHEN i % {every} = 7 THEN 'its lease expired with no result' END, "
+        f"{at}, {at} {_series(pg, actions)}",
+        "INSERT INTO c4a_run_counters (run_id, name, value) "
+        f"SELECT 'bulk-' || {txt('i + 1')}, 'cost', {num('i % 100')} / 100 {_series(pg, runs)}",
+        "INSERT INTO c4a_run_counters (run_id, name, value) "
+        f"SELECT 'bulk-' || {txt('i + 1')}, '{COMPLETED_AT}', "
+        f"{now} - {num('i')} * {span / runs} {_series(pg, runs)}",
+        "INSERT INTO c4a_dedup_hits (tool, minute, hits) "
+        f"SELECT 'send_email', {int(now // 60)} - i, i % 3 {_series(pg, minutes)}",
+    ]
 
 
 def timed(fn: Callable[[], object], rounds: int) -> tuple[float, float]:
@@ -162,15 +221,17 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("CALL4AGENTS_SECRET", "bench-secret-" + "x" * 40)
     results: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory() as folder:
-        results["sqlite"] = measure("sqlite", f"sqlite:///{Path(folder) / 'ledger.db'}", None, args)
-    if args.postgres:
-        schema = "c4a_bench_" + uuid.uuid4().hex[:10]
-        try:
-            results["postgresql"] = measure("postgresql", args.postgres, schema, args)
-        finally:
-            _drop(args.postgres, schema)
-    report(results, args)
+    with LoadWatch() as load:
+        with tempfile.TemporaryDirectory() as folder:
+            url = f"sqlite:///{Path(folder) / 'ledger.db'}"
+            results["sqlite"] = measure("sqlite", url, None, args)
+        if args.postgres:
+            schema = "c4a_bench_" + uuid.uuid4().hex[:10]
+            try:
+                results["postgresql"] = measure("postgresql", args.postgres, schema, args)
+            finally:
+                _drop(args.postgres, schema)
+    report(results, args, load.text())
 
 
 def _drop(url: str, schema: str) -> None:
@@ -182,12 +243,48 @@ def _drop(url: str, schema: str) -> None:
     engine.dispose()
 
 
-def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
+class LoadWatch:
+    """The machine's 1-minute load average, sampled every few seconds while the pages are timed:
+    on a shared machine the figures mean little without it."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LoadWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0 if not self.samples else 5.0):
+            self.samples.append(os.getloadavg()[0])
+
+    def text(self) -> str:
+        if not self.samples:
+            return "load average: not sampled"
+        low, high = min(self.samples), max(self.samples)
+        mean = statistics.mean(self.samples)
+        return (
+            f"1-minute load average during the run: {low:.1f} to {high:.1f} "
+            f"(mean {mean:.1f}), {os.cpu_count()} CPUs"
+        )
+
+
+def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, load: str = "") -> None:
     backends = list(results)
     print(
         f"console pages, {args.tickets:,} pending tickets, {args.actions:,} actions, "
         f"{args.rounds} rounds: median / worst ms"
     )
+    if load:
+        print(load)
     header = f"{'page':<40}" + "".join(f"{b:>22}" for b in backends)
     print(header)
     for page in results[backends[0]]:

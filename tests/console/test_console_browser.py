@@ -289,3 +289,30 @@ def test_an_agents_sdk_agent_goes_on_with_the_browsers_answer(
         assert "ann" in told
         assert "checked with the customer" in told
         assert wired == []
+
+
+def test_on_postgresql_a_new_ticket_is_pushed_not_polled(
+    browser: Any, pg_target: Target, tmp_path: Path
+) -> None:
+    pg_target.open()  # an empty ledger
+    with console(pg_target, "--operator", "ann") as address:
+        page = signed_in(browser, address)
+        assert "No approvals waiting" in page.locator("main").inner_text()
+        # The page listens to the console's event stream, fed by LISTEN/NOTIFY...
+        page.wait_for_function("document.body.dataset.liveMode === 'listen'", timeout=15_000)
+        polls: list[str] = []
+        page.on("request", lambda r: polls.append(r.url) if "/api/live" in r.url else None)
+        _, out = agent(pg_target, tmp_path, "refund-22", "refund")
+        page.locator(f"section#{out['waiting']}").wait_for(timeout=15_000)
+        # ...so the ticket arrived without a reload and without a single poll.
+        assert polls == []
+        assert page.evaluate("document.body.dataset.liveMode") == "listen"
+
+
+def test_on_sqlite_the_page_polls(browser: Any, sqlite_target: Target, tmp_path: Path) -> None:
+    sqlite_target.open()
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address)
+        with page.expect_request(lambda r: "/api/live" in r.url, timeout=15_000):
+            pass  # the stream answered 204: the 2-second poll carries on
+        assert page.evaluate("document.body.dataset.liveMode") == "poll"

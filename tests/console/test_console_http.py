@@ -467,3 +467,78 @@ def test_a_run_waiting_for_a_person_is_listed_so(ann: TestClient, ledger: c4a.Le
     listed = ann.get("/runs?state=waiting_approval").text
     assert "refund-7" in listed
     assert "waiting approval" in listed
+
+
+def test_a_run_whose_only_record_is_a_waiting_ticket_is_listed(
+    ann: TestClient, ledger: c4a.Ledger
+) -> None:
+    # The agent stopped at its very first tool call: no action row, only the ticket.
+    request = open_ticket("first-call-9")
+    assert ledger.effects("first-call-9") == []
+    listed = ann.get("/runs").text
+    assert 'href="/run?id=first-call-9"' in listed
+    assert ann.get("/runs?state=waiting_approval").text.count("first-call-9") >= 1
+    assert "first-call-9" in ann.get("/runs?tool=pay").text
+    assert "first-call-9" not in ann.get("/runs?tool=other").text
+    assert "first-call-9" not in ann.get("/runs?q=nomatch").text
+    assert "first-call-9" not in ann.get("/runs?state=done").text
+    run_page = ann.get("/run?id=first-call-9").text
+    assert request.ticket in run_page
+
+
+def test_the_inbox_says_which_policy_asked_and_the_tools_kind(
+    ann: TestClient, ledger: c4a.Ledger
+) -> None:
+    from sqlalchemy import select, update
+
+    from call4agents.engine import approvals
+
+    request = open_ticket()
+    card = ann.get(f"/approvals/{request.ticket}").text
+    assert '<span class="kind">irreversible</span>' in card  # before the tool ever ran
+    assert "approval=True" in card
+    # A ticket from before the ledger recorded them (signed as an older version signed it).
+    table = approvals.approvals
+    with ledger.engine.begin() as conn:
+        row = dict(conn.execute(select(table)).mappings().one())
+        signature = ledger.signer().sign(approvals._fields({**row, "asked_by": None, "kind": None}))
+        conn.execute(update(table).values(asked_by=None, kind=None, signature=signature))
+    card = ann.get(f"/approvals/{request.ticket}").text
+    assert card.count("not recorded") == 2  # neither who asked nor the kind
+    assert decide(ann, request.ticket, "approve").status_code == 200  # still decidable
+
+
+def test_health_charts_each_figure_over_time(ann: TestClient, ledger: c4a.Ledger) -> None:
+    import re
+
+    open_ticket()
+    make_in_doubt()
+    for window, buckets in (("1h", 12), ("24h", 24), ("7d", 28), ("all", 28)):
+        page = ann.get(f"/health?since={window}")
+        assert page.status_code == 200
+        text = page.text
+        for chart in (
+            "irreversible",
+            "unapproved",
+            "dedup",
+            "in-doubt",
+            "waiting",
+            "waiting-age",
+            "escalation-age",
+            "cost-p95",
+            "cost-p99",
+        ):
+            assert f'id="chart-{chart}"' in text, (window, chart)
+        assert f"in {buckets} buckets" in text
+        # Executed without a yes is on the page, and zero here.
+        assert re.search(
+            r"executed without a yes \(must stay 0\)</td><td><b class=\"zero\">0<", text
+        )
+        # Inline SVG only: no inline script or style for the CSP to refuse.
+        assert "<script>" not in text
+        assert "style=" not in text
+    waiting = ann.get("/health?since=1h").text
+    chart = waiting[waiting.index('id="chart-waiting"') :]
+    assert "Approvals waiting: <b>1</b>" in chart[:400]
+    doubt = waiting[waiting.index('id="chart-in-doubt"') :]
+    assert "Open in doubt: <b>1</b>" in doubt[:400]

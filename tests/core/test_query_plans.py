@@ -241,3 +241,52 @@ def test_runs_lists_the_runs_changed_last(target: Target) -> None:
     assert len({r.run_id for r in found}) == 1200
     one = next(r for r in found if r.run_id == "run-1499")
     assert (one.actions, one.failed + one.succeeded) == (4, 4)
+
+
+def _ticket_number() -> Any:
+    """The number in _fill_more's ticket ids ("t00000042" is 42), as SQL."""
+    from sqlalchemy import Integer, cast, func
+
+    return cast(func.substr(approvals.c.ticket, 2), Integer)
+
+
+@pytest.mark.slow
+def test_figures_over_time_read_only_their_window(target: Target) -> None:
+    # The console's health charts: every statement of stats.series (and of the count of actions
+    # executed without a yes, windowed and all time) reads through an index.
+    ledger = target.open()
+    _fill(ledger)
+    _fill_more(ledger)
+    # Tickets asked one every 6 minutes over 40 days, each open for 10 minutes: a day's window
+    # holds a few hundred of them.
+    now = time.time()
+    with ledger.engine.begin() as conn:
+        asked = now - _ticket_number() * 360.0
+        conn.execute(update(approvals).values(requested_at=asked, expires_at=asked + 600))
+        if ledger.dialect == "postgresql":
+            prefix = f'"{ledger.schema}".' if ledger.schema else ""
+            conn.execute(text(f"ANALYZE {prefix}c4a_approvals"))
+        else:
+            conn.exec_driver_sql("ANALYZE")
+    operations: dict[str, Callable[[], Any]] = {
+        "series 1h": lambda: stats.series(ledger, 3600, 12),
+        "series 24h": lambda: stats.series(ledger, 86400, 24),
+        "unapproved 1h": lambda: stats.unapproved_executions(ledger, 3600),
+        "unapproved all": lambda: stats.unapproved_executions(ledger),
+    }
+    checked = 0
+    for name, operation in operations.items():
+        sent = _every_select(operation)
+        assert sent, f"{name} sent no query"
+        for statement, params in sent:
+            if not any(table in statement for table in LARGE):
+                continue
+            plan = _plan(ledger.engine, statement, params)
+            reads = _whole_table_reads(plan, statement)
+            if name == "unapproved all":
+                # All time asks about every ticket ever opened (their keys, from an index on
+                # SQLite), and looks each one's action up by key: never every action.
+                reads = [t for t in reads if t != "c4a_approvals"]
+            assert not reads, f"{name}:\n{statement}\n{plan}"
+            checked += 1
+    assert checked >= 8

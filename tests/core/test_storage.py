@@ -292,3 +292,97 @@ def test_more_threads_than_hot_connections_take_the_long_path(ledger: c4a.Ledger
     assert ledger.store.get(ledger.effects("crowd")[-1].key) is not None
     assert hot._count == 0
     assert sorted(ran) == [*range(8), 99]
+
+
+def _wire(ledger: c4a.Ledger, **options: Any) -> Any:
+    @c4a.effect(name="wire", kind="irreversible", ledger=ledger, **options)
+    def wire(amount: int) -> str:
+        return f"sent {amount}"
+
+    return wire
+
+
+def _ask(wire: Any, run_id: str, amount: int) -> c4a.ApprovalRequest:
+    with c4a.run(run_id), pytest.raises(c4a.ApprovalRequired) as info:
+        wire(amount)
+    request = info.value.request
+    assert isinstance(request, c4a.ApprovalRequest)
+    return request
+
+
+def test_a_version_7_ledger_gets_who_asked_and_the_kind_on_new_tickets_only(
+    target: Any,
+) -> None:
+    # As version 7 made it: tickets without asked_by and kind (and, on PostgreSQL, no news
+    # triggers). Opening it adds both; the old ticket still verifies and can be decided.
+    from call4agents.engine import approvals
+    from call4agents.storage import _live
+
+    ledger = target.open()
+    old = _ask(_wire(ledger, approval=True), "old", 10)
+    table = f'"{target.schema}".c4a_approvals' if target.schema else "c4a_approvals"
+    with ledger.engine.begin() as conn:
+        row = dict(conn.execute(select(approvals.approvals)).mappings().one())
+        as_v7 = {**row, "asked_by": None, "kind": None}
+        signature = ledger.signer().sign(approvals._fields(as_v7))
+        conn.execute(
+            approvals.approvals.update().values(asked_by=None, kind=None, signature=signature)
+        )
+        conn.execute(text(f"ALTER TABLE {table} DROP COLUMN asked_by"))
+        conn.execute(text(f"ALTER TABLE {table} DROP COLUMN kind"))
+        if target.backend == "postgres":
+            _live.drop_triggers(conn)
+        conn.execute(schema_version.update().values(version=7))
+    ledger.close()
+
+    reopened = target.open()
+    with reopened.engine.connect() as conn:
+        assert conn.execute(select(schema_version.c.version)).scalar() == CURRENT
+    found = reopened.approval(old.ticket)
+    assert found is not None
+    assert (found.asked_by, found.kind) == (None, None)
+    assert reopened.approve(old.ticket, by="ann").state == "approved"  # still verifies
+    feed = reopened.listen()
+    try:
+        new = _ask(_wire(reopened, approval=lambda amount: amount > 100), "new", 500)
+        assert new.kind == "irreversible"
+        assert new.asked_by is not None
+        assert "rule approval=" in new.asked_by
+        stored = reopened.approval(new.ticket)
+        assert stored is not None
+        assert (stored.asked_by, stored.kind) == (new.asked_by, "irreversible")
+        if target.backend == "postgres":  # the upgrade made the news triggers
+            assert feed is not None
+            assert _live.News("ticket", new.ticket) in feed.wait(10.0)
+        else:
+            assert feed is None
+    finally:
+        if feed is not None:
+            feed.close()
+    # One version on, this code refuses the ledger with the clear error, and leaves it alone.
+    with reopened.engine.begin() as conn:
+        conn.execute(schema_version.update().values(version=CURRENT + 1))
+    reopened.close()
+    with pytest.raises(
+        c4a.LedgerError, match=rf"newer Call4Agents \(schema version {CURRENT + 1};"
+    ):
+        target.open()
+
+
+def test_who_asked_names_the_ledgers_policy_or_the_tools_own_yes(target: Any) -> None:
+    ledger = target.open(approval_for=("irreversible",))
+    by_policy = _ask(_wire(ledger), "p", 1)
+    assert by_policy.asked_by is not None
+    assert "policy: irreversible tools" in by_policy.asked_by
+    by_tool = _ask(_wire(ledger, approval=True), "t", 1)
+    assert by_tool.asked_by is not None
+    assert "approval=True" in by_tool.asked_by
+    # What the inbox shows of who asked is signed: edited, the ticket verifies as nothing.
+    with ledger.engine.begin() as conn:
+        from call4agents.storage.tables import approvals as table
+
+        conn.execute(
+            table.update().where(table.c.ticket == by_tool.ticket).values(asked_by="nobody")
+        )
+    with pytest.raises(c4a.LedgerError, match="signature check"):
+        ledger.approve(by_tool.ticket, by="ann")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 from starlette.applications import Starlette
@@ -13,6 +14,7 @@ from call4agents import Ledger
 
 from . import _doubt, _health, _inbox, _runs
 from ._auth import ConsoleSettings
+from ._live import LiveHub, events
 from ._web import Ask, endpoint, static
 
 Page = Callable[[Ledger, Ask], Response]
@@ -20,6 +22,7 @@ Page = Callable[[Ledger, Ask], Response]
 
 def create_app(ledger: Ledger, settings: ConsoleSettings) -> Starlette:
     """The console's app; ``call4agents console`` serves it with uvicorn."""
+    hub = LiveHub(ledger)
 
     def route(path: str, page: Page, *, post: bool = False, decides: bool = False) -> Route:
         handler = endpoint(settings, partial(page, ledger), decides=decides)
@@ -37,6 +40,13 @@ def create_app(ledger: Ledger, settings: ConsoleSettings) -> Starlette:
         route("/run/undo", _runs.undo, post=True, decides=True),
         route("/health", _health.health),
         route("/api/live", _health.live),
+        route("/api/events", partial(events, hub)),
         Route("/static/{name}", static),
     ]
-    return Starlette(routes=routes)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        hub.close()
+
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -17,6 +17,7 @@ from ._web import Ask, fingerprint, html, redirect
 SHOWN_TICKETS = 25  # the oldest first; the count says how many more wait
 SHOWN_ACTIONS = 20  # of the run's finished actions beside a ticket
 DECISIONS = {"approve": "approved", "deny": "denied"}
+NOT_RECORDED = "not recorded (a ticket opened before the ledger kept it)"
 
 
 def inbox(ledger: Ledger, ask: Ask) -> Response:
@@ -156,8 +157,10 @@ def _card(ledger: Ledger, request: ApprovalRequest, ask: Ask, now: float) -> Htm
 def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
     # One read per ticket: the run's actions, this one among them once it has run (or failed).
     actions = ledger.effects(request.run_id, limit=SHOWN_ACTIONS * 5)
+    # Tickets opened before schema version 8 did not record the kind or who asked; the kind is
+    # then that of the action row, if it has run before (an earlier attempt).
     kinds = [r.kind for r in actions if r.key == request.key]
-    kind = kinds[0] if kinds else "kind recorded when it first runs"
+    kind = request.kind or (kinds[0] if kinds else NOT_RECORDED)
     masked = count_redacted(request.args)
     redacted = h(
         '<p class="redacted">{n} value(s) redacted: shown as ***, the tool gets the real '
@@ -168,7 +171,7 @@ def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
         '<h2><code>{tool}</code> <span class="kind">{kind}</span></h2>'
         '<dl><dt>Run</dt><dd><a href="/run?id={run_q}">{run}</a></dd>'
         '<dt>Ticket</dt><dd><a href="/approvals/{t}"><code>{t}</code></a> (attempt {attempt})</dd>'
-        "<dt>Asked by</dt><dd>the run's call of {tool}: the tool requires approval</dd>"
+        '<dt>Asked by</dt><dd class="asked">{policy}</dd>'
         "<dt>Waiting</dt><dd>{waited} (asked {asked}, expires {expires})</dd></dl>"
         "<h3>Exact arguments, as they will run</h3>{args}{redacted}"
         "<h3>What this run already did</h3>{done}",
@@ -178,6 +181,7 @@ def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
         run_q=_q(request.run_id),
         t=request.ticket,
         attempt=request.for_attempt,
+        policy=request.asked_by or NOT_RECORDED,
         waited=ago(request.requested_at, now),
         asked=clock(request.requested_at),
         expires=clock(request.expires_at),

@@ -51,6 +51,7 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
     found = ledger.runs(
         limit=LISTED, tool=tool or None, search=text or None, active_within=WINDOWS[window]
     )
+    found = _with_waiting_runs(ledger, found, tool, text, WINDOWS[window])
     waiting = Counter(ledger.waiting_by_run([r.run_id for r in found]))
     # One read of the endings, not one per run listed.
     endings = {s.run_id: s.status for s in ledger.endings(limit=ENDINGS_READ)}
@@ -90,6 +91,23 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
         ]
     )
     return html(page("Runs", ask.who.name, ask.who.role, body))
+
+
+def _with_waiting_runs(
+    ledger: Ledger, found: list[RunSummary], tool: str, text: str, within: float | None
+) -> list[RunSummary]:
+    """The runs with actions, and those whose only record is a ticket waiting for a person (an
+    agent stopped at its first tool call): the newest waiting tickets, filtered as the list is."""
+    known = {r.run_id for r in found}
+    cutoff = None if within is None else time.time() - within
+    asked: dict[str, list[float]] = {}
+    for t in ledger.waiting(limit=LISTED, newest_first=True):
+        if t.run_id in known or (tool and t.tool != tool) or (text and text not in t.run_id):
+            continue
+        if cutoff is None or t.requested_at >= cutoff:
+            asked.setdefault(t.run_id, []).append(t.requested_at)
+    extra = [RunSummary(run, 0, 0, 0, 0, 0, min(at), max(at)) for run, at in asked.items()]
+    return sorted(found + extra, key=lambda r: r.last_at, reverse=True)[:LISTED]
 
 
 def _state(r: RunSummary, waiting: int) -> str:

@@ -12,6 +12,7 @@ added there every few seconds (see ``_hits``), so the last few seconds may not s
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -446,3 +447,286 @@ def render_alerts(figures: AlertFigures) -> str:
 
 def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4g}"
+
+
+# -- figures over time (the console's health charts) ---------------------------------------------
+
+# What counts as a yes for an attempt: a ticket approved for it (spent once the attempt started).
+_YES_STATES = ("approved", "spent")
+_TICKET_STATES = ("pending", "approved", "denied", "spent")
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """The figures of one stretch of time, ``start`` to ``end`` (database epoch seconds).
+
+    Counts (executions, repeats, endings, cost) are of what happened in the bucket; the open
+    figures (in doubt, approvals waiting, escalations) are as they stood at its end.
+    """
+
+    start: float
+    end: float
+    executions: int
+    irreversible_executions: int
+    unapproved_executions: int
+    deduped: int
+    dedup_rate: float | None
+    in_doubt_open: int
+    approvals_waiting: int
+    approvals_oldest_age: float | None
+    escalations_open: int
+    escalations_oldest_age: float | None
+    runs_ended: dict[str, int]
+    cost_per_run_p95: float | None
+    cost_per_run_p99: float | None
+
+
+@dataclass(frozen=True)
+class Series:
+    since_seconds: float
+    bucket_seconds: float
+    buckets: list[Bucket]
+
+    @property
+    def unapproved_executions(self) -> int:
+        return sum(b.unapproved_executions for b in self.buckets)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def series(ledger: LedgerCore, since: float, buckets: int = 24) -> Series:
+    """The health figures of the last ``since`` seconds in ``buckets`` equal stretches.
+
+    Every read is bounded by the window, not the ledger: actions through the index on
+    ``updated_at`` (an action first attempted in the window was last changed in it), tickets
+    through the pending index's ``expires_at``, repeats through the minute index, and cost from
+    the counters of the runs whose actions were read. What the ledger keeps no history of is
+    drawn from what is open now: an in-doubt action counts from when it fell in doubt until it
+    is settled, and a settled one leaves the chart (the ledger keeps no record of when it fell
+    in doubt); likewise an escalation picked up since.
+    """
+    if since <= 0 or buckets < 1:
+        raise ValueError("series needs a window over 0 seconds and at least one bucket")
+    ledger.sweep()  # a dead worker's action counts as in doubt, not running
+    now = ledger.store.now()
+    start, width = now - since, since / buckets
+    edges = [start + i * width for i in range(buckets + 1)]
+
+    def slot(at: float) -> int:
+        return min(buckets - 1, max(0, int((at - start) // width)))
+
+    with ledger.store.read() as conn:
+        actions = conn.execute(_window_actions(start)).all()
+        tickets = _tickets_since(conn, start)
+        unapproved = _without_a_yes(actions, tickets)
+        doubt_since = list(
+            conn.execute(select(effects.c.updated_at).where(in_open_state("in_doubt"))).scalars()
+        )
+        hits = conn.execute(
+            select(dedup_hits.c.minute, func.sum(dedup_hits.c.hits))
+            .where(dedup_hits.c.minute >= int(start // 60))
+            .group_by(dedup_hits.c.minute)
+        ).all()
+        escalated = list(conn.execute(_open_escalations_since()).scalars())
+        endings = conn.execute(
+            select(runs.c.status, runs.c.updated_at).where(runs.c.updated_at >= start)
+        ).all()
+        last_seen: dict[str, float] = {}
+        for _key, run_id, _kind, _attempt, _created, updated in actions:
+            last_seen[run_id] = max(last_seen.get(run_id, 0.0), float(updated))
+        counters = _counters_of(conn, list(last_seen))
+
+    executions, irreversible, bad, deduped = ([0] * buckets for _ in range(4))
+    for _key, _run, kind, attempt, created, _updated in actions:
+        executions[slot(created)] += attempt
+        if kind == "irreversible":
+            irreversible[slot(created)] += attempt
+    for at in unapproved:
+        bad[slot(at)] += 1
+    for minute, n in hits:
+        deduped[slot(float(minute) * 60)] += int(n)
+    ended: list[Counter[str]] = [Counter() for _ in range(buckets)]
+    for status, at in endings:
+        ended[slot(at)][str(status)] += 1
+    costs: list[list[float]] = [[] for _ in range(buckets)]
+    for run_id, values in counters.items():
+        done = values.get(COMPLETED_AT)
+        if done is not None and done >= start:
+            ended[slot(done)]["completed"] += 1
+        if "cost" in values:
+            costs[slot(done if done is not None else last_seen[run_id])].append(values["cost"])
+    waiting_at = _waiting_at(tickets, edges[1:])
+    found = []
+    for i in range(buckets):
+        end = edges[i + 1]
+        waiting, oldest = waiting_at[i]
+        open_esc = [at for at in escalated if at <= end]
+        spent = sorted(costs[i])
+        tried = executions[i] + deduped[i]
+        found.append(
+            Bucket(
+                start=edges[i],
+                end=end,
+                executions=executions[i],
+                irreversible_executions=irreversible[i],
+                unapproved_executions=bad[i],
+                deduped=deduped[i],
+                dedup_rate=deduped[i] / tried if tried else None,
+                in_doubt_open=sum(at <= end for at in doubt_since),
+                approvals_waiting=waiting,
+                approvals_oldest_age=None if oldest is None else end - oldest,
+                escalations_open=len(open_esc),
+                escalations_oldest_age=end - min(open_esc) if open_esc else None,
+                runs_ended=dict(sorted(ended[i].items())),
+                cost_per_run_p95=_quantile(spent, 0.95),
+                cost_per_run_p99=_quantile(spent, 0.99),
+            )
+        )
+    return Series(since_seconds=since, bucket_seconds=width, buckets=found)
+
+
+def unapproved_executions(ledger: LedgerCore, since: float | None = None) -> int:
+    """Actions that needed a person's yes and started without one, first attempted in the last
+    ``since`` seconds (all time if None). Must stay 0.
+
+    Needed a yes: a ticket was opened for the action. Without one: its latest attempt started
+    with no ticket approved for that attempt (an approved ticket is spent as the attempt starts).
+    The ledger cannot see a tool that needed a yes and never asked; the
+    ``call4agents.unapproved.executions`` metric, counted where the tool runs, sees that too.
+    """
+    start = None if since is None else ledger.store.now() - since
+    with ledger.store.read() as conn:
+        if start is None:
+            return len(_unapproved(conn))
+        return len(
+            _without_a_yes(conn.execute(_window_actions(start)).all(), _tickets_since(conn, start))
+        )
+
+
+def _actions_columns() -> Any:
+    return select(
+        effects.c.key,
+        effects.c.run_id,
+        effects.c.kind,
+        effects.c.attempt,
+        effects.c.created_at,
+        effects.c.updated_at,
+    )
+
+
+def _window_actions(start: float) -> Any:
+    """The actions first attempted since ``start``, through the index on ``updated_at``."""
+    return _actions_columns().where(effects.c.updated_at >= start, effects.c.created_at >= start)
+
+
+def _or_inf(value: float | None) -> float:
+    return math.inf if value is None else float(value)
+
+
+def _waiting_at(tickets: Sequence[Any], ends: list[float]) -> list[tuple[int, float | None]]:
+    """How many tickets waited at each of ``ends`` (sorted), and since when the oldest did.
+
+    A ticket waited from when it was asked until it was decided or expired. Counted with a
+    difference array over the ends, so ten thousand tickets cost the same at 12 buckets or 28;
+    the oldest is the first ticket, in the order asked, still waiting at that end."""
+    spans = sorted(
+        (float(asked), min(float(ends_at), _or_inf(decided)))
+        for *_, asked, ends_at, decided in tickets
+    )
+    delta = [0] * (len(ends) + 1)
+    for asked, until in spans:
+        # Waiting at an end e when asked <= e < until.
+        first, after = bisect_left(ends, asked), bisect_left(ends, until)
+        if first < after:
+            delta[first] += 1
+            delta[after] -= 1
+    found: list[tuple[int, float | None]] = []
+    count = 0
+    for i, end in enumerate(ends):
+        count += delta[i]
+        oldest = None
+        if count:
+            for asked, until in spans:
+                if asked > end:
+                    break
+                if until > end:
+                    oldest = asked
+                    break
+        found.append((count, oldest))
+    return found
+
+
+def _without_a_yes(actions: Sequence[Any], tickets: Sequence[Any]) -> list[float]:
+    """When each of the window's actions that a ticket asked about, and whose latest attempt
+    started with no ticket approved for it, was first attempted. A yes that started an attempt
+    in the window was live in it, so the window's tickets hold every yes that matters; a ticket
+    that asked, expired before the window, and whose action then ran without a yes in it is
+    missed by a window (all time counts it)."""
+    # Plain tuples, by position: attribute access on a row costs more, ten thousand times over.
+    asked = {key for key, *_ in tickets}
+    yes = {(key, attempt) for key, attempt, state, *_ in tickets if state in _YES_STATES}
+    return [
+        float(at)
+        for key, _run, _kind, attempt, at, _updated in actions
+        if attempt > 0 and key in asked and (key, attempt) not in yes
+    ]
+
+
+def _tickets_since(conn: Connection, start: float | None) -> list[Any]:
+    """Every ticket open at some time since ``start`` (all if None): through the pending index's
+    ``expires_at``, so a window reads the tickets of the window (and their time to live)."""
+    return list(
+        conn.execute(
+            select(
+                approvals.c.key,
+                approvals.c.for_attempt,
+                approvals.c.state,
+                approvals.c.requested_at,
+                approvals.c.expires_at,
+                approvals.c.decided_at,
+            ).where(
+                approvals.c.state.in_(_TICKET_STATES),
+                *([] if start is None else [approvals.c.expires_at > start]),
+            )
+        ).all()
+    )
+
+
+def _unapproved(conn: Connection) -> list[float]:
+    """All time: from every ticket ever opened (far fewer than actions), each one's action
+    looked up by its unique key."""
+    tickets = _tickets_since(conn, None)
+    keys = sorted({key for key, *_ in tickets})
+    actions: list[Any] = []
+    for i in range(0, len(keys), 500):  # under SQLite's limit of bound parameters
+        stmt = _actions_columns().where(effects.c.key.in_(keys[i : i + 500]))
+        actions += conn.execute(stmt).all()
+    return _without_a_yes(actions, tickets)
+
+
+def _open_escalations_since() -> Any:
+    """When each escalation nobody has picked up yet was made (as ``open_escalations``)."""
+    entered = (
+        select(run_counters.c.value)
+        .where(run_counters.c.run_id == runs.c.run_id, run_counters.c.name == ENTERED_AT)
+        .scalar_subquery()
+    )
+    return select(runs.c.updated_at).where(
+        runs.c.status == "escalated", or_(entered.is_(None), entered < runs.c.updated_at)
+    )
+
+
+def _counters_of(conn: Connection, run_ids: list[str]) -> dict[str, dict[str, float]]:
+    """The cost and completion counters of these runs, by primary key, a chunk at a time."""
+    found: dict[str, dict[str, float]] = {}
+    for i in range(0, len(run_ids), 500):  # under SQLite's limit of bound parameters
+        rows = conn.execute(
+            select(run_counters.c.run_id, run_counters.c.name, run_counters.c.value).where(
+                run_counters.c.run_id.in_(run_ids[i : i + 500]),
+                run_counters.c.name.in_((COMPLETED_AT, "cost")),
+            )
+        )
+        for run_id, name, value in rows:
+            found.setdefault(run_id, {})[name] = float(value)
+    return found

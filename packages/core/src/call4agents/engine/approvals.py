@@ -53,6 +53,10 @@ class ApprovalRequest:
     reason: str | None = None
     for_attempt: int = 1  # the one attempt of the action this ticket may start
     args_digest: str | None = None  # of the arguments asked about; None before schema version 5
+    # Which policy asked, and the tool's side-effect kind, when the ticket was opened; None on
+    # tickets from before schema version 8.
+    asked_by: str | None = None
+    kind: str | None = None
 
     def covers(self, action: Action) -> bool:
         """Whether this ticket asked about exactly this call's arguments. One action key can
@@ -73,6 +77,8 @@ class ApprovalRequest:
             "decided_by": self.decided_by,
             "reason": self.reason,
             "for_attempt": self.for_attempt,
+            "asked_by": self.asked_by,
+            "kind": self.kind,
         }
 
 
@@ -122,12 +128,15 @@ _SIGNED = (
 
 def _fields(row: Mapping[str, Any]) -> list[Any]:
     digest, call_id = row.get("args_digest"), row.get("call_id")
-    # Signed when present; a ticket from before digests (or call ids) keeps the fields it was
-    # signed with.
+    asked_by, kind = row.get("asked_by"), row.get("kind")
+    # Signed when present; a ticket from before digests (or call ids, or who asked) keeps the
+    # fields it was signed with. What the inbox shows of who asked cannot be edited unseen.
     return (
         [row[name] for name in _SIGNED]
         + ([digest] if digest is not None else [])
         + ([f"call:{call_id}"] if call_id is not None else [])
+        + ([f"asked:{asked_by}"] if asked_by is not None else [])
+        + ([f"kind:{kind}"] if kind is not None else [])
     )
 
 
@@ -150,7 +159,25 @@ def _request(row: Mapping[str, Any]) -> ApprovalRequest:
         reason=row["reason"],
         for_attempt=row["for_attempt"],
         args_digest=row.get("args_digest"),
+        asked_by=row.get("asked_by"),
+        kind=row.get("kind"),
     )
+
+
+def asked_by(action: Action, *, framework: bool = False) -> str:
+    """Which policy asked a person about this call, in words the inbox shows."""
+    rule = action.options.approval
+    if framework and not action.needs_approval:
+        return "the agent framework's own approval step (the tool itself does not require one)"
+    if rule is None:
+        return (
+            f"the ledger's approval policy: {action.options.kind} tools need a person's yes "
+            "(approval_for)"
+        )
+    if callable(rule):
+        name = getattr(rule, "__qualname__", None) or type(rule).__name__
+        return f"the tool's rule approval={name}, which asked for these arguments"
+    return "the tool: approval=True (every call needs a person's yes)"
 
 
 # -- the gate: runs inside the claim transaction --------------------------------------------------
@@ -250,8 +277,17 @@ def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsErro
     return _required(action, request, tampered=tampered, shown=_edited(conn, signer, action))
 
 
-def _open_ticket(gate: Gate, conn: Connection, attempt: int) -> ApprovalRequest:
-    return _new_ticket(conn, gate.ledger.signer(), gate.action, attempt, ttl=gate.ttl)
+def _open_ticket(
+    gate: Gate, conn: Connection, attempt: int, *, framework: bool = False
+) -> ApprovalRequest:
+    return _new_ticket(
+        conn,
+        gate.ledger.signer(),
+        gate.action,
+        attempt,
+        ttl=gate.ttl,
+        asked=asked_by(gate.action, framework=framework),
+    )
 
 
 def _new_ticket(
@@ -264,6 +300,7 @@ def _new_ticket(
     state: str = "pending",
     by: str | None = None,
     reason: str | None = None,
+    asked: str | None = None,
 ) -> ApprovalRequest:
     """Write one signed ticket for ``attempt`` of the action: asked (pending) or decided."""
     stamp = conn.execute(select(now_sql(conn.dialect.name))).scalar_one()
@@ -276,6 +313,8 @@ def _new_ticket(
         "args": action.args_display,
         "args_digest": action.args_digest,
         "call_id": action.call_id,
+        "asked_by": asked,
+        "kind": action.options.kind,
         "state": state,
         "expires_at": float(stamp) + ttl,
         "decided_by": by,
@@ -452,7 +491,15 @@ def decide_action(
         attempt = 1 if found is None else found.attempt + 1
         state = "approved" if approve else "denied"
         return _new_ticket(
-            conn, signer, action, attempt, ttl=ttl, state=state, by=by, reason=reason
+            conn,
+            signer,
+            action,
+            attempt,
+            ttl=ttl,
+            state=state,
+            by=by,
+            reason=reason,
+            asked=asked_by(action, framework=True),
         )
 
 
@@ -478,7 +525,7 @@ def request(ledger: LedgerCore, action: Action, *, ttl: float) -> ApprovalReques
             if live and signer.verify(_fields(row), row["signature"], now=row["now"]):
                 return _request(row)
         gate = Gate(ledger, action, approval=True, max_per_run=None, ttl=ttl)
-        return _open_ticket(gate, conn, attempt)
+        return _open_ticket(gate, conn, attempt, framework=True)
 
 
 def list_requests(
@@ -495,13 +542,16 @@ def list_requests(
         return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
 
 
-def waiting_requests(ledger: LedgerCore, *, limit: int) -> list[ApprovalRequest]:
-    """Pending tickets not yet expired (by the database clock), oldest first."""
+def waiting_requests(
+    ledger: LedgerCore, *, limit: int, newest_first: bool = False
+) -> list[ApprovalRequest]:
+    """Pending tickets not yet expired (by the database clock), oldest first (or newest)."""
     now = now_sql(ledger.dialect)
+    asked = approvals.c.requested_at
     stmt = (
         select(approvals)
         .where(approvals.c.state == "pending", approvals.c.expires_at > now)
-        .order_by(approvals.c.requested_at)
+        .order_by(asked.desc() if newest_first else asked)
         .limit(limit)
     )
     with ledger.store.read() as conn:

@@ -28,6 +28,7 @@ from call4agents.storage.store import Store, short_error
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
+    from call4agents.storage._live import LiveFeed
 
 _L = TypeVar("_L", bound="LedgerCore")
 _CACHE_LIMIT = 50_000
@@ -531,9 +532,16 @@ class LedgerCore:
             self, ticket, approve=False, by=by, reason=reason, only_if_pending=only_if_pending
         )
 
-    def waiting(self, *, limit: int = 100) -> list[ApprovalRequest]:
-        """Tickets waiting for a person now (pending, not expired), oldest first."""
-        return approvals.waiting_requests(self, limit=limit)
+    def waiting(self, *, limit: int = 100, newest_first: bool = False) -> list[ApprovalRequest]:
+        """Tickets waiting for a person now (pending, not expired), oldest first (or newest)."""
+        return approvals.waiting_requests(self, limit=limit, newest_first=newest_first)
+
+    def listen(self) -> LiveFeed | None:
+        """A feed of new tickets and new in-doubt actions as they commit (PostgreSQL LISTEN);
+        None on SQLite, where a watcher polls. Close the feed when done."""
+        from call4agents.storage._live import listen
+
+        return listen(self.engine)
 
     def waiting_by_run(self, run_ids: Sequence[str]) -> dict[str, int]:
         """How many tickets wait for a person (pending, not expired) in each of these runs."""

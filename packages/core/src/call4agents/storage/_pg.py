@@ -298,6 +298,12 @@ def register(engine: Engine, connect_kwargs: dict[str, Any], schema: str | None)
     event.listen(engine, "engine_disposed", _on_dispose)
 
 
+def target_of(engine: Engine) -> Target | None:
+    """How to open a connection of one's own to ``engine``'s ledger; None if not PostgreSQL."""
+    with _registry:
+        return _targets.get(engine)
+
+
 def _on_dispose(engine: Engine) -> None:
     with _registry:
         listener = _listeners.pop(engine, None)

@@ -16,7 +16,7 @@ from sqlalchemy.exc import OperationalError
 
 from call4agents.model.errors import LedgerError
 
-from . import _tally
+from . import _live, _tally
 from .tables import (
     approvals,
     changes,
@@ -127,7 +127,21 @@ def _v7(conn: Connection) -> None:
     pending.create(conn, checkfirst=True)
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7]
+def _v8(conn: Connection) -> None:
+    # Which policy asked for a ticket and the tool's kind (nullable: older tickets have neither),
+    # an index on the minute of repeats, and, on PostgreSQL, a notification when a ticket opens
+    # or an action falls in doubt, so the console shows it at once (see _live).
+    for column, sql_type in (("asked_by", "TEXT"), ("kind", "VARCHAR(16)")):
+        _add_column(conn, approvals.name, column, sql_type)
+    if conn.dialect.name == "postgresql":
+        _locking(conn, effects.name, lambda: _live.create_triggers(conn))
+    # The repeats of a time window, for charts over time. A ledger made by this version got it
+    # from _v4.
+    minute = next(i for i in dedup_hits.indexes if i.name == "c4a_dedup_hits_minute")
+    minute.create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
 CURRENT = len(MIGRATIONS)
 
 

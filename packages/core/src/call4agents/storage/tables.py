@@ -126,6 +126,11 @@ approvals = Table(
     # The framework's id of the tool call the ticket was opened for (schema version 6; NULL
     # where none was known): the first ticket of a call id holds the arguments first shown.
     Column("call_id", Text),
+    # Why the ticket was opened and the tool's side-effect kind, as the gate saw them (schema
+    # version 8; NULL on older tickets, shown as "not recorded"): the inbox shows both before the
+    # tool has ever run, when there is no action row to read the kind from.
+    Column("asked_by", Text),
+    Column("kind", String(16)),
 )
 
 Index("c4a_approvals_key", approvals.c.key, approvals.c.for_attempt)
@@ -165,6 +170,9 @@ dedup_hits = Table(
     Column("minute", BigInteger, primary_key=True),  # database epoch seconds // 60
     Column("hits", BigInteger, nullable=False),
 )
+
+# The repeats of a window, whatever the tool (schema version 8: the console's charts).
+Index("c4a_dedup_hits_minute", dedup_hits.c.minute)
 
 # Figures kept up to date as actions change (schema version 7), so `call4agents stats` costs the
 # same at a million actions as at a thousand. A trigger on c4a_effects appends one row here per

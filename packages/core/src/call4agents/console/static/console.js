@@ -1,11 +1,15 @@
 // Live updates: the pages work without this script; it only shows new tickets and in-doubt
-// actions without a reload, by polling a small JSON endpoint of the console.
+// actions without a reload. Where the ledger can push (PostgreSQL), the console streams its news
+// (server-sent events); elsewhere, and whenever the stream is down, a small JSON endpoint is
+// polled every two seconds.
 "use strict";
 (function () {
   if (!document.body.dataset.live) return;
   let list = document.getElementById("live-list");
   if (!list) return;
   const inbox = location.pathname === "/";
+  let streaming = false;
+  document.body.dataset.liveMode = "poll";
 
   function busy() {
     // Never replace a form someone is filling in: say there is news instead.
@@ -24,13 +28,14 @@
     if (!answer.ok) return;
     const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
     const next = fresh.getElementById("live-list");
-    if (next) {
+    if (next && next.dataset.ids !== list.dataset.ids) {
       list.replaceWith(next);
       list = next;
     }
   }
 
   async function poll() {
+    if (streaming) return;
     try {
       const answer = await fetch("/api/live", { credentials: "same-origin", cache: "no-store" });
       if (!answer.ok) return;
@@ -42,5 +47,22 @@
     }
   }
 
+  if (window.EventSource) {
+    const stream = new EventSource("/api/events");
+    stream.addEventListener("ready", () => {
+      streaming = true;
+      document.body.dataset.liveMode = "listen";
+      refresh(); // anything that arrived before the stream listened
+    });
+    stream.addEventListener("news", (e) => {
+      const news = JSON.parse(e.data);
+      if ((news.what === "ticket") === inbox || news.what === "unknown") refresh();
+    });
+    stream.onerror = () => {
+      // SQLite (204: the browser stops asking) or the stream is down (it asks again): poll.
+      streaming = false;
+      document.body.dataset.liveMode = "poll";
+    };
+  }
   setInterval(poll, 2000);
 })();

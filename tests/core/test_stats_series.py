@@ -1,0 +1,107 @@
+"""The health figures over time (``stats.series``), as the console charts them, on both backends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import call4agents as c4a
+from call4agents.controls import stats
+
+
+def _ask_then_run_without_the_yes(ledger: c4a.Ledger) -> str:
+    """A tool asks for a yes; then, its approval= removed, the same call runs without one."""
+
+    @c4a.effect(name="wire", kind="irreversible", approval=True, ledger=ledger)
+    def asking(amount: int) -> str:
+        return f"sent {amount}"
+
+    @c4a.effect(name="wire", kind="irreversible", approval=False, ledger=ledger)
+    def not_asking(amount: int) -> str:
+        return f"sent {amount}"
+
+    with c4a.run("careless"), pytest.raises(c4a.ApprovalRequired) as info:
+        asking(900)
+    with c4a.run("careless"):
+        not_asking(900)
+    return info.value.request.ticket
+
+
+def _note_then_escalate(note: Any) -> None:
+    note("D-4")
+    c4a.escalate("needs a person")
+
+
+def test_series_counts_each_figure_in_its_bucket(ledger: c4a.Ledger) -> None:
+    @c4a.effect(name="refund", kind="irreversible", approval=True)
+    def refund(order: str) -> str:
+        return f"refunded {order}"
+
+    @c4a.effect(name="note", kind="write")
+    def note(order: str) -> str:
+        return order
+
+    with c4a.run("approved"), pytest.raises(c4a.ApprovalRequired) as info:
+        refund("A-1")
+    ledger.approve(info.value.request.ticket, by="ann")
+    with c4a.run("approved"):
+        assert refund("A-1") == "refunded A-1"
+    with c4a.run("waiting"), pytest.raises(c4a.ApprovalRequired):
+        refund("B-2")
+    budget = c4a.Budget(max_cost=10.0)
+    with c4a.run("costly", budget=budget):
+        note("C-3")
+        c4a.record_model_usage(cost=0.25)
+    with pytest.raises(c4a.Escalated), c4a.run("handed-over"):
+        _note_then_escalate(note)
+    before = stats.series(ledger, 3600, 12)
+    assert before.unapproved_executions == 0  # every approval-required run had its yes
+
+    _ask_then_run_without_the_yes(ledger)
+    found = stats.series(ledger, 3600, 12)
+    assert len(found.buckets) == 12
+    assert found.bucket_seconds == pytest.approx(300)
+    last = found.buckets[-1]
+    assert sum(b.irreversible_executions for b in found.buckets) == 2  # refund A-1, the wire
+    assert found.unapproved_executions == 1
+    assert stats.unapproved_executions(ledger) == 1
+    assert stats.unapproved_executions(ledger, 3600) == 1
+    assert last.approvals_waiting == 2  # B-2's ticket, and the wire's, which nobody answered
+    assert last.approvals_oldest_age is not None
+    assert last.escalations_open == 1
+    assert last.escalations_oldest_age is not None
+    assert sum(b.runs_ended.get("escalated", 0) for b in found.buckets) == 1
+    assert sum(b.runs_ended.get("completed", 0) for b in found.buckets) >= 1
+    assert [b.cost_per_run_p95 for b in found.buckets if b.cost_per_run_p95] == [0.25]
+    assert [b.cost_per_run_p99 for b in found.buckets if b.cost_per_run_p99] == [0.25]
+    assert last.in_doubt_open == 0
+    assert all(b.end > b.start for b in found.buckets)
+
+
+def test_in_doubt_and_repeats_over_time(ledger: c4a.Ledger) -> None:
+    @c4a.effect(name="send", kind="write")
+    def send(to: str) -> str:
+        raise TimeoutError("no answer")
+
+    @c4a.effect(name="tag", kind="write")
+    def tag(x: int) -> int:
+        return x
+
+    with c4a.run("r"), pytest.raises(TimeoutError):
+        send("bob")
+    with c4a.run("r"):
+        tag(1)
+        tag(1)  # served from the record
+    ledger.dedup.flush()  # repeats are counted in memory and written every few seconds
+    found = stats.series(ledger, 3600, 6)
+    assert found.buckets[-1].in_doubt_open == 1
+    assert found.buckets[0].in_doubt_open == 0  # it fell in doubt in the last bucket
+    assert sum(b.executions for b in found.buckets) == 2  # send once, tag once
+    assert sum(b.deduped for b in found.buckets) == 1
+    assert found.buckets[-1].dedup_rate == pytest.approx(1 / 3)
+
+
+def test_series_refuses_an_empty_window(ledger: c4a.Ledger) -> None:
+    with pytest.raises(ValueError, match="window over 0 seconds"):
+        stats.series(ledger, 0)
