@@ -25,11 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, func, select, text, update
-
 from call4agents.model.errors import ApprovalDenied, ApprovalRequired, Call4AgentsError, LedgerError
-from call4agents.storage.store import now_sql
-from call4agents.storage.tables import approvals, effects
+from call4agents.storage import approval_rows as rows
+from call4agents.storage.store import Conn
 
 if TYPE_CHECKING:
     from call4agents.engine.ledger import LedgerCore
@@ -193,7 +191,7 @@ class Gate:
     max_per_run: int | None
     ttl: float
 
-    def __call__(self, conn: Connection, attempt: int) -> Call4AgentsError | None:
+    def __call__(self, conn: Conn, attempt: int) -> Call4AgentsError | None:
         """Spend a valid yes for ``attempt`` (or check the limit); else the refusal to raise.
 
         Runs in the same transaction as the intent's INSERT, so a crash can neither burn a yes
@@ -204,18 +202,12 @@ class Gate:
             return refusal
         return _spend_or_ask(self, conn, attempt)
 
-    def _over_limit(self, conn: Connection) -> Call4AgentsError | None:
+    def _over_limit(self, conn: Conn) -> Call4AgentsError | None:
         if self.max_per_run is None:
             return None
         action = self.action
-        _lock(conn, f"{action.run_id}|{action.tool}")  # count and insert under one lock
-        done = conn.execute(
-            select(func.count()).where(
-                effects.c.run_id == action.run_id,
-                effects.c.tool == action.tool,
-                effects.c.state != "failed",
-            )
-        ).scalar_one()
+        rows.hold(conn, f"{action.run_id}|{action.tool}")  # count and insert under one lock
+        done = rows.calls_in_run(conn, action.run_id, action.tool)
         if done < self.max_per_run:
             return None
         reason = f"limit reached: at most {self.max_per_run} run(s) of {action.tool} per run"
@@ -228,30 +220,14 @@ class Gate:
         )
 
 
-def _tickets(conn: Connection, key: str, attempt: int) -> list[dict[str, Any]]:
-    stmt = (
-        select(approvals, now_sql(conn.dialect.name).label("now"))
-        .where(approvals.c.key == key, approvals.c.for_attempt == attempt)
-        .order_by(approvals.c.requested_at.desc(), approvals.c.ticket)
-    )
-    return [dict(r) for r in conn.execute(stmt).mappings()]
-
-
-def _lock(conn: Connection, name: str) -> None:
-    """On PostgreSQL, hold a lock on ``name`` until the transaction ends (SQLite has one writer)."""
-    if conn.dialect.name == "postgresql":
-        lock_id = int(hashlib.sha256(name.encode()).hexdigest()[:15], 16)
-        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": lock_id})
-
-
-def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsError | None:
+def _spend_or_ask(gate: Gate, conn: Conn, attempt: int) -> Call4AgentsError | None:
     action, signer = gate.action, gate.ledger.signer()
     # Two workers asking at once would each find no ticket and open one: the person would be
     # asked twice. One at a time per action: the second finds the first one's ticket.
-    _lock(conn, f"ask|{action.key}")
-    rows = _tickets(conn, action.key, attempt)
-    valid = [r for r in rows if signer.verify(_fields(r), r["signature"], now=r["now"])]
-    tampered = len(valid) < len(rows)
+    rows.hold(conn, f"ask|{action.key}")
+    found = rows.for_attempt(conn, action.key, attempt)
+    valid = [r for r in found if signer.verify(_fields(r), r["signature"], now=r["now"])]
+    tampered = len(valid) < len(found)
     # An answer covers the arguments it showed. Under a key= of the caller's, one action may be
     # called with others: those are asked about on a ticket of their own.
     valid = [r for r in valid if _covers(r, action)]
@@ -261,16 +237,7 @@ def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsErro
         return _denied(action, denied)
     yes = next((r for r in live if r["state"] == "approved"), None)
     if yes is not None:
-        spent = {**yes, "state": "spent"}
-        conn.execute(
-            update(approvals)
-            .where(approvals.c.ticket == yes["ticket"], approvals.c.state == "approved")
-            .values(
-                state="spent",
-                spent_at=now_sql(conn.dialect.name),
-                signature=signer.sign(_fields(spent)),
-            )
-        )
+        rows.spend(conn, yes["ticket"], signer.sign(_fields({**yes, "state": "spent"})))
         return None
     pending = next((r for r in live if r["state"] == "pending"), None)
     request = _request(pending) if pending else _open_ticket(gate, conn, attempt)
@@ -278,7 +245,7 @@ def _spend_or_ask(gate: Gate, conn: Connection, attempt: int) -> Call4AgentsErro
 
 
 def _open_ticket(
-    gate: Gate, conn: Connection, attempt: int, *, framework: bool = False
+    gate: Gate, conn: Conn, attempt: int, *, framework: bool = False
 ) -> ApprovalRequest:
     return _new_ticket(
         conn,
@@ -291,7 +258,7 @@ def _open_ticket(
 
 
 def _new_ticket(
-    conn: Connection,
+    conn: Conn,
     signer: Signer,
     action: Action,
     attempt: int,
@@ -303,7 +270,7 @@ def _new_ticket(
     asked: str | None = None,
 ) -> ApprovalRequest:
     """Write one signed ticket for ``attempt`` of the action: asked (pending) or decided."""
-    stamp = conn.execute(select(now_sql(conn.dialect.name))).scalar_one()
+    stamp = rows.clock(conn)
     row = {
         "ticket": "apr_" + secrets.token_hex(10),
         "key": action.key,
@@ -320,35 +287,28 @@ def _new_ticket(
         "decided_by": by,
     }
     decided_at = stamp if by is not None else None
-    conn.execute(
-        approvals.insert().values(
+    rows.insert(
+        conn,
+        {
             **row,
-            requested_at=stamp,
-            decided_at=decided_at,
-            reason=reason,
-            signature=signer.sign(_fields(row)),
-        )
+            "requested_at": stamp,
+            "decided_at": decided_at,
+            "reason": reason,
+            "signature": signer.sign(_fields(row)),
+        },
     )
     return _request({**row, "requested_at": stamp, "reason": reason})
 
 
-def _first_for_call(
-    conn: Connection, signer: Signer, run_id: str, call_id: str
-) -> dict[str, Any] | None:
+def _first_for_call(conn: Conn, signer: Signer, run_id: str, call_id: str) -> dict[str, Any] | None:
     """The first validly signed ticket opened for a framework's call id in a run, as a row."""
-    stmt = (
-        select(approvals, now_sql(conn.dialect.name).label("now"))
-        .where(approvals.c.run_id == run_id, approvals.c.call_id == call_id)
-        .order_by(approvals.c.requested_at, approvals.c.ticket)
-    )
-    for found in conn.execute(stmt).mappings():
-        row = dict(found)
+    for row in rows.for_call(conn, run_id, call_id):
         if signer.verify(_fields(row), row["signature"], now=row["now"]):
             return row
     return None
 
 
-def _edited(conn: Connection, signer: Signer, action: Action) -> ApprovalRequest | None:
+def _edited(conn: Conn, signer: Signer, action: Action) -> ApprovalRequest | None:
     """The ticket first shown for this call, if the call now carries other arguments: a saved
     state edited after it was shown (the framework keys the yes by call id, not arguments)."""
     if not action.call_id:
@@ -425,15 +385,9 @@ def decide(
     _check_by(by)
     signer = ledger.signer()
     with ledger.store.tx() as conn:
-        query = select(approvals, now_sql(conn.dialect.name).label("now")).where(
-            approvals.c.ticket == ticket
-        )
-        if conn.dialect.name == "postgresql":
-            query = query.with_for_update()
-        found = conn.execute(query).mappings().first()
-        if found is None:
+        row = rows.locked(conn, ticket)
+        if row is None:
             raise LedgerError(f"no approval ticket {ticket!r} in {ledger.url}")
-        row = dict(found)
         if not signer.verify(_fields(row), row["signature"], now=row["now"]):
             raise LedgerError(
                 f"approval ticket {ticket} fails its signature check: it was written or edited "
@@ -446,17 +400,9 @@ def decide(
             return _request(row)  # a double click
         _check_transition(row, approve)
         decided = {**row, "state": wanted, "decided_by": by}
-        conn.execute(
-            update(approvals)
-            .where(approvals.c.ticket == ticket, approvals.c.state == row["state"])
-            .values(
-                state=wanted,
-                decided_by=by,
-                decided_at=now_sql(conn.dialect.name),
-                reason=reason,
-                signature=signer.sign(_fields(decided)),
-            )
-        )
+        signature = signer.sign(_fields(decided))
+        was = row["state"]
+        rows.decide(conn, ticket, was=was, state=wanted, by=by, reason=reason, signature=signature)
         return _request({**decided, "reason": reason})
 
 
@@ -483,12 +429,10 @@ def decide_action(
     _check_by(by)
     signer = ledger.signer()
     with ledger.store.tx() as conn:
-        found = conn.execute(
-            select(effects.c.state, effects.c.attempt).where(effects.c.key == action.key)
-        ).first()
-        if found is not None and found.state != "failed":
+        found = rows.action_state(conn, action.key)
+        if found is not None and found[0] != "failed":
             return None  # it ran (or is running): a repeat returns its result, nothing to decide
-        attempt = 1 if found is None else found.attempt + 1
+        attempt = 1 if found is None else found[1] + 1
         state = "approved" if approve else "denied"
         return _new_ticket(
             conn,
@@ -511,13 +455,11 @@ def request(ledger: LedgerCore, action: Action, *, ttl: float) -> ApprovalReques
     """
     signer = ledger.signer()
     with ledger.store.tx() as conn:
-        found = conn.execute(
-            select(effects.c.state, effects.c.attempt).where(effects.c.key == action.key)
-        ).first()
-        if found is not None and found.state != "failed":
+        found = rows.action_state(conn, action.key)
+        if found is not None and found[0] != "failed":
             return None
-        attempt = 1 if found is None else found.attempt + 1
-        for row in _tickets(conn, action.key, attempt):
+        attempt = 1 if found is None else found[1] + 1
+        for row in rows.for_attempt(conn, action.key, attempt):
             if not _covers(row, action) or row["state"] == "spent":
                 continue
             # A no stands (the gate will refuse): answered already, so nothing new is opened.
@@ -531,53 +473,27 @@ def request(ledger: LedgerCore, action: Action, *, ttl: float) -> ApprovalReques
 def list_requests(
     ledger: LedgerCore, *, run_id: str | None, state: str | None, key: str | None = None
 ) -> list[ApprovalRequest]:
-    stmt = select(approvals).order_by(approvals.c.requested_at)
-    if key is not None:
-        stmt = stmt.where(approvals.c.key == key)
-    if run_id is not None:
-        stmt = stmt.where(approvals.c.run_id == run_id)
-    if state is not None:
-        stmt = stmt.where(approvals.c.state == state)
-    with ledger.store.read() as conn:
-        return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
+    found = rows.listed(ledger.store, run_id=run_id, state=state, key=key)
+    return [_request(r) for r in found]
 
 
 def waiting_requests(
     ledger: LedgerCore, *, limit: int, newest_first: bool = False
 ) -> list[ApprovalRequest]:
     """Pending tickets not yet expired (by the database clock), oldest first (or newest)."""
-    now = now_sql(ledger.dialect)
-    asked = approvals.c.requested_at
-    stmt = (
-        select(approvals)
-        .where(approvals.c.state == "pending", approvals.c.expires_at > now)
-        .order_by(asked.desc() if newest_first else asked)
-        .limit(limit)
-    )
-    with ledger.store.read() as conn:
-        return [_request(dict(r)) for r in conn.execute(stmt).mappings()]
+    found = rows.waiting(ledger.store, limit=limit, newest_first=newest_first)
+    return [_request(r) for r in found]
 
 
 def waiting_counts(ledger: LedgerCore, run_ids: Sequence[str]) -> dict[str, int]:
     if not run_ids:
         return {}
-    stmt = (
-        select(approvals.c.run_id, func.count())
-        .where(
-            approvals.c.run_id.in_(list(run_ids)),
-            approvals.c.state == "pending",
-            approvals.c.expires_at > now_sql(ledger.dialect),
-        )
-        .group_by(approvals.c.run_id)
-    )
-    with ledger.store.read() as conn:
-        return {run_id: int(n) for run_id, n in conn.execute(stmt).all()}
+    return rows.waiting_counts(ledger.store, run_ids)
 
 
 def find_request(ledger: LedgerCore, ticket: str) -> ApprovalRequest | None:
-    with ledger.store.read() as conn:
-        row = conn.execute(select(approvals).where(approvals.c.ticket == ticket)).mappings().first()
-    return _request(dict(row)) if row is not None else None
+    row = rows.one(ledger.store, ticket)
+    return _request(row) if row is not None else None
 
 
 def _check_by(by: str) -> None:

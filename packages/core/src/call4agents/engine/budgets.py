@@ -26,8 +26,7 @@ from call4agents.model.errors import (
     LedgerError,
 )
 from call4agents.storage import run_controls
-from call4agents.storage.run_controls import Conn
-from call4agents.storage.store import Gate
+from call4agents.storage.store import Conn, Gate
 
 log = logging.getLogger("call4agents")
 

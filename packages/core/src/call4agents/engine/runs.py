@@ -20,7 +20,7 @@ from call4agents.engine.default import default_ledger
 from call4agents.engine.verdicts import is_in_doubt_error
 from call4agents.model.errors import BudgetExceeded, ConfigurationError
 from call4agents.storage import run_controls
-from call4agents.storage.run_controls import Conn
+from call4agents.storage.store import Conn
 
 from . import observe
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, Table, func, literal
+from sqlalchemy import ColumnElement, Connection, Select, Table, func, literal, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
@@ -43,6 +43,9 @@ class Dialect:
         """A fault that may pass if tried again: the connection went away, a lock was busy."""
         raise NotImplementedError
 
+    def hold(self, conn: Connection, lock_id: int) -> None:
+        """Hold a named lock until the transaction ends; SQLite's one writer holds them all."""
+
 
 class SQLite(Dialect):
     name = "sqlite"
@@ -75,6 +78,9 @@ class PostgreSQL(Dialect):
 
     def locked(self, stmt: S) -> S:
         return stmt.with_for_update()
+
+    def hold(self, conn: Connection, lock_id: int) -> None:
+        conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": lock_id})
 
     def transient(self, cause: DBAPIError) -> bool:
         return isinstance(cause, (OperationalError, InterfaceError))

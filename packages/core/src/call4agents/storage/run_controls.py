@@ -12,14 +12,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import select, update
 
 from .dialects import dialect_of
 from .run_rows import counters_in
-from .store import Store, dialect_insert, now_sql
+from .store import Conn, Store, dialect_insert, now_sql
 from .tables import run_counters, runs
 
-Conn = Connection  # a transaction the caller holds (``store.tx()``, or a claim's gate)
 STARTED = "started_at"  # when the run's clock started; its row is the run's budget lock
 
 

@@ -62,6 +62,9 @@ def _held(key: str, attempt: int, owner: str) -> ColumnElement[bool]:
     )
 
 
+Conn = Connection  # a transaction the caller holds (``Store.tx()``, ``Store.read()``, a gate's)
+
+
 def dialect_insert(dialect: str) -> Callable[[Table], Any]:
     """The database's INSERT that can skip a conflict (see ``dialects``)."""
     return dialect_of(dialect).insert

@@ -1,0 +1,154 @@
+"""The statements of approvals: signed tickets in ``c4a_approvals``, read and written.
+
+The engine signs and verifies every ticket (``engine/approvals.py``); these functions only move
+rows. Those named for a transaction take the caller's (``Conn``): a yes is spent in the same
+transaction as the intent it allows, so a crash can neither burn a yes without the intent nor
+leave the intent without its yes spent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from .dialects import dialect_of
+from .store import Conn, Store, now_sql
+from .tables import approvals, effects
+
+Ticket = dict[str, Any]  # a row of c4a_approvals (and "now", the database clock, where read so)
+
+
+def hold(conn: Conn, name: str) -> None:
+    """Hold a lock on ``name`` until the transaction ends. Closes: two workers asking about one
+    action at once each opening a ticket (a person asked twice), or both passing a per-run
+    limit. SQLite has one writer at a time already."""
+    lock_id = int(hashlib.sha256(name.encode()).hexdigest()[:15], 16)
+    dialect_of(conn.dialect.name).hold(conn, lock_id)
+
+
+def clock(conn: Conn) -> float:
+    return float(conn.execute(select(now_sql(conn.dialect.name))).scalar_one())
+
+
+def calls_in_run(conn: Conn, run_id: str, tool: str) -> int:
+    """Actions of ``tool`` in the run that ran or may have (failed ones did not act)."""
+    found = conn.execute(
+        select(func.count()).where(
+            effects.c.run_id == run_id, effects.c.tool == tool, effects.c.state != "failed"
+        )
+    ).scalar_one()
+    return int(found)
+
+
+def action_state(conn: Conn, key: str) -> tuple[str, int] | None:
+    """The action's state and attempt, if it was ever claimed."""
+    found = conn.execute(
+        select(effects.c.state, effects.c.attempt).where(effects.c.key == key)
+    ).first()
+    return None if found is None else (str(found.state), int(found.attempt))
+
+
+def for_attempt(conn: Conn, key: str, attempt: int) -> list[Ticket]:
+    """The tickets of one attempt of an action, newest first, with the database clock."""
+    stmt = (
+        select(approvals, now_sql(conn.dialect.name).label("now"))
+        .where(approvals.c.key == key, approvals.c.for_attempt == attempt)
+        .order_by(approvals.c.requested_at.desc(), approvals.c.ticket)
+    )
+    return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def for_call(conn: Conn, run_id: str, call_id: str) -> list[Ticket]:
+    """The tickets opened for a framework's call id in a run, oldest first, with the clock."""
+    stmt = (
+        select(approvals, now_sql(conn.dialect.name).label("now"))
+        .where(approvals.c.run_id == run_id, approvals.c.call_id == call_id)
+        .order_by(approvals.c.requested_at, approvals.c.ticket)
+    )
+    return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def insert(conn: Conn, row: Ticket) -> None:
+    conn.execute(approvals.insert().values(**row))
+
+
+def spend(conn: Conn, ticket: str, signature: str) -> None:
+    """The yes is used by the attempt it allowed (only while it is still an unspent yes)."""
+    conn.execute(
+        update(approvals)
+        .where(approvals.c.ticket == ticket, approvals.c.state == "approved")
+        .values(state="spent", spent_at=now_sql(conn.dialect.name), signature=signature)
+    )
+
+
+def locked(conn: Conn, ticket: str) -> Ticket | None:
+    """One ticket under its row lock (PostgreSQL), with the database clock."""
+    dialect = dialect_of(conn.dialect.name)
+    query = select(approvals, dialect.now().label("now")).where(approvals.c.ticket == ticket)
+    found = conn.execute(dialect.locked(query)).mappings().first()
+    return None if found is None else dict(found)
+
+
+def decide(
+    conn: Conn, ticket: str, *, was: str, state: str, by: str, reason: str | None, signature: str
+) -> None:
+    """A person's answer, written only over the state it was given for."""
+    conn.execute(
+        update(approvals)
+        .where(approvals.c.ticket == ticket, approvals.c.state == was)
+        .values(
+            state=state,
+            decided_by=by,
+            decided_at=now_sql(conn.dialect.name),
+            reason=reason,
+            signature=signature,
+        )
+    )
+
+
+def listed(store: Store, *, run_id: str | None, state: str | None, key: str | None) -> list[Ticket]:
+    stmt = select(approvals).order_by(approvals.c.requested_at)
+    if key is not None:
+        stmt = stmt.where(approvals.c.key == key)
+    if run_id is not None:
+        stmt = stmt.where(approvals.c.run_id == run_id)
+    if state is not None:
+        stmt = stmt.where(approvals.c.state == state)
+    with store.read() as conn:
+        return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def waiting(store: Store, *, limit: int, newest_first: bool) -> list[Ticket]:
+    """Pending tickets not yet expired (by the database clock), oldest first (or newest)."""
+    asked = approvals.c.requested_at
+    stmt = (
+        select(approvals)
+        .where(approvals.c.state == "pending", approvals.c.expires_at > now_sql(store.dialect))
+        .order_by(asked.desc() if newest_first else asked)
+        .limit(limit)
+    )
+    with store.read() as conn:
+        return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def waiting_counts(store: Store, run_ids: Sequence[str]) -> dict[str, int]:
+    stmt = (
+        select(approvals.c.run_id, func.count())
+        .where(
+            approvals.c.run_id.in_(list(run_ids)),
+            approvals.c.state == "pending",
+            approvals.c.expires_at > now_sql(store.dialect),
+        )
+        .group_by(approvals.c.run_id)
+    )
+    with store.read() as conn:
+        return {run_id: int(n) for run_id, n in conn.execute(stmt).all()}
+
+
+def one(store: Store, ticket: str) -> Ticket | None:
+    with store.read() as conn:
+        row = conn.execute(select(approvals).where(approvals.c.ticket == ticket)).mappings().first()
+    return None if row is None else dict(row)
