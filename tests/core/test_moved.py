@@ -1,0 +1,49 @@
+"""Module paths from before the layers still import for one release, as the same modules."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from call4agents import _moved
+
+
+@pytest.mark.parametrize("old", sorted(_moved.MOVED))
+def test_an_old_module_path_imports_the_moved_module_with_a_warning(old: str) -> None:
+    # A fresh interpreter: in this one the path may already be bound by an earlier import.
+    code = (
+        "import importlib, warnings\n"
+        "warnings.simplefilter('error')\n"
+        "try:\n"
+        f"    importlib.import_module('call4agents.{old}')\n"
+        "except DeprecationWarning as w:\n"
+        "    print(w)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"call4agents.{old} moved to call4agents.{_moved.MOVED[old]}" in done.stdout
+
+
+def test_names_import_from_old_paths_and_the_functions_keep_their_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import call4agents as c4a
+
+    for old in ("call4agents.store", "call4agents.effect"):  # as if never imported here
+        monkeypatch.delitem(sys.modules, old, raising=False)
+    with pytest.warns(DeprecationWarning, match="call4agents.store moved to"):
+        from call4agents.store import Store  # noqa: F401  (the old spelling)
+    with pytest.warns(DeprecationWarning, match="call4agents.effect moved to"):
+        old = importlib.import_module("call4agents.effect")
+    assert old is importlib.import_module("call4agents.engine.effect")
+    # The old module called "effect" does not hide the decorator of the same name.
+    assert callable(c4a.effect)
+    assert c4a.effect is importlib.import_module("call4agents.engine.effect").effect
+
+
+def test_an_unknown_old_path_is_still_an_import_error() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("call4agents.no_such_module")
