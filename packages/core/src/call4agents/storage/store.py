@@ -598,7 +598,10 @@ class Store:
     ) -> int | Literal[False] | None:
         """Start a new attempt of an in-doubt action; None if someone else moved it first, False
         if it was written with other arguments (a ``key=`` shared by different calls): re-sending
-        other arguments under the attempt that may have happened is never a retry of it."""
+        other arguments under the attempt that may have happened is never a retry of it.
+
+        Closes: two retries of one in-doubt action both starting it again. The row is read under
+        its lock (the write transaction on SQLite) and the attempt seen must still be current."""
         with self.tx() as conn:
             found = conn.execute(
                 self._sql.locked(
@@ -632,6 +635,10 @@ class Store:
         A ``failed`` action runs again as a new attempt when it is next called, which is what
         "it did not happen" means. Refuses (False) unless the action is in doubt, or started with
         a lapsed lease: a live worker's action is never settled under its feet.
+
+        Closes: a person settling an action a worker still runs, or one another person or a
+        reconciler settled meanwhile; the state, the lease and (``expect_attempt``) the attempt
+        are checked in the UPDATE itself.
         """
         live = and_(effects.c.state == "started", effects.c.lease_expires_at > self._now)
         conds = [effects.c.key == key, effects.c.state.in_(OPEN_STATES), ~live]
@@ -673,7 +680,10 @@ class Store:
 
     def renew(self, leases: Sequence[tuple[str, int, str]], ttl: float) -> list[str]:
         """Push out the leases (key, attempt, owner) this process still holds; returns the keys
-        it no longer holds."""
+        it no longer holds.
+
+        Closes: renewing a lease another worker took over after it lapsed; the attempt and owner
+        are checked in the UPDATE itself, so a lost lease stays lost and its holder is told."""
         lost: list[str] = []
         with self.tx() as conn:
             for key, attempt, owner in leases:
