@@ -6,7 +6,9 @@
   compatibility shims sit on top. Typing-only imports count: a type from a layer above is a
   dependency on it all the same.
 - Only storage imports SQLAlchemy or a database driver: every statement the ledger runs is there.
-- No import circle, at import time or inside functions, in the core or in any integration.
+- No import circle, at import time or inside functions, in the core or in any integration (in
+  an integration, typing-only imports count too; in the core a type named within a layer is not
+  an import at run time).
 - An integration imports ``call4agents`` and ``call4agents.integration`` and nothing else of the
   core; the core imports no framework and names no integration package (a framework's result
   type is taught to it by the integration: ``register_tool_payload`` and an entry point). The
@@ -22,7 +24,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -179,9 +181,19 @@ def test_only_storage_talks_to_the_database() -> None:
     assert offending == [], "move the statement into call4agents.storage"
 
 
-@pytest.mark.parametrize("package", [CORE, *INTEGRATIONS], ids=lambda p: p.name)
-def test_no_import_circle(package: Path) -> None:
-    assert circles(graph_of(package)) == []
+def test_no_import_circle_in_the_core() -> None:
+    assert circles(CORE_GRAPH) == []
+
+
+@pytest.mark.parametrize("package", INTEGRATIONS, ids=[p.name for p in INTEGRATIONS])
+def test_no_import_circle_in_an_integration_not_even_for_typing(package: Path) -> None:
+    """An integration's helper modules say what they need of the object that owns them with a
+    Protocol, rather than importing its class back."""
+    graph = {
+        module: [(target, replace(how, typing_only=False)) for target, how in edges]
+        for module, edges in graph_of(package).items()
+    }
+    assert circles(graph) == []
 
 
 @pytest.mark.parametrize("package", INTEGRATIONS, ids=[p.name for p in INTEGRATIONS])

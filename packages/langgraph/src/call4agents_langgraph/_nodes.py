@@ -15,21 +15,27 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from langgraph.runtime import get_runtime
 
 import call4agents as c4a
-from call4agents import ConfigurationError
+from call4agents import Budget, ConfigurationError, EffectOptions, Ledger
 from call4agents.integration import Action, action_for, arun_tool, ends_run, run_part, run_tool
 
 from ._endings import as_signal
 from ._ids import thread_run_id
 
-if TYPE_CHECKING:
-    from ._middleware import OnceOnly
-
 T = TypeVar("T")
+
+
+class Owner(Protocol):
+    """What the node steps need of the OnceOnly they belong to."""
+
+    ledger: Ledger | None
+    budget: Budget | None
+
+    def options(self, tool: str) -> EffectOptions: ...
 
 
 @dataclass
@@ -51,7 +57,7 @@ _current: ContextVar[_Scope | None] = ContextVar("call4agents_langgraph_node", d
 class NodeSteps:
     """The node decorator and ``call``/``acall`` of one OnceOnly."""
 
-    def __init__(self, once: OnceOnly) -> None:
+    def __init__(self, once: Owner) -> None:
         self._once = once
 
     def decorate(self, fn: Callable[..., T]) -> Callable[..., T]:

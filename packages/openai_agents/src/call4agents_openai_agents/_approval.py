@@ -22,7 +22,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agents import FunctionTool, RunContextWrapper
 from agents.tool_context import ToolContext
@@ -35,8 +35,7 @@ from call4agents import (
 )
 from call4agents.integration import Action, ends_run, shown_other_args
 
-if TYPE_CHECKING:
-    from ._once import OnceOnly
+from ._owner import Owner
 
 STATE_YES = "RunState.approve (OpenAI Agents SDK)"
 """Recorded as who decided when a plain ``state.approve(item)`` is carried into the ledger."""
@@ -44,7 +43,7 @@ STATE_YES = "RunState.approve (OpenAI Agents SDK)"
 Policy = Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]
 
 
-def policy(once: OnceOnly, tool: FunctionTool, options: EffectOptions) -> Policy:
+def policy(once: Owner, tool: FunctionTool, options: EffectOptions) -> Policy:
     """The wrapped tool's ``needs_approval``: True when a person must decide this call now."""
 
     async def needs_approval(

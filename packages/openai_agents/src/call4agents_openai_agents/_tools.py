@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agents import FunctionTool, ToolOriginType
 from agents.tool import (
@@ -47,11 +47,9 @@ from call4agents.integration import (
 )
 
 from ._approval import policy
+from ._owner import Owner
 from ._run_id import resolve_run_id
 from ._tracing import ActionSpan
-
-if TYPE_CHECKING:
-    from ._once import OnceOnly
 
 Invoker = Callable[[ToolContext[Any], str], Awaitable[Any]]
 
@@ -83,7 +81,7 @@ def parse_arguments(args_json: str) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def build(once: OnceOnly, tool: FunctionTool, options: EffectOptions) -> FunctionTool:
+def build(once: Owner, tool: FunctionTool, options: EffectOptions) -> FunctionTool:
     """The once-only copy of ``tool`` (whose options say it is recorded)."""
     raising = set_function_tool_failure_error_function(copy.copy(tool), None)
     wrapped = copy.copy(tool)
@@ -100,7 +98,7 @@ def is_agent_tool(tool: FunctionTool) -> bool:
     return origin is not None and origin.type == ToolOriginType.AGENT_AS_TOOL
 
 
-def build_agent_tool(once: OnceOnly, tool: FunctionTool) -> FunctionTool:
+def build_agent_tool(once: Owner, tool: FunctionTool) -> FunctionTool:
     """An agent used as a tool, not recorded, but inside the run's scope and budget.
 
     The nested agent's model requests and tool calls then count against this run's budget, and
@@ -132,9 +130,7 @@ def build_agent_tool(once: OnceOnly, tool: FunctionTool) -> FunctionTool:
     return wrapped
 
 
-def _invoker(
-    once: OnceOnly, tool: FunctionTool, raising: Invoker, options: EffectOptions
-) -> Invoker:
+def _invoker(once: Owner, tool: FunctionTool, raising: Invoker, options: EffectOptions) -> Invoker:
     async def on_invoke_tool(ctx: ToolContext[Any], args_json: str) -> Any:
         arguments = parse_arguments(args_json)
         if arguments is None:  # malformed arguments: the SDK reports them, the tool cannot run
@@ -159,7 +155,7 @@ def _invoker(
 
 
 async def _run(
-    once: OnceOnly,
+    once: Owner,
     tool: FunctionTool,
     action: Action,
     ctx: ToolContext[Any],
@@ -178,7 +174,7 @@ async def _run(
 
 
 async def _settle(
-    once: OnceOnly, tool: FunctionTool, action: Action, ctx: ToolContext[Any], exc: Exception
+    once: Owner, tool: FunctionTool, action: Action, ctx: ToolContext[Any], exc: Exception
 ) -> Any:
     """What the SDK gets for a call that did not return: an error text, or the run's end."""
     if isinstance(exc, (ConfigurationError, LedgerError)):
