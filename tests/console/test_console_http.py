@@ -498,7 +498,8 @@ def test_the_inbox_says_which_policy_asked_and_the_tools_kind(
     assert '<span class="kind">irreversible</span>' in card  # before the tool ever ran
     assert "approval=True" in card
     # A ticket from before the ledger recorded them (signed as an older version signed it).
-    table = approvals.approvals
+    from call4agents.storage.tables import approvals as table
+
     with ledger.engine.begin() as conn:
         row = dict(conn.execute(select(table)).mappings().one())
         signature = ledger.signer().sign(approvals._fields({**row, "asked_by": None, "kind": None}))

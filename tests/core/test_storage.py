@@ -317,17 +317,16 @@ def test_a_version_7_ledger_gets_who_asked_and_the_kind_on_new_tickets_only(
     # triggers). Opening it adds both; the old ticket still verifies and can be decided.
     from call4agents.engine import approvals
     from call4agents.storage import _live
+    from call4agents.storage.tables import approvals as approvals_table
 
     ledger = target.open()
     old = _ask(_wire(ledger, approval=True), "old", 10)
     table = f'"{target.schema}".c4a_approvals' if target.schema else "c4a_approvals"
     with ledger.engine.begin() as conn:
-        row = dict(conn.execute(select(approvals.approvals)).mappings().one())
+        row = dict(conn.execute(select(approvals_table)).mappings().one())
         as_v7 = {**row, "asked_by": None, "kind": None}
         signature = ledger.signer().sign(approvals._fields(as_v7))
-        conn.execute(
-            approvals.approvals.update().values(asked_by=None, kind=None, signature=signature)
-        )
+        conn.execute(approvals_table.update().values(asked_by=None, kind=None, signature=signature))
         conn.execute(text(f"ALTER TABLE {table} DROP COLUMN asked_by"))
         conn.execute(text(f"ALTER TABLE {table} DROP COLUMN kind"))
         if target.backend == "postgres":
