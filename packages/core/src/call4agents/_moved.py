@@ -9,12 +9,12 @@ some users imported them by name; those names still import, as the same module o
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import types
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 MOVED: dict[str, str] = {
     "errors": "model.errors",
@@ -39,8 +39,9 @@ MOVED: dict[str, str] = {
 }
 
 
-class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``call4agents.<old>`` and hands back the module at its new path."""
+class _Alias:
+    """Finds ``call4agents.<old>`` and hands back the module at its new path (a meta path
+    finder and its loader; the protocols are plain methods, so importlib.abc is not loaded)."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
@@ -48,7 +49,8 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         package, _, name = fullname.rpartition(".")
         if package != __package__ or name not in MOVED:
             return None
-        return importlib.machinery.ModuleSpec(fullname, self)
+        loader: Any = self  # a Loader by its methods
+        return importlib.machinery.ModuleSpec(fullname, loader)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         new = f"{__package__}.{MOVED[spec.name.rpartition('.')[2]]}"

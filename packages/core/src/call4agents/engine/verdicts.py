@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,12 +14,13 @@ if TYPE_CHECKING:
 # Errors after which the outside world may or may not have acted. Everything else that derives
 # from Exception means the tool did not act; BaseExceptions (cancellation, KeyboardInterrupt,
 # SystemExit) stop a tool half-way, so they mean in doubt too.
-IN_DOUBT_ERRORS: tuple[type[BaseException], ...] = (
-    TimeoutError,
-    asyncio.TimeoutError,
-    OutcomeUnknown,
-    EffectInDoubt,
-)
+if sys.version_info >= (3, 11):
+    _TIMEOUTS: tuple[type[BaseException], ...] = (TimeoutError,)  # asyncio's is this same class
+else:  # pragma: no cover - Python 3.10
+    import asyncio
+
+    _TIMEOUTS = (TimeoutError, asyncio.TimeoutError)
+IN_DOUBT_ERRORS: tuple[type[BaseException], ...] = (*_TIMEOUTS, OutcomeUnknown, EffectInDoubt)
 
 
 @dataclass(frozen=True)
