@@ -18,21 +18,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, func, or_, select
-
 from call4agents.model.errors import LedgerError
-from call4agents.storage import _tally
-from call4agents.storage.run_rows import COMPLETED_AT, ENTERED_AT, READS, TOOL_CALLS, TRIGGER
-from call4agents.storage.store import now_sql
-from call4agents.storage.tables import (
-    approvals,
-    dedup_hits,
-    effects,
-    in_open_state,
-    open_states,
-    run_counters,
-    runs,
-)
+from call4agents.storage import _tally, stat_rows
+from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
+from call4agents.storage.store import Conn
 
 if TYPE_CHECKING:
     from call4agents.engine.ledger import LedgerCore
@@ -84,20 +73,11 @@ class Stats:
 
 def open_figures(ledger: LedgerCore) -> OpenFigures:
     """In-doubt actions and approvals waiting now, with the age of the oldest of each."""
-    with ledger.store.read() as conn:
-        now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
-        doubt, doubt_since = conn.execute(
-            select(func.count(), func.min(effects.c.updated_at)).where(in_open_state("in_doubt"))
-        ).one()
-        waiting, asked = conn.execute(
-            select(func.count(), func.min(approvals.c.requested_at)).where(
-                approvals.c.state == "pending", approvals.c.expires_at > now
-            )
-        ).one()
+    now, doubt, doubt_since, waiting, asked = stat_rows.open_now(ledger.store)
     return OpenFigures(
-        int(doubt),
+        doubt,
         None if doubt_since is None else max(0.0, now - float(doubt_since)),
-        int(waiting),
+        waiting,
         None if asked is None else max(0.0, now - float(asked)),
     )
 
@@ -125,14 +105,7 @@ def compute(ledger: LedgerCore, since: float | None = None) -> Stats:
     now = ledger.store.now()
     counts = _all_time(ledger, now) if since is None else _window(ledger, now, since)
     minute = None if since is None else int((now - since) // 60)
-    with ledger.store.read() as conn:
-        deduped = int(
-            conn.execute(
-                select(func.coalesce(func.sum(dedup_hits.c.hits), 0)).where(
-                    *([] if minute is None else [dedup_hits.c.minute >= minute])
-                )
-            ).scalar_one()
-        )
+    deduped = stat_rows.deduped(ledger.store, minute)
     opened = open_figures(ledger)
     executions = counts.executions
     return Stats(
@@ -154,44 +127,23 @@ def compute(ledger: LedgerCore, since: float | None = None) -> Stats:
     )
 
 
-def _waiting_runs(conn: Connection, now: float) -> set[str]:
-    return set(
-        conn.execute(
-            # No DISTINCT: SQLite would walk the run index end to end to keep runs apart.
-            select(approvals.c.run_id).where(
-                approvals.c.state == "pending", approvals.c.expires_at > now
-            )
-        ).scalars()
-    )
-
-
-def _endings(conn: Connection) -> dict[str, str]:
-    # Only runs ended by a run control (escalated, undone) have a row: a small table.
-    return {r.run_id: r.status for r in conn.execute(select(runs.c.run_id, runs.c.status))}
-
-
 def _all_time(ledger: LedgerCore, now: float) -> _Counts:
     """From the tallies, after folding in the changes not yet counted. Reads only what is open
     (actions started or in doubt, approvals waiting) and runs ended by a run control."""
     try:
-        while True:
-            with ledger.store.tx() as conn:
-                if _tally.fold_batch(conn) < _tally.BATCH:
-                    return _from_tallies(conn, now)
+        return stat_rows.after_folding(ledger.store, lambda conn: _from_tallies(conn, now))
     except LedgerError:
         return _window(ledger, now, None)  # may not write here: count every action
 
 
-def _from_tallies(conn: Connection, now: float) -> _Counts:
+def _from_tallies(conn: Conn, now: float) -> _Counts:
     total = _tally.read(conn)
     by_state = {s: total.get("actions:" + s, 0) for s in _tally.STATES}
     seen: dict[str, set[str]] = {}
-    for run_id, state in conn.execute(
-        select(effects.c.run_id, effects.c.state).where(open_states())
-    ):
+    for run_id, state in stat_rows.open_actions(conn):
         seen.setdefault(run_id, set()).add(state)
-    waiting = _waiting_runs(conn, now)
-    endings = _endings(conn)
+    waiting = stat_rows.waiting_runs(conn, now)
+    endings = stat_rows.endings(conn)
     # Runs open, waiting or ended are judged one by one; every other run is done or has
     # failures, which the tallies count.
     known = _tally.runs_of(conn, set(seen) | waiting | set(endings))
@@ -216,14 +168,7 @@ def _window(ledger: LedgerCore, now: float, since: float | None) -> _Counts:
     """From the actions first attempted in the window (every action if None). An action
     created in it was also last changed in it, so the read is bounded by the index on
     ``updated_at``, not the ledger."""
-    stmt = select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt)
-    if since is not None:
-        start = now - since
-        stmt = stmt.where(effects.c.updated_at >= start, effects.c.created_at >= start)
-    with ledger.store.read() as conn:
-        rows = conn.execute(stmt).all()
-        endings = _endings(conn)
-        waiting_runs = _waiting_runs(conn, now)
+    rows, endings, waiting_runs = stat_rows.window(ledger.store, now, since)
     # Every attempt of an irreversible tool, whatever came of it: one that failed still called
     # the tool, as the irreversible-executions metric counts it.
     irreversible: Counter[str] = Counter()
@@ -316,20 +261,8 @@ def open_escalations(ledger: LedgerCore) -> tuple[int, float | None]:
     Picked up means the run was entered again after it was escalated (a person resuming it),
     or a later control (an undo) changed its ending.
     """
-    entered = (
-        select(run_counters.c.value)
-        .where(run_counters.c.run_id == runs.c.run_id, run_counters.c.name == ENTERED_AT)
-        .scalar_subquery()
-    )
-    with ledger.store.read() as conn:
-        now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
-        count, oldest = conn.execute(
-            select(func.count(), func.min(runs.c.updated_at)).where(
-                runs.c.status == "escalated",
-                or_(entered.is_(None), entered < runs.c.updated_at),
-            )
-        ).one()
-    return int(count), None if oldest is None else max(0.0, now - float(oldest))
+    now, count, oldest = stat_rows.open_escalations(ledger.store)
+    return count, None if oldest is None else max(0.0, now - float(oldest))
 
 
 @dataclass(frozen=True)
@@ -389,33 +322,15 @@ def alert_figures(ledger: LedgerCore, stats: Stats, since: float | None = None) 
 
 def _run_counter_rows(ledger: LedgerCore, since: float | None) -> dict[str, dict[str, float]]:
     """Each run's counters, for runs entered (or budgeted) in the window."""
-    with ledger.store.read() as conn:
-        now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
-        active = select(run_counters.c.run_id).where(
-            run_counters.c.name.in_((ENTERED_AT, "started_at")),
-            *([] if since is None else [run_counters.c.value >= now - since]),
-        )
-        rows = conn.execute(
-            select(run_counters.c.run_id, run_counters.c.name, run_counters.c.value).where(
-                run_counters.c.run_id.in_(active)
-            )
-        ).all()
     found: dict[str, dict[str, float]] = {}
-    for run_id, name, value in rows:
-        found.setdefault(run_id, {})[name] = float(value)
+    for run_id, name, value in stat_rows.run_counters_active(ledger.store, since):
+        found.setdefault(run_id, {})[name] = value
     return found
 
 
 def _endings_by_status(ledger: LedgerCore, since: float | None) -> Counter[str]:
     """Endings recorded by run controls (escalated, a budget limit, undone) in the window."""
-    with ledger.store.read() as conn:
-        now = float(conn.execute(select(now_sql(ledger.dialect))).scalar_one())
-        rows = conn.execute(
-            select(runs.c.status, func.count())
-            .where(*([] if since is None else [runs.c.updated_at >= now - since]))
-            .group_by(runs.c.status)
-        ).all()
-    return Counter({str(status): int(n) for status, n in rows})
+    return Counter(dict(stat_rows.endings_by_status(ledger.store, since)))
 
 
 def _quantile(values: Sequence[float], q: float) -> float | None:
@@ -453,7 +368,6 @@ def _num(value: float | None) -> str:
 
 # What counts as a yes for an attempt: a ticket approved for it (spent once the attempt started).
 _YES_STATES = ("approved", "spent")
-_TICKET_STATES = ("pending", "approved", "denied", "spent")
 
 
 @dataclass(frozen=True)
@@ -517,25 +431,17 @@ def series(ledger: LedgerCore, since: float, buckets: int = 24) -> Series:
         return min(buckets - 1, max(0, int((at - start) // width)))
 
     with ledger.store.read() as conn:
-        actions = conn.execute(_window_actions(start)).all()
-        tickets = _tickets_since(conn, start)
+        actions = stat_rows.actions_since(conn, start)
+        tickets = stat_rows.tickets_since(conn, start)
         unapproved = _without_a_yes(actions, tickets)
-        doubt_since = list(
-            conn.execute(select(effects.c.updated_at).where(in_open_state("in_doubt"))).scalars()
-        )
-        hits = conn.execute(
-            select(dedup_hits.c.minute, func.sum(dedup_hits.c.hits))
-            .where(dedup_hits.c.minute >= int(start // 60))
-            .group_by(dedup_hits.c.minute)
-        ).all()
-        escalated = list(conn.execute(_open_escalations_since()).scalars())
-        endings = conn.execute(
-            select(runs.c.status, runs.c.updated_at).where(runs.c.updated_at >= start)
-        ).all()
+        doubt_since = stat_rows.in_doubt_since(conn)
+        hits = stat_rows.hits_by_minute(conn, int(start // 60))
+        escalated = stat_rows.escalations_made(conn)
+        endings = stat_rows.endings_since(conn, start)
         last_seen: dict[str, float] = {}
         for _key, run_id, _kind, _attempt, _created, updated in actions:
             last_seen[run_id] = max(last_seen.get(run_id, 0.0), float(updated))
-        counters = _counters_of(conn, list(last_seen))
+        counters = stat_rows.cost_and_completion(conn, last_seen)
 
     executions, irreversible, bad, deduped = ([0] * buckets for _ in range(4))
     for _key, _run, kind, attempt, created, _updated in actions:
@@ -599,25 +505,8 @@ def unapproved_executions(ledger: LedgerCore, since: float | None = None) -> int
     with ledger.store.read() as conn:
         if start is None:
             return len(_unapproved(conn))
-        return len(
-            _without_a_yes(conn.execute(_window_actions(start)).all(), _tickets_since(conn, start))
-        )
-
-
-def _actions_columns() -> Any:
-    return select(
-        effects.c.key,
-        effects.c.run_id,
-        effects.c.kind,
-        effects.c.attempt,
-        effects.c.created_at,
-        effects.c.updated_at,
-    )
-
-
-def _window_actions(start: float) -> Any:
-    """The actions first attempted since ``start``, through the index on ``updated_at``."""
-    return _actions_columns().where(effects.c.updated_at >= start, effects.c.created_at >= start)
+        actions = stat_rows.actions_since(conn, start)
+        return len(_without_a_yes(actions, stat_rows.tickets_since(conn, start)))
 
 
 def _or_inf(value: float | None) -> float:
@@ -673,60 +562,9 @@ def _without_a_yes(actions: Sequence[Any], tickets: Sequence[Any]) -> list[float
     ]
 
 
-def _tickets_since(conn: Connection, start: float | None) -> list[Any]:
-    """Every ticket open at some time since ``start`` (all if None): through the pending index's
-    ``expires_at``, so a window reads the tickets of the window (and their time to live)."""
-    return list(
-        conn.execute(
-            select(
-                approvals.c.key,
-                approvals.c.for_attempt,
-                approvals.c.state,
-                approvals.c.requested_at,
-                approvals.c.expires_at,
-                approvals.c.decided_at,
-            ).where(
-                approvals.c.state.in_(_TICKET_STATES),
-                *([] if start is None else [approvals.c.expires_at > start]),
-            )
-        ).all()
-    )
-
-
-def _unapproved(conn: Connection) -> list[float]:
+def _unapproved(conn: Conn) -> list[float]:
     """All time: from every ticket ever opened (far fewer than actions), each one's action
     looked up by its unique key."""
-    tickets = _tickets_since(conn, None)
+    tickets = stat_rows.tickets_since(conn, None)
     keys = sorted({key for key, *_ in tickets})
-    actions: list[Any] = []
-    for i in range(0, len(keys), 500):  # under SQLite's limit of bound parameters
-        stmt = _actions_columns().where(effects.c.key.in_(keys[i : i + 500]))
-        actions += conn.execute(stmt).all()
-    return _without_a_yes(actions, tickets)
-
-
-def _open_escalations_since() -> Any:
-    """When each escalation nobody has picked up yet was made (as ``open_escalations``)."""
-    entered = (
-        select(run_counters.c.value)
-        .where(run_counters.c.run_id == runs.c.run_id, run_counters.c.name == ENTERED_AT)
-        .scalar_subquery()
-    )
-    return select(runs.c.updated_at).where(
-        runs.c.status == "escalated", or_(entered.is_(None), entered < runs.c.updated_at)
-    )
-
-
-def _counters_of(conn: Connection, run_ids: list[str]) -> dict[str, dict[str, float]]:
-    """The cost and completion counters of these runs, by primary key, a chunk at a time."""
-    found: dict[str, dict[str, float]] = {}
-    for i in range(0, len(run_ids), 500):  # under SQLite's limit of bound parameters
-        rows = conn.execute(
-            select(run_counters.c.run_id, run_counters.c.name, run_counters.c.value).where(
-                run_counters.c.run_id.in_(run_ids[i : i + 500]),
-                run_counters.c.name.in_((COMPLETED_AT, "cost")),
-            )
-        )
-        for run_id, name, value in rows:
-            found.setdefault(run_id, {})[name] = float(value)
-    return found
+    return _without_a_yes(stat_rows.actions_by_keys(conn, keys), tickets)
