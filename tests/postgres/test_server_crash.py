@@ -67,9 +67,12 @@ def server() -> Iterator[Server]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _returned_then_kept(server: Server, durability: str) -> tuple[list[int], list[int]]:
+def _returned_then_kept(
+    server: Server, durability: str, schema: str | None = None
+) -> tuple[list[int], list[int]]:
     """Results returned by CALLS calls, then the results the ledger holds after a crash."""
-    ledger = c4a.Ledger(server.url, schema=durability, durability=durability)
+    schema = schema or durability
+    ledger = c4a.Ledger(server.url, schema=schema, durability=durability)
 
     @c4a.effect(name="charge", ledger=ledger)
     def charge(n: int) -> int:
@@ -79,7 +82,7 @@ def _returned_then_kept(server: Server, durability: str) -> tuple[list[int], lis
         returned = [charge(n) for n in range(CALLS)]
     ledger.close()
     server.crash_and_restart()
-    after = c4a.Ledger(server.url, schema=durability)
+    after = c4a.Ledger(server.url, schema=schema)
     try:
         kept = sorted(r.result for r in after.effects("crash") if r.state == "succeeded")
     finally:
@@ -95,6 +98,12 @@ def test_power_keeps_every_returned_result_through_a_server_crash(server: Server
 def test_process_can_lose_returned_results_in_a_server_crash(server: Server) -> None:
     # Why an irreversible tool is refused on such a ledger: a call that returned may have no
     # succeeded row after the crash, so a resume would run it again.
-    returned, kept = _returned_then_kept(server, "process")
-    assert returned == list(range(CALLS))
-    assert len(kept) < CALLS, "a server crash lost none of the acknowledged commits"
+    # The WAL writer writes buffered WAL every wal_writer_delay (10 s): on a loaded machine the
+    # calls take that long and its round may fall between the last call and the crash, keeping
+    # everything. A loss in any of three tries shows that one can happen.
+    for attempt in range(3):
+        returned, kept = _returned_then_kept(server, "process", f"process{attempt}")
+        assert returned == list(range(CALLS))
+        if len(kept) < CALLS:
+            return
+    pytest.fail("three server crashes lost none of the acknowledged commits")
