@@ -292,10 +292,13 @@ def test_identity_namespaces_client_keys(target: Target, outbox: Outbox) -> None
 
 
 def concurrent_duplicates(
-    ledger: c4a.Ledger, outbox: Outbox, once: OnceOnly
+    ledger: c4a.Ledger, outbox: Outbox, once: OnceOnly, *, until_answered: bool = False
 ) -> list[CallToolResult]:
-    """Two identical keyed calls at once; the tool finishes only after the second has claimed."""
+    """Two identical keyed calls at once; the tool finishes only after the second has claimed
+    (and, ``until_answered``, after the second has been answered: its claim must judge a row
+    still running, however slow the machine is between its insert and its read)."""
     second_claim = threading.Event()
+    answered = threading.Event()
     claims = []
 
     @event.listens_for(ledger.engine, "after_cursor_execute")
@@ -312,6 +315,7 @@ def concurrent_duplicates(
     @app.tool()
     def transfer(amount: int) -> str:
         assert second_claim.wait(timeout=60)
+        assert not until_answered or answered.wait(timeout=60)
         n = outbox.deliver(amount=amount)
         return f"transfer #{n}"
 
@@ -322,6 +326,7 @@ def concurrent_duplicates(
             async def call() -> None:
                 meta = {KEY_META: "pay-1"}
                 results.append(await client.call_tool("transfer", {"amount": 5}, meta=meta))
+                answered.set()
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call)
@@ -344,7 +349,8 @@ def test_duplicate_still_running_past_the_wait_is_in_progress(
     ledger: c4a.Ledger, outbox: Outbox
 ) -> None:
     once = OnceOnly(default=c4a.EffectOptions(wait=0))
-    first, busy = sorted(concurrent_duplicates(ledger, outbox, once), key=lambda r: r.is_error)
+    found = concurrent_duplicates(ledger, outbox, once, until_answered=True)
+    first, busy = sorted(found, key=lambda r: r.is_error)
     assert outbox.count() == 1
     assert text(first) == "transfer #1"
     assert busy.is_error
@@ -366,9 +372,10 @@ def test_without_cancel_grace_a_cancelled_call_is_in_doubt(
     async def main() -> CallToolResult:
         async with Client(app) as client:
             meta = {KEY_META: "pay-1"}
+            # Long enough for the claim to land first on a loaded machine: the tool never ends.
             with pytest.raises(Exception, match="Timed out"):
                 await client.call_tool(
-                    "transfer", {"amount": 5}, meta=meta, read_timeout_seconds=0.2
+                    "transfer", {"amount": 5}, meta=meta, read_timeout_seconds=1.5
                 )
             return await client.call_tool("transfer", {"amount": 5}, meta=meta)
 
