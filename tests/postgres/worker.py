@@ -65,7 +65,7 @@ def _count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
 
 
 if os.environ.get("COUNT_READS") == "1":
-    # Only when asked: a listener sends every statement the long way (see call4agents._hot),
+    # Only when asked: a listener sends every statement the long way (see call4agents.storage._hot),
     # and the fleet must run the path real workers take.
     event.listen(ledger.engine, "before_cursor_execute", _count)
 
