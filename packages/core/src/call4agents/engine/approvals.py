@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from call4agents.model.errors import ApprovalDenied, ApprovalRequired, Call4AgentsError, LedgerError
 from call4agents.storage import approval_rows as rows
-from call4agents.storage.store import Conn
+from call4agents.storage.store import Conn, clock
 
 if TYPE_CHECKING:
     from call4agents.engine.ledger import LedgerCore
@@ -270,7 +270,7 @@ def _new_ticket(
     asked: str | None = None,
 ) -> ApprovalRequest:
     """Write one signed ticket for ``attempt`` of the action: asked (pending) or decided."""
-    stamp = rows.clock(conn)
+    stamp = clock(conn)
     row = {
         "ticket": "apr_" + secrets.token_hex(10),
         "key": action.key,

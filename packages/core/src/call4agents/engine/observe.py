@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from call4agents.engine.context import _effect
 from call4agents.engine.verdicts import is_in_doubt_error
@@ -44,16 +44,7 @@ Outcome = Literal[
     "timeout",
     "approval_required",
 ]
-OUTCOMES: tuple[Outcome, ...] = (
-    "ok",
-    "error",
-    "deduped",
-    "denied",
-    "in_doubt",
-    "in_progress",
-    "timeout",
-    "approval_required",
-)
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 Inner = Callable[["Action", Callable[[], T]], T]
 AInner = Callable[["Action", Callable[[], Awaitable[T]]], Awaitable[T]]

@@ -113,10 +113,7 @@ class run:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _run.reset(self._tokens.pop())
-        if exc is not None:
-            _mark_ending(self._ctx.run_id, exc)
-        notes = self._left(exc)
+        notes = self._pop(exc)
         if notes is not None:
             try:
                 loop = asyncio.get_running_loop()
@@ -127,6 +124,14 @@ class run:
             # gets what is known in memory (the ledger's retry verdict is in the record).
             loop.run_in_executor(None, settle, notes, exc)
             finish(notes, exc, write=False)
+
+    def _pop(self, exc: BaseException | None) -> Notes | None:
+        """Leave the block: the outer run is current again, an ending is marked, and the notes
+        to write if this block ended the run's entry."""
+        _run.reset(self._tokens.pop())
+        if exc is not None:
+            _mark_ending(self._ctx.run_id, exc)
+        return self._left(exc)
 
     def _left(self, exc: BaseException | None) -> Notes | None:
 
@@ -152,10 +157,7 @@ class run:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _run.reset(self._tokens.pop())
-        if exc is not None:
-            _mark_ending(self._ctx.run_id, exc)
-        notes = self._left(exc)
+        notes = self._pop(exc)
         if notes is not None:
             await afinish(notes, exc)
 

@@ -18,11 +18,11 @@ import weakref
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 
 from call4agents.model.errors import LedgerError
 
-from .store import dialect_insert, now_sql
+from .store import clock, dialect_insert
 from .tables import dedup_hits
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class DedupCounter:
         store = self._store
         insert = dialect_insert(store.dialect)
         with store.tx() as conn:
-            minute = int(conn.execute(select(now_sql(store.dialect))).scalar_one() // 60)
+            minute = int(clock(conn) // 60)
             for tool, hits in sorted(pending.items()):  # one lock order for concurrent flushes
                 conn.execute(
                     insert(dedup_hits)

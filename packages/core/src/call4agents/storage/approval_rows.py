@@ -29,10 +29,6 @@ def hold(conn: Conn, name: str) -> None:
     dialect_of(conn.dialect.name).hold(conn, lock_id)
 
 
-def clock(conn: Conn) -> float:
-    return float(conn.execute(select(now_sql(conn.dialect.name))).scalar_one())
-
-
 def calls_in_run(conn: Conn, run_id: str, tool: str) -> int:
     """Actions of ``tool`` in the run that ran or may have (failed ones did not act)."""
     found = conn.execute(

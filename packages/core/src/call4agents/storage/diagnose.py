@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, func, select, text
 
 from . import migrations
-from .store import now_sql
+from .store import clock
 from .tables import effects, open_states
 
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
@@ -26,7 +26,7 @@ def facts(engine: Engine, schema: str | None) -> Facts:
     sqlite = engine.dialect.name == "sqlite"
     with engine.connect() as conn:
         version = migrations.current_version(conn, schema)
-        clock = float(conn.execute(select(now_sql(engine.dialect.name))).scalar_one())
+        now = clock(conn)
         journal = None if not sqlite else str(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
         tls = None
         if not sqlite:
@@ -34,7 +34,7 @@ def facts(engine: Engine, schema: str | None) -> Facts:
                 text("SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
             ).one_or_none()
             tls = (bool(row[0]), row[1]) if row is not None else (False, None)
-    return Facts(version, clock, journal, tls)
+    return Facts(version, now, journal, tls)
 
 
 def integrity(engine: Engine, *, quick: bool) -> tuple[str, list[str]]:

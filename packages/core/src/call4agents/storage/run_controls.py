@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 
 from .dialects import dialect_of
 from .run_rows import counters_in
-from .store import Conn, Store, dialect_insert, now_sql
+from .store import Conn, Store, clock, dialect_insert, now_sql
 from .tables import run_counters, runs
 
 STARTED = "started_at"  # when the run's clock started; its row is the run's budget lock
@@ -76,7 +76,7 @@ def counted(store: Store, run_ids: list[str]) -> tuple[dict[str, dict[str, float
     """Each run's counters, and the database clock, in one read."""
     with store.read() as conn:
         values = {run_id: counters_in(conn, run_id) for run_id in run_ids}
-        return values, float(conn.execute(select(now_sql(store.dialect))).scalar_one())
+        return values, clock(conn)
 
 
 def start(conn: Conn, dialect: str, run_id: str) -> None:
@@ -91,7 +91,6 @@ def start(conn: Conn, dialect: str, run_id: str) -> None:
 
 def locked(conn: Conn, dialect: str, run_id: str) -> tuple[dict[str, float], float]:
     """The run's counters under its lock, and the seconds since its clock started."""
-    now = now_sql(dialect)
     # Entering the run started the clock; this only covers a run entered before any ledger was
     # open, and makes sure the lock row below exists.
     start(conn, dialect, run_id)
@@ -107,7 +106,7 @@ def locked(conn: Conn, dialect: str, run_id: str) -> tuple[dict[str, float], flo
             .with_for_update()
         )
     values = counters_in(conn, run_id)
-    return values, float(conn.execute(select(now)).scalar_one()) - values[STARTED]
+    return values, clock(conn) - values[STARTED]
 
 
 def add(conn: Conn, dialect: str, run_id: str, amounts: Mapping[str, float]) -> None:

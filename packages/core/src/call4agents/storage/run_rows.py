@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, delete, exists, or_, select, update
 
-from .store import Store, dialect_insert, now_sql
+from .store import Store, clock, dialect_insert
 from .tables import effects, run_counters
 
 PREFIX = "run."
@@ -48,7 +48,7 @@ def add_entry(
     """Add one entry of the run to its counters, in one transaction: (before, after)."""
     dialect = store.dialect
     with store.tx() as conn:
-        now = float(conn.execute(select(now_sql(dialect))).scalar_one())
+        now = clock(conn)
         entered = now - wall_clock_ms / 1000.0
         before = counters_in(conn, run_id)
         after = {
@@ -70,7 +70,7 @@ def add_bare_entry(store: Store, run_id: str, trigger: str) -> str:
     been here before, at the database's time, in one transaction. Returns what was recorded."""
     dialect = store.dialect
     with store.tx() as conn:
-        now = float(conn.execute(select(now_sql(dialect))).scalar_one())
+        now = clock(conn)
         found = "retry" if _seen_before(conn, run_id) else trigger
         _put(conn, dialect, run_id, TRIGGER + found, now)
         _put(conn, dialect, run_id, ENTERED_AT, now, replace=True)

@@ -15,16 +15,12 @@ from sqlalchemy import ColumnElement, Select, func, or_, select
 
 from . import _tally
 from .run_rows import COMPLETED_AT, ENTERED_AT
-from .store import Conn, Store, now_sql
+from .store import Conn, Store, clock
 from .tables import approvals, dedup_hits, effects, in_open_state, open_states, run_counters, runs
 
 T = TypeVar("T")
 TICKET_STATES = ("pending", "approved", "denied", "spent")
 _CHUNK = 500  # keys per IN (...): under SQLite's limit of bound parameters
-
-
-def clock(conn: Conn) -> float:
-    return float(conn.execute(select(now_sql(conn.dialect.name))).scalar_one())
 
 
 def open_now(store: Store) -> tuple[float, int, float | None, int, float | None]:

@@ -75,6 +75,11 @@ def now_sql(dialect: str) -> ColumnElement[float]:
     return dialect_of(dialect).now()
 
 
+def clock(conn: Conn) -> float:
+    """The database's clock now, read on ``conn`` (inside its transaction, where it has one)."""
+    return float(conn.execute(select(now_sql(conn.dialect.name))).scalar_one())
+
+
 class StoredArgs(NamedTuple):
     args: str  # the display JSON, redacted values masked ("{}" once pruned)
     digest: str | None  # Action.args_digest of the attempt that ran; None before schema version 5
