@@ -299,7 +299,9 @@ def test_on_postgresql_a_new_ticket_is_pushed_not_polled(
         page = signed_in(browser, address)
         assert "No approvals waiting" in page.locator("main").inner_text()
         # The page listens to the console's event stream, fed by LISTEN/NOTIFY...
-        page.wait_for_function("document.body.dataset.liveMode === 'listen'", timeout=15_000)
+        # (A locator's wait, not wait_for_function: a polling predicate is a string the page's
+        # CSP, rightly, refuses to evaluate.)
+        page.locator("body[data-live-mode='listen']").wait_for(state="attached", timeout=15_000)
         polls: list[str] = []
         page.on("request", lambda r: polls.append(r.url) if "/api/live" in r.url else None)
         _, out = agent(pg_target, tmp_path, "refund-22", "refund")
