@@ -100,7 +100,7 @@ def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
                     "asked": ticket["asked_by"],
                 },
             )
-        for table in ("c4a_tallies", "c4a_run_tallies", "c4a_changes"):
+        for table in ("c4a_tallies", "c4a_run_tallies", "c4a_changes", "c4a_timeline"):
             conn.execute(text(f"DELETE FROM {table}"))
         _tally.seed(conn)
         _tally.create_triggers(conn)
@@ -110,7 +110,14 @@ def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
             conn.exec_driver_sql("ANALYZE")
     if pg:
         with ledger.engine.begin() as conn:
-            for table in ("c4a_effects", "c4a_approvals", "c4a_run_counters", "c4a_dedup_hits"):
+            for table in (
+                "c4a_effects",
+                "c4a_approvals",
+                "c4a_run_counters",
+                "c4a_dedup_hits",
+                "c4a_run_tallies",
+                "c4a_timeline",
+            ):
                 conn.execute(text(f'ANALYZE "{ledger.schema}".{table}'))
 
 
@@ -135,6 +142,8 @@ def _fill_sql(pg: bool, tickets: int, actions: int, now: float) -> list[str]:
         return f"({expr})::float8" if pg else f"CAST({expr} AS REAL)"
 
     key = "lpad(i::text, 64, '0')" if pg else "printf('%064d', i)"  # no real key is all digits
+    # A waiting ticket's tool has not run: its key names no recorded action.
+    ticket_key = "'f' || " + ("lpad(i::text, 63, '0')" if pg else "printf('%063d', i)")
     span = SPREAD_DAYS * 86400.0
     every = max(actions // IN_DOUBT, 1)
     at = f"{now} - {num('i')} * {span / max(actions, 1)}"
@@ -143,7 +152,7 @@ def _fill_sql(pg: bool, tickets: int, actions: int, now: float) -> list[str]:
     return [
         "INSERT INTO c4a_approvals (ticket, key, for_attempt, run_id, tool, args, state, "
         "requested_at, expires_at, signature, asked_by, kind) "
-        f"SELECT 'apr_bulk' || {txt('i')}, {key}, 1, 'wait-' || {txt('i')}, 'refund', "
+        f"SELECT 'apr_bulk' || {txt('i')}, {ticket_key}, 1, 'wait-' || {txt('i')}, 'refund', "
         f":targs, 'pending', {now} - {num('i')} * {86400.0 / max(tickets, 1)}, {now + 30 * 86400}, "
         f":sig, :asked, :kind {_series(pg, tickets)}",
         "INSERT INTO c4a_effects (key, run_id, tool, kind, state, attempt, args, result, note, "

@@ -134,7 +134,7 @@ def fill(ledger: c4a.Ledger, n: int) -> float:
         _tally.drop_triggers(conn)  # the seed below counts the bulk rows once
         for statement in fill_sql(ledger.dialect, n, t0, step):
             conn.execute(text(statement))
-        for table in ("c4a_tallies", "c4a_run_tallies", "c4a_changes"):
+        for table in ("c4a_tallies", "c4a_run_tallies", "c4a_changes", "c4a_timeline"):
             conn.execute(text(f"DELETE FROM {table}"))
         _tally.seed(conn)
         _tally.create_triggers(conn)
@@ -142,7 +142,14 @@ def fill(ledger: c4a.Ledger, n: int) -> float:
             conn.exec_driver_sql("ANALYZE")
     if ledger.dialect == "postgresql":
         with ledger.engine.begin() as conn:
-            for table in ("c4a_effects", "c4a_approvals", "c4a_runs", "c4a_run_tallies"):
+            for table in (
+                "c4a_effects",
+                "c4a_approvals",
+                "c4a_runs",
+                "c4a_run_tallies",
+                "c4a_run_counters",
+                "c4a_timeline",
+            ):
                 conn.execute(text(f'ANALYZE "{ledger.schema}".{table}'))
     return time.perf_counter() - start
 

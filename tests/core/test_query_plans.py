@@ -17,12 +17,23 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, insert, text, update
+from sqlalchemy import Engine, delete, event, insert, text, update
 
 import call4agents as c4a
 from call4agents.controls import stats
 from call4agents.facade.cli import main
-from call4agents.storage.tables import approvals, effects, runs
+from call4agents.storage import _tally
+from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
+from call4agents.storage.tables import (
+    approvals,
+    changes,
+    effects,
+    run_counters,
+    run_tallies,
+    runs,
+    tallies,
+    timeline,
+)
 from tests.conftest import Target
 
 ROWS = 20_000
@@ -108,12 +119,13 @@ def test_doctor_counts_open_actions(
 # Tables that grow with the work done. The others stay small by design: c4a_tallies (a dozen
 # rows), c4a_runs (runs ended by a run control), c4a_dedup_hits (one row per tool and minute,
 # dropped by gc), c4a_schema and c4a_meta.
-LARGE = ("c4a_effects", "c4a_approvals", "c4a_run_tallies")
+LARGE = ("c4a_effects", "c4a_approvals", "c4a_run_tallies", "c4a_run_counters", "c4a_timeline")
 
 
 def _fill_more(ledger: c4a.Ledger) -> None:
     """Beside _fill's actions: times spread over days, approval tickets (all spent but a few), an
-    escalated run, and tallies folded in."""
+    escalated run, each run's counters (completed, cost, reads, tool calls, trigger), and the
+    tallies and timeline counted from all that."""
     now = time.time()
     tickets = [
         {
@@ -140,7 +152,11 @@ def _fill_more(ledger: c4a.Ledger) -> None:
                 run_id="run-7", status="escalated", reason="r", created_at=now, updated_at=now
             )
         )
-    stats.compute(ledger)  # folds the inserts into the tallies
+        conn.execute(insert(run_counters), _counters(now))
+        # The log's times are the inserts': count the figures afresh from the moved rows.
+        for table in (changes, tallies, run_tallies, timeline):
+            conn.execute(delete(table))
+        _tally.seed(conn)
     with ledger.engine.begin() as conn:
         if ledger.dialect == "postgresql":
             prefix = f'"{ledger.schema}".' if ledger.schema else ""
@@ -148,6 +164,23 @@ def _fill_more(ledger: c4a.Ledger) -> None:
                 conn.execute(text(f"ANALYZE {prefix}{table}"))
         else:
             conn.exec_driver_sql("ANALYZE")
+
+
+def _counters(now: float) -> list[dict[str, Any]]:
+    values = {
+        COMPLETED_AT: lambda i: now - i * 100.0,
+        "cost": lambda i: i % 97 / 10,
+        READS: lambda i: i % 3,
+        TOOL_CALLS: lambda i: i % 11,
+        TRIGGER + "user": lambda i: now - i * 100.0,
+        # A budget's per-tool counters: most of the table, as in a ledger of budgeted runs.
+        **{f"tool:t{n}": lambda i: i % 5 for n in range(12)},
+    }
+    return [
+        {"run_id": f"run-{i}", "name": name, "value": value(i)}
+        for i in range(ROWS // 10)
+        for name, value in values.items()
+    ]
 
 
 def _every_select(operation: Callable[[], Any]) -> list[tuple[str, Any]]:

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import delete, update
 
 import call4agents as c4a
+from call4agents.controls import stats
 from call4agents.storage.tables import approvals, run_counters, runs
 from tests.conftest import Target
 from tests.otel.conftest import Telemetry
@@ -282,3 +283,17 @@ def test_stats_shows_the_figures_the_alerts_watch(
         check=True,
     ).stdout
     assert "Completed without a read: 2 of 9 completed runs (22.2%" in text
+
+
+def test_all_time_figures_equal_every_run_counted_one_by_one(
+    target: Target, telemetry: Telemetry
+) -> None:
+    # All time, the database counts the alerts' run figures over an index of counter values; a
+    # window wide enough to hold every run reads each run's counters, as stats did before.
+    _phases(target, telemetry)
+    with target.open() as ledger:
+        by_index = stats._every_run(ledger)
+        one_by_one = stats._runs_entered(ledger, 10 * 365 * 86400.0)
+    assert by_index == one_by_one
+    assert by_index.completed == 9
+    assert by_index.triggers == {"retry": 1, "user": 5}

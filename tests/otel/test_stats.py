@@ -15,7 +15,7 @@ from sqlalchemy import update
 import call4agents as c4a
 from call4agents.controls.stats import compute
 from call4agents.facade.cli import main
-from call4agents.storage.tables import dedup_hits, effects
+from call4agents.storage.tables import changes, dedup_hits, effects
 from tests.conftest import Target
 from tests.otel.conftest import backdate
 
@@ -76,6 +76,12 @@ def age_run(ledger: c4a.Ledger, run_id: str, seconds: float) -> None:
             update(effects)
             .where(effects.c.run_id == run_id)
             .values(created_at=effects.c.created_at - seconds)
+        )
+        # And the changes logged for them, not yet folded into the figures over time.
+        conn.execute(
+            update(changes)
+            .where(changes.c.run_id == run_id)
+            .values(created_at=changes.c.created_at - seconds)
         )
 
 

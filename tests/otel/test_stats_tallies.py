@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +16,24 @@ import pytest
 from sqlalchemy import make_url, select, text
 
 import call4agents as c4a
-from call4agents.controls.stats import IRREVERSIBLE_RUNS, compute
+from call4agents.controls.stats import (
+    IRREVERSIBLE_RUNS,
+    _from_rows,
+    _from_tallies,
+    compute,
+    series,
+)
 from call4agents.storage import _tally
+from call4agents.storage.stat_rows import after_folding
 from call4agents.storage.tables import run_tallies
 from tests.conftest import Target
 
 TEN_YEARS = 10 * 365 * 86400.0
 
 
-def recounted(ledger: c4a.Ledger) -> dict[str, Any]:
-    """Every figure from the actions themselves: a window wide enough to hold every action reads
-    each row, the way stats did before it kept tallies."""
+def windowed(ledger: c4a.Ledger) -> dict[str, Any]:
+    """Every figure from the timeline: a window wide enough to hold every action sums its
+    minute and hour rows."""
     found = compute(ledger, TEN_YEARS).as_dict()
     found.pop("since_seconds")
     return found
@@ -41,21 +49,49 @@ def assert_tallies_match(ledger: c4a.Ledger) -> dict[str, Any]:
     fast = tallied(ledger)
     for age in ("in_doubt_oldest_age", "approvals_oldest_age"):  # the clock moved between reads
         fast.pop(age)
-    slow = recounted(ledger)
+    slow = windowed(ledger)
     for age in ("in_doubt_oldest_age", "approvals_oldest_age"):
         slow.pop(age)
     assert fast == slow
+    # Row by row, as stats counted before it kept tallies.
+    assert _from_rows(ledger, ledger.store.now(), None) == after_folding(
+        ledger.store, lambda conn: _from_tallies(conn, ledger.store.now())
+    )
     with ledger.store.tx() as conn:
         assert _tally.count_changes(conn) == 0  # compute folded every change
-        total, per_run = _tally.recount(conn)
-        assert {k: v for k, v in _tally.read(conn).items() if v} == total
+        found = _tally.recount(conn)
+        assert {k: v for k, v in _tally.read(conn).items() if v} == found.total
         # Exactly the runs that have actions have a tally, and it is right.
         kept = {
-            r.run_id: _tally.RunTally(r.actions, r.failed, r.irreversible)
+            r.run_id: _tally.RunTally(r.actions, r.failed, r.irreversible, r.last_at)
             for r in conn.execute(select(run_tallies))
         }
-        assert kept == per_run
+        assert kept.keys() == found.per_run.keys()
+        for run_id, run in kept.items():
+            recounted = found.per_run[run_id]
+            assert run.last_at is not None
+            assert recounted.last_at is not None
+            # A deleted action's time stays: a run's latest action ever recorded.
+            assert run.last_at >= recounted.last_at
+            run.last_at = recounted.last_at
+        assert kept == found.per_run
+        assert_timeline_matches(conn, found)
     return fast
+
+
+def assert_timeline_matches(conn: Any, found: _tally.Recount) -> None:
+    """The timeline, minute by minute and hour by hour, is the recount's; the history of doubt
+    nets out to what is in doubt now."""
+    doubt = (_tally.DOUBT_IN, _tally.DOUBT_OUT)
+    in_doubt = found.total.get("actions:in_doubt", 0)
+    for step in _tally.STEPS:
+        rows = _tally.timeline_between(conn, step, 0, None)
+        kept = Counter({(step, at, name): n for at, name, n in rows if name not in doubt})
+        expected = Counter({k: n for k, n in found.timeline.items() if k[0] == step})
+        expected = Counter({k: n for k, n in expected.items() if k[2] not in doubt})
+        assert +kept == +expected
+        net = sum(n if name == _tally.DOUBT_IN else -n for _, name, n in rows if name in doubt)
+        assert net == in_doubt
 
 
 def mixed_work(ledger: c4a.Ledger) -> None:
@@ -212,6 +248,7 @@ def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
     ledger = c4a.init(pg_target.open())
     mixed_work(ledger)
     expected = tallied(ledger)  # folds what there is so far
+    charted = series(ledger, 3600, 4)
     with c4a.run("later"):
         c4a.effect(name="late")(lambda: 1)()  # logged, not yet folded
     role = "c4a_ro_" + uuid.uuid4().hex[:8]
@@ -224,6 +261,8 @@ def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
     try:
         reader = c4a.Ledger(url, schema=pg_target.schema, auto_migrate=False)
         found = compute(reader).as_dict()
+        windowed = compute(reader, 3600)  # the window's actions, row by row
+        stale = series(reader, 3600, 4)  # the timeline as of the last fold
         reader.close()
     finally:
         with ledger.engine.begin() as conn:
@@ -231,6 +270,8 @@ def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
             conn.execute(text(f"DROP ROLE {role}"))
     assert found["actions"] == expected["actions"] + 1
     assert found["runs_by_state"]["done"] == expected["runs_by_state"].get("done", 0) + 1
+    assert windowed.actions == found["actions"]  # every action is younger than an hour
+    assert [b.executions for b in stale.buckets] == [b.executions for b in charted.buckets]
     with ledger.store.tx() as conn:
         assert _tally.count_changes(conn) == 2  # its intent and its outcome: nothing folded
 
@@ -247,7 +288,7 @@ def test_irreversible_runs_listed_are_the_top_ones(target: Target) -> None:
             for n in range(1 + run % 3):
                 wire(n)
     fast = tallied(ledger)
-    assert fast == recounted(ledger)
+    assert fast == windowed(ledger)
     listed = fast["irreversible_per_run"]
     assert len(listed) == IRREVERSIBLE_RUNS
     assert list(listed.values()) == sorted(listed.values(), reverse=True)

@@ -94,17 +94,25 @@ class _Counts:
     runs_by_state: dict[str, int]
 
 
+def window_start(now: float, since: float) -> float:
+    """Where a window of the last ``since`` seconds begins: at the whole minute, so its figures
+    are sums of the timeline's minute and hour rows (at most a minute more than asked)."""
+    return math.floor((now - since) / 60) * 60.0
+
+
 def compute(ledger: LedgerCore, since: float | None = None) -> Stats:
-    """Figures for actions first attempted in the last ``since`` seconds (all time if None).
+    """Figures for actions first attempted in the last ``since`` seconds (all time if None),
+    the window starting at a whole minute (``window_start``).
 
     Open figures (in doubt, approvals waiting) count everything open, whatever its age. All-time
-    figures come from tallies kept as actions change (see ``_tally``), so they cost the same at
-    any ledger size; a window reads the actions changed within it.
+    figures come from tallies kept as actions change, a window's from the same tallies kept by
+    minute and by hour (see ``_tally``), so either costs the same at any ledger size.
     """
     ledger.sweep()  # a dead worker's action counts as in doubt, not running
     now = ledger.store.now()
-    counts = _all_time(ledger, now) if since is None else _window(ledger, now, since)
-    minute = None if since is None else int((now - since) // 60)
+    start = None if since is None else window_start(now, since)
+    counts = _all_time(ledger, now) if start is None else _since(ledger, now, start)
+    minute = None if start is None else int(start // 60)
     deduped = stat_rows.deduped(ledger.store, minute)
     opened = open_figures(ledger)
     executions = counts.executions
@@ -133,42 +141,83 @@ def _all_time(ledger: LedgerCore, now: float) -> _Counts:
     try:
         return stat_rows.after_folding(ledger.store, lambda conn: _from_tallies(conn, now))
     except LedgerError:
-        return _window(ledger, now, None)  # may not write here: count every action
+        return _from_rows(ledger, now, None)  # may not write here: count every action
+
+
+def _since(ledger: LedgerCore, now: float, start: float) -> _Counts:
+    """From the timeline, after folding; the window's rows where the fold may not run."""
+    try:
+        return stat_rows.after_folding(ledger.store, lambda conn: _from_timeline(conn, now, start))
+    except LedgerError:
+        return _from_rows(ledger, now, start)
 
 
 def _from_tallies(conn: Conn, now: float) -> _Counts:
     total = _tally.read(conn)
-    by_state = {s: total.get("actions:" + s, 0) for s in _tally.STATES}
-    seen: dict[str, set[str]] = {}
-    for run_id, state in stat_rows.open_actions(conn):
-        seen.setdefault(run_id, set()).add(state)
-    waiting = stat_rows.waiting_runs(conn, now)
-    endings = stat_rows.endings(conn)
+    seen, waiting, endings = _open_runs(conn, now)
     # Runs open, waiting or ended are judged one by one; every other run is done or has
     # failures, which the tallies count.
     known = _tally.runs_of(conn, set(seen) | waiting | set(endings))
-    found: Counter[str] = Counter()
-    for run_id, run in known.items():
-        states = seen.get(run_id, set()) | ({"failed"} if run.failed else set())
-        found[endings.get(run_id) or _run_state(states, run_id in waiting)] += 1
+    found = _judged(known, seen, waiting, endings)
     failed_rest = total.get("runs_failed", 0) - sum(run.failed > 0 for run in known.values())
     found["has_failures"] += failed_rest
     found["done"] += total.get("runs", 0) - len(known) - failed_rest
+    return _tallied(total, _tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS), found)
+
+
+def _from_timeline(conn: Conn, now: float, start: float) -> _Counts:
+    """A window's figures: the timeline's sums, and the runs with an action first attempted in
+    it judged one by one (their count is the window's, not the ledger's)."""
+    runs = _tally.runs_since(conn, start)
+    seen, waiting, endings = _open_runs(conn, now)
+    irreversible = Counter({r: t.irreversible for r, t in runs.items() if t.irreversible})
+    return _tallied(
+        stat_rows.timeline_totals(conn, start),
+        _most(irreversible, IRREVERSIBLE_RUNS),
+        _judged(runs, seen, waiting, endings),
+    )
+
+
+def _open_runs(conn: Conn, now: float) -> tuple[dict[str, set[str]], set[str], dict[str, str]]:
+    """The states of each run's open actions, the runs waiting on a ticket, the runs' endings."""
+    seen: dict[str, set[str]] = {}
+    for run_id, state in stat_rows.open_actions(conn):
+        seen.setdefault(run_id, set()).add(state)
+    return seen, stat_rows.waiting_runs(conn, now), stat_rows.endings(conn)
+
+
+def _judged(
+    runs: dict[str, _tally.RunTally],
+    seen: dict[str, set[str]],
+    waiting: set[str],
+    endings: dict[str, str],
+) -> Counter[str]:
+    found: Counter[str] = Counter()
+    for run_id, run in runs.items():
+        states = seen.get(run_id, set()) | ({"failed"} if run.failed else set())
+        found[endings.get(run_id) or _run_state(states, run_id in waiting)] += 1
+    return found
+
+
+def _tallied(
+    total: Counter[str] | dict[str, int], per_run: dict[str, int], runs: Counter[str]
+) -> _Counts:
+    by_state = {s: total.get("actions:" + s, 0) for s in _tally.STATES}
     return _Counts(
         by_state={s: n for s, n in by_state.items() if n},
         retried=total.get("retried", 0),
         executions=total.get("executions", 0),
         irreversible=total.get("irreversible", 0),
-        irreversible_per_run=_tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS),
-        runs_by_state={s: n for s, n in sorted(found.items()) if n},
+        irreversible_per_run=per_run,
+        runs_by_state={s: n for s, n in sorted(runs.items()) if n},
     )
 
 
-def _window(ledger: LedgerCore, now: float, since: float | None) -> _Counts:
-    """From the actions first attempted in the window (every action if None). An action
-    created in it was also last changed in it, so the read is bounded by the index on
-    ``updated_at``, not the ledger."""
-    rows, endings, waiting_runs = stat_rows.window(ledger.store, now, since)
+def _from_rows(ledger: LedgerCore, now: float, start: float | None) -> _Counts:
+    """From the actions first attempted at ``start`` or later (every action if None), row by
+    row: for a database user that may not fold. An action created in the window was also last
+    changed in it, so the read is bounded by the index on ``updated_at``, not the ledger."""
+    rows, endings, waiting_runs = stat_rows.window(ledger.store, now, start)
     # Every attempt of an irreversible tool, whatever came of it: one that failed still called
     # the tool, as the irreversible-executions metric counts it.
     irreversible: Counter[str] = Counter()
@@ -286,46 +335,73 @@ class AlertFigures:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class _RunFigures:
+    completed: int
+    without_read: int
+    cost_p95: float | None
+    cost_p99: float | None
+    calls_p95: float | None
+    triggers: dict[str, int]
+
+
 def alert_figures(ledger: LedgerCore, stats: Stats, since: float | None = None) -> AlertFigures:
     """The alerts' figures for runs active in the last ``since`` seconds (all time if None).
 
     Cost per run is what a budget's counters recorded (runs without a budget have no cost);
-    a run counts once however many times it was entered.
+    a run counts once however many times it was entered. All time, the database counts them
+    over an index of the counters' values; a window reads the counters of the runs entered in
+    it.
     """
-    counters = _run_counter_rows(ledger, since)
-    completed = [r for r, v in counters.items() if COMPLETED_AT in v]
-    without = [r for r in completed if not counters[r].get(READS)]
-    costs = sorted(v["cost"] for v in counters.values() if "cost" in v)
-    calls = sorted(v[TOOL_CALLS] for v in counters.values() if TOOL_CALLS in v)
-    triggers: Counter[str] = Counter(
-        name[len(TRIGGER) :] for v in counters.values() for name in v if name.startswith(TRIGGER)
-    )
+    runs = _every_run(ledger) if since is None else _runs_entered(ledger, since)
     endings_done = _endings_by_status(ledger, since)
-    if completed:
-        endings_done["completed"] = len(completed)
+    if runs.completed:
+        endings_done["completed"] = runs.completed
     escalations, oldest = open_escalations(ledger)
     return AlertFigures(
         irreversible_executions=stats.irreversible_executions,
         dedup_rate=stats.dedup_rate,
         escalations_open=escalations,
         escalations_oldest_age=oldest,
-        runs_completed=len(completed),
-        runs_completed_without_read=len(without),
-        without_read_share=len(without) / len(completed) if completed else None,
-        cost_per_run_p95=_quantile(costs, 0.95),
-        cost_per_run_p99=_quantile(costs, 0.99),
-        tool_calls_per_run_p95=_quantile(calls, 0.95),
-        runs_by_trigger=dict(sorted(triggers.items())),
+        runs_completed=runs.completed,
+        runs_completed_without_read=runs.without_read,
+        without_read_share=runs.without_read / runs.completed if runs.completed else None,
+        cost_per_run_p95=runs.cost_p95,
+        cost_per_run_p99=runs.cost_p99,
+        tool_calls_per_run_p95=runs.calls_p95,
+        runs_by_trigger=dict(sorted(runs.triggers.items())),
         runs_by_ending=dict(sorted(endings_done.items())),
     )
 
 
-def _run_counter_rows(ledger: LedgerCore, since: float | None) -> dict[str, dict[str, float]]:
-    """Each run's counters, for runs entered (or budgeted) in the window."""
-    found: dict[str, dict[str, float]] = {}
+def _every_run(ledger: LedgerCore) -> _RunFigures:
+    with ledger.store.read() as conn:
+        completed, with_read = stat_rows.completions(conn)
+        cost_p95, cost_p99 = stat_rows.counter_quantiles(conn, "cost", (0.95, 0.99))
+        (calls_p95,) = stat_rows.counter_quantiles(conn, TOOL_CALLS, (0.95,))
+        triggers = stat_rows.trigger_counts(conn)
+    return _RunFigures(completed, completed - with_read, cost_p95, cost_p99, calls_p95, triggers)
+
+
+def _runs_entered(ledger: LedgerCore, since: float) -> _RunFigures:
+    """From each counter of the runs entered (or budgeted) in the window."""
+    counters: dict[str, dict[str, float]] = {}
     for run_id, name, value in stat_rows.run_counters_active(ledger.store, since):
-        found.setdefault(run_id, {})[name] = value
-    return found
+        counters.setdefault(run_id, {})[name] = value
+    completed = [r for r, v in counters.items() if COMPLETED_AT in v]
+    costs = sorted(v["cost"] for v in counters.values() if "cost" in v)
+    calls = sorted(v[TOOL_CALLS] for v in counters.values() if TOOL_CALLS in v)
+    triggers = Counter(
+        name[len(TRIGGER) :] for v in counters.values() for name in v if name.startswith(TRIGGER)
+    )
+    return _RunFigures(
+        len(completed),
+        sum(not counters[r].get(READS) for r in completed),
+        _quantile(costs, 0.95),
+        _quantile(costs, 0.99),
+        _quantile(calls, 0.95),
+        dict(triggers),
+    )
 
 
 def _endings_by_status(ledger: LedgerCore, since: float | None) -> Counter[str]:
@@ -365,9 +441,6 @@ def _num(value: float | None) -> str:
 
 
 # -- figures over time (the console's health charts) ---------------------------------------------
-
-# What counts as a yes for an attempt: a ticket approved for it (spent once the attempt started).
-_YES_STATES = ("approved", "spent")
 
 
 @dataclass(frozen=True)
@@ -410,64 +483,76 @@ class Series:
 
 
 def series(ledger: LedgerCore, since: float, buckets: int = 24) -> Series:
-    """The health figures of the last ``since`` seconds in ``buckets`` equal stretches.
+    """The health figures of the last ``since`` seconds in ``buckets`` equal stretches, each a
+    whole number of minutes (of hours, when it is an hour or more) and starting at a whole one,
+    the last one up to now.
 
-    Every read is bounded by the window, not the ledger: actions through the index on
-    ``updated_at`` (an action first attempted in the window was last changed in it), tickets
-    through the pending index's ``expires_at``, repeats through the minute index, and cost from
-    the counters of the runs whose actions were read. What the ledger keeps no history of is
-    drawn from what is open now: an in-doubt action counts from when it fell in doubt until it
-    is settled, and a settled one leaves the chart (the ledger keeps no record of when it fell
-    in doubt); likewise an escalation picked up since.
+    Every read is bounded by the window, not the ledger: executions and doubt from the
+    timeline's minute or hour rows (see ``_tally``), tickets through the pending index's
+    ``expires_at`` and each ticket's action by its key, repeats through the minute index, runs
+    completed through the counters' value index, and cost from the counters of the runs
+    completed or acting in the window. Open doubt at each bucket's end is what is open now less
+    what fell in doubt since, plus what left it since. An escalation is open from when it was
+    made until the run was first entered again (picked up); one whose ending a later control
+    replaced (an undo) leaves the chart.
     """
     if since <= 0 or buckets < 1:
         raise ValueError("series needs a window over 0 seconds and at least one bucket")
     ledger.sweep()  # a dead worker's action counts as in doubt, not running
     now = ledger.store.now()
-    start, width = now - since, since / buckets
-    edges = [start + i * width for i in range(buckets + 1)]
+    width = max(60, math.ceil(since / buckets / 60) * 60)
+    step = 3600 if width % 3600 == 0 else 60
+    last = math.ceil(now / step) * step
+    edges = [float(last - (buckets - i) * width) for i in range(buckets + 1)]
+
+    def read(conn: Conn) -> list[Bucket]:
+        return _over_time(conn, now, step, edges)
+
+    try:
+        found = stat_rows.after_folding(ledger.store, read)
+    except LedgerError:
+        with ledger.store.read() as conn:  # may not fold here: as of the last fold
+            found = read(conn)
+    return Series(since_seconds=since, bucket_seconds=float(width), buckets=found)
+
+
+def _over_time(conn: Conn, now: float, step: int, edges: list[float]) -> list[Bucket]:
+    start, width, n = edges[0], edges[1] - edges[0], len(edges) - 1
+    ends = [min(edge, now) for edge in edges[1:]]
 
     def slot(at: float) -> int:
-        return min(buckets - 1, max(0, int((at - start) // width)))
+        return min(n - 1, max(0, int((at - start) // width)))
 
-    with ledger.store.read() as conn:
-        actions = stat_rows.actions_since(conn, start)
-        tickets = stat_rows.tickets_since(conn, start)
-        unapproved = _without_a_yes(actions, tickets)
-        doubt_since = stat_rows.in_doubt_since(conn)
-        hits = stat_rows.hits_by_minute(conn, int(start // 60))
-        escalated = stat_rows.escalations_made(conn)
-        endings = stat_rows.endings_since(conn, start)
-        last_seen: dict[str, float] = {}
-        for _key, run_id, _kind, _attempt, _created, updated in actions:
-            last_seen[run_id] = max(last_seen.get(run_id, 0.0), float(updated))
-        counters = stat_rows.cost_and_completion(conn, last_seen)
-
-    executions, irreversible, bad, deduped = ([0] * buckets for _ in range(4))
-    for _key, _run, kind, attempt, created, _updated in actions:
-        executions[slot(created)] += attempt
-        if kind == "irreversible":
-            irreversible[slot(created)] += attempt
-    for at in unapproved:
+    executions, irreversible, bad, deduped, doubt_moved = ([0] * n for _ in range(5))
+    for at, name, value in _tally.timeline_between(conn, step, int(start), None):
+        if name == "executions":
+            executions[slot(at)] += value
+        elif name == "irreversible":
+            irreversible[slot(at)] += value
+        elif name in (_tally.DOUBT_IN, _tally.DOUBT_OUT):
+            doubt_moved[slot(at)] += value if name == _tally.DOUBT_IN else -value
+    for at in stat_rows.unapproved_since(conn, start):
         bad[slot(at)] += 1
-    for minute, n in hits:
-        deduped[slot(float(minute) * 60)] += int(n)
-    ended: list[Counter[str]] = [Counter() for _ in range(buckets)]
-    for status, at in endings:
-        ended[slot(at)][str(status)] += 1
-    costs: list[list[float]] = [[] for _ in range(buckets)]
-    for run_id, values in counters.items():
-        done = values.get(COMPLETED_AT)
-        if done is not None and done >= start:
-            ended[slot(done)]["completed"] += 1
-        if "cost" in values:
-            costs[slot(done if done is not None else last_seen[run_id])].append(values["cost"])
-    waiting_at = _waiting_at(tickets, edges[1:])
+    for i, hits in stat_rows.hits_by_slot(conn, int(start), int(width)):
+        deduped[min(n - 1, max(0, i))] += hits
+    ended: list[Counter[str]] = [Counter() for _ in range(n)]
+    for status, at in stat_rows.endings_since(conn, start):
+        ended[slot(at)][status] += 1
+    for at in stat_rows.completed_times(conn, start):
+        ended[slot(at)]["completed"] += 1
+    costs: list[list[float]] = [[] for _ in range(n)]
+    for at, cost in stat_rows.costs_since(conn, start):
+        costs[slot(at)].append(cost)
+    waiting_at = _waiting_at(stat_rows.ticket_spans(conn, start), ends)
+    escalated = stat_rows.escalations_made(conn)
+    # Open doubt at a bucket's end: open now, less what fell in doubt after it, plus what left.
+    doubt_open = [stat_rows.count_in_doubt(conn)] * n
+    for i in range(n - 2, -1, -1):
+        doubt_open[i] = doubt_open[i + 1] - doubt_moved[i + 1]
     found = []
-    for i in range(buckets):
-        end = edges[i + 1]
+    for i, end in enumerate(ends):
         waiting, oldest = waiting_at[i]
-        open_esc = [at for at in escalated if at <= end]
+        open_esc = [made for made, up in escalated if made <= end and (up is None or up > end)]
         spent = sorted(costs[i])
         tried = executions[i] + deduped[i]
         found.append(
@@ -479,7 +564,7 @@ def series(ledger: LedgerCore, since: float, buckets: int = 24) -> Series:
                 unapproved_executions=bad[i],
                 deduped=deduped[i],
                 dedup_rate=deduped[i] / tried if tried else None,
-                in_doubt_open=sum(at <= end for at in doubt_since),
+                in_doubt_open=doubt_open[i],
                 approvals_waiting=waiting,
                 approvals_oldest_age=None if oldest is None else end - oldest,
                 escalations_open=len(open_esc),
@@ -489,7 +574,7 @@ def series(ledger: LedgerCore, since: float, buckets: int = 24) -> Series:
                 cost_per_run_p99=_quantile(spent, 0.99),
             )
         )
-    return Series(since_seconds=since, bucket_seconds=width, buckets=found)
+    return found
 
 
 def unapproved_executions(ledger: LedgerCore, since: float | None = None) -> int:
@@ -501,28 +586,21 @@ def unapproved_executions(ledger: LedgerCore, since: float | None = None) -> int
     The ledger cannot see a tool that needed a yes and never asked; the
     ``call4agents.unapproved.executions`` metric, counted where the tool runs, sees that too.
     """
-    start = None if since is None else ledger.store.now() - since
+    start = None if since is None else window_start(ledger.store.now(), since)
     with ledger.store.read() as conn:
-        if start is None:
-            return len(_unapproved(conn))
-        actions = stat_rows.actions_since(conn, start)
-        return len(_without_a_yes(actions, stat_rows.tickets_since(conn, start)))
+        return len(stat_rows.unapproved_since(conn, start))
 
 
-def _or_inf(value: float | None) -> float:
-    return math.inf if value is None else float(value)
-
-
-def _waiting_at(tickets: Sequence[Any], ends: list[float]) -> list[tuple[int, float | None]]:
+def _waiting_at(
+    tickets: list[tuple[float, float]], ends: list[float]
+) -> list[tuple[int, float | None]]:
     """How many tickets waited at each of ``ends`` (sorted), and since when the oldest did.
 
-    A ticket waited from when it was asked until it was decided or expired. Counted with a
-    difference array over the ends, so ten thousand tickets cost the same at 12 buckets or 28;
-    the oldest is the first ticket, in the order asked, still waiting at that end."""
-    spans = sorted(
-        (float(asked), min(float(ends_at), _or_inf(decided)))
-        for *_, asked, ends_at, decided in tickets
-    )
+    A ticket waited from when it was asked until it was decided or expired (its span).
+    Counted with a difference array over the ends, so ten thousand tickets cost the same at 12
+    buckets or 28; the oldest is the first ticket, in the order asked, still waiting at that
+    end."""
+    spans = sorted(tickets)
     delta = [0] * (len(ends) + 1)
     for asked, until in spans:
         # Waiting at an end e when asked <= e < until.
@@ -544,27 +622,3 @@ def _waiting_at(tickets: Sequence[Any], ends: list[float]) -> list[tuple[int, fl
                     break
         found.append((count, oldest))
     return found
-
-
-def _without_a_yes(actions: Sequence[Any], tickets: Sequence[Any]) -> list[float]:
-    """When each of the window's actions that a ticket asked about, and whose latest attempt
-    started with no ticket approved for it, was first attempted. A yes that started an attempt
-    in the window was live in it, so the window's tickets hold every yes that matters; a ticket
-    that asked, expired before the window, and whose action then ran without a yes in it is
-    missed by a window (all time counts it)."""
-    # Plain tuples, by position: attribute access on a row costs more, ten thousand times over.
-    asked = {key for key, *_ in tickets}
-    yes = {(key, attempt) for key, attempt, state, *_ in tickets if state in _YES_STATES}
-    return [
-        float(at)
-        for key, _run, _kind, attempt, at, _updated in actions
-        if attempt > 0 and key in asked and (key, attempt) not in yes
-    ]
-
-
-def _unapproved(conn: Conn) -> list[float]:
-    """All time: from every ticket ever opened (far fewer than actions), each one's action
-    looked up by its unique key."""
-    tickets = stat_rows.tickets_since(conn, None)
-    keys = sorted({key for key, *_ in tickets})
-    return _without_a_yes(stat_rows.actions_by_keys(conn, keys), tickets)

@@ -3,9 +3,10 @@ the ledger.
 
 A trigger on ``c4a_effects`` appends one row to ``c4a_changes`` per insert, delete, or change of
 state or attempt: the writer's own transaction carries it, so a crash keeps both or neither, and
-an append locks no row that another worker needs. ``fold`` moves those rows into ``c4a_tallies``
-and ``c4a_run_tallies`` and deletes them, in batches, one fold at a time; whoever reads the
-figures folds first. ``recount`` computes the same figures from every action (the migration
+an append locks no row that another worker needs. ``fold`` moves those rows into ``c4a_tallies``,
+``c4a_run_tallies`` and ``c4a_timeline`` (the same figures by minute and by hour, so a window of
+time is read as a few dozen rows) and deletes them, in batches, one fold at a time; whoever reads
+the figures folds first. ``recount`` computes the same figures from every action (the migration
 seeds the tallies with it; tests compare the two).
 """
 
@@ -18,7 +19,8 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, select, text
 
-from .tables import changes, effects, run_tallies, tallies
+from .dialects import dialect_of
+from .tables import changes, effects, run_tallies, tallies, timeline
 
 # Rows folded per transaction: a SQLite fold holds the write lock while it runs, so a long
 # backlog (a ledger nobody read figures from for a while) goes in short steps.
@@ -33,6 +35,7 @@ class RunTally:
     actions: int = 0
     failed: int = 0
     irreversible: int = 0
+    last_at: float | None = None  # when its latest action was first attempted
 
 
 def _qualified(conn: Connection, name: str) -> str:
@@ -48,14 +51,17 @@ def create_triggers(conn: Connection) -> None:
         _create_sqlite_triggers(conn)
 
 
-_COLUMNS = "run_id, kind, old_state, old_attempt, new_state, new_attempt"
+_COLUMNS = "run_id, kind, old_state, old_attempt, new_state, new_attempt, created_at, at"
 # Only a change of state or attempt moves a figure; renewing a lease or pruning does not.
 _MOVED_SQLITE = "OLD.state IS NOT NEW.state OR OLD.attempt IS NOT NEW.attempt"
 _MOVED_PG = "OLD.state IS DISTINCT FROM NEW.state OR OLD.attempt IS DISTINCT FROM NEW.attempt"
 _ROW = {
-    "INSERT": "NEW.run_id, NEW.kind, NULL, NULL, NEW.state, NEW.attempt",
-    "UPDATE": "NEW.run_id, NEW.kind, OLD.state, OLD.attempt, NEW.state, NEW.attempt",
-    "DELETE": "OLD.run_id, OLD.kind, OLD.state, OLD.attempt, NULL, NULL",
+    "INSERT": "NEW.run_id, NEW.kind, NULL, NULL, NEW.state, NEW.attempt, NEW.created_at, "
+    "NEW.updated_at",
+    "UPDATE": "NEW.run_id, NEW.kind, OLD.state, OLD.attempt, NEW.state, NEW.attempt, "
+    "NEW.created_at, NEW.updated_at",
+    # A delete has no time of its own in the row: the database's clock, filled in per dialect.
+    "DELETE": "OLD.run_id, OLD.kind, OLD.state, OLD.attempt, NULL, NULL, OLD.created_at, {now}",
 }
 
 
@@ -71,13 +77,15 @@ def drop_triggers(conn: Connection) -> None:
 
 
 def _create_sqlite_triggers(conn: Connection) -> None:
+    now = dialect_of("sqlite").now_text
     for op, row in _ROW.items():
         when = f"WHEN {_MOVED_SQLITE} " if op == "UPDATE" else ""
         event = "UPDATE OF state, attempt" if op == "UPDATE" else op
         conn.execute(
             text(
                 f"CREATE TRIGGER c4a_effects_tally_{op.lower()} AFTER {event} ON c4a_effects "
-                f"FOR EACH ROW {when}BEGIN INSERT INTO c4a_changes ({_COLUMNS}) VALUES ({row}); END"
+                f"FOR EACH ROW {when}BEGIN INSERT INTO c4a_changes ({_COLUMNS}) "
+                f"VALUES ({row.format(now=now)}); END"
             )
         )
 
@@ -86,9 +94,10 @@ def _create_pg_triggers(conn: Connection) -> None:
     target = _qualified(conn, "c4a_changes")
     function = _qualified(conn, "c4a_effects_tally")
     table = _qualified(conn, "c4a_effects")
+    now = dialect_of("postgresql").now_text
     branches = "\n".join(
         f"  {'IF' if i == 0 else 'ELSIF'} TG_OP = '{op}' THEN\n"
-        f"    INSERT INTO {target} ({_COLUMNS}) VALUES ({row});"
+        f"    INSERT INTO {target} ({_COLUMNS}) VALUES ({row.format(now=now)});"
         for i, (op, row) in enumerate(_ROW.items())
     )
     conn.execute(
@@ -150,6 +159,8 @@ def fold_batch(conn: Connection, limit: int = BATCH) -> int:
             changes.c.old_attempt,
             changes.c.new_state,
             changes.c.new_attempt,
+            changes.c.created_at,
+            changes.c.at,
         )
     ).all()
     if rows:
@@ -160,7 +171,7 @@ def fold_batch(conn: Connection, limit: int = BATCH) -> int:
 def _apply(conn: Connection, rows: Sequence[Any]) -> None:
     total: Counter[str] = Counter()
     per_run: dict[str, RunTally] = {}
-    for run_id, kind, old_state, old_attempt, new_state, new_attempt in rows:
+    for run_id, kind, old_state, old_attempt, new_state, new_attempt, created_at, _at in rows:
         total.update(_contribution(new_state, new_attempt, kind))
         total.subtract(_contribution(old_state, old_attempt, kind))
         delta = per_run.setdefault(run_id, RunTally())
@@ -168,6 +179,8 @@ def _apply(conn: Connection, rows: Sequence[Any]) -> None:
         delta.failed += (new_state == "failed") - (old_state == "failed")
         if kind == "irreversible":
             delta.irreversible += (new_attempt or 0) - (old_attempt or 0)
+        if new_state is not None and created_at is not None:
+            delta.last_at = _later(delta.last_at, float(created_at))
     before = _read_runs(conn, per_run)
     upserts: list[dict[str, Any]] = []
     gone: list[str] = []
@@ -177,6 +190,7 @@ def _apply(conn: Connection, rows: Sequence[Any]) -> None:
             old.actions + delta.actions,
             old.failed + delta.failed,
             old.irreversible + delta.irreversible,
+            _later(old.last_at, delta.last_at),
         )
         total["runs"] += (new.actions > 0) - (old.actions > 0)
         total["runs_failed"] += (new.failed > 0) - (old.failed > 0)
@@ -191,16 +205,80 @@ def _apply(conn: Connection, rows: Sequence[Any]) -> None:
     moved = [{"name": k, "value": v} for k, v in total.items() if v]
     if moved:
         _upsert(conn, tallies, moved, ["name"], replace=False)
+    _add_to_timeline(conn, _timeline_moves(rows))
+
+
+def _later(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _read_runs(conn: Connection, runs: Iterable[str]) -> dict[str, RunTally]:
     found: dict[str, RunTally] = {}
     for chunk in _chunks(list(runs)):
-        for run_id, actions, failed, irreversible in conn.execute(
+        for run_id, actions, failed, irreversible, last_at in conn.execute(
             select(run_tallies).where(run_tallies.c.run_id.in_(chunk))
         ):
-            found[run_id] = RunTally(int(actions), int(failed), int(irreversible))
+            found[run_id] = RunTally(int(actions), int(failed), int(irreversible), last_at)
     return found
+
+
+# -- the timeline: the tallies split by minute and by hour ---------------------------------------
+
+STEPS = (60, 3600)
+# Filed under the time the action fell in doubt or left it, not when it was first attempted.
+DOUBT_IN, DOUBT_OUT = "doubt_in", "doubt_out"
+Filed = tuple[int, int, str]  # step, start of the minute or hour, name
+
+
+def _file(found: Counter[Filed], at: float, moved: Counter[str]) -> None:
+    for name, n in moved.items():
+        if n:
+            for step in STEPS:
+                found[(step, int(at // step) * step, name)] += n
+
+
+def _timeline_moves(rows: Sequence[Any]) -> Counter[Filed]:
+    found: Counter[Filed] = Counter()
+    for _run, kind, old_state, old_attempt, new_state, new_attempt, created_at, at in rows:
+        if created_at is not None:  # a change logged before schema version 9 has no times
+            moved = _contribution(new_state, new_attempt, kind)
+            moved.subtract(_contribution(old_state, old_attempt, kind))
+            _file(found, float(created_at), moved)
+        if at is not None and (old_state == "in_doubt") != (new_state == "in_doubt"):
+            _file(
+                found, float(at), Counter({DOUBT_IN if new_state == "in_doubt" else DOUBT_OUT: 1})
+            )
+    return found
+
+
+def _add_to_timeline(conn: Connection, moves: Counter[Filed]) -> None:
+    rows = [
+        {"step": step, "at": at, "name": name, "value": n}
+        for (step, at, name), n in moves.items()
+        if n
+    ]
+    if rows:
+        _upsert(conn, timeline, rows, ["step", "at", "name"], replace=False)
+
+
+def timeline_between(conn: Connection, step: int, start: int, end: int | None) -> list[Any]:
+    """The timeline's rows of one step filed at ``start`` or later (and before ``end``): start of
+    the minute or hour, name, value; a range of the primary key."""
+    stmt = select(timeline.c.at, timeline.c.name, timeline.c.value).where(
+        timeline.c.step == step,
+        timeline.c.at >= start,
+        *([] if end is None else [timeline.c.at < end]),
+    )
+    return [(int(at), str(name), int(value)) for at, name, value in conn.execute(stmt).all()]
+
+
+def runs_since(conn: Connection, start: float) -> dict[str, RunTally]:
+    """The tallies of the runs with an action first attempted at ``start`` or later."""
+    stmt = select(run_tallies).where(run_tallies.c.last_at >= start)
+    return {
+        run_id: RunTally(int(actions), int(failed), int(irreversible), last_at)
+        for run_id, actions, failed, irreversible, last_at in conn.execute(stmt).all()
+    }
 
 
 def _upsert(
@@ -247,31 +325,58 @@ def runs_of(conn: Connection, run_ids: Iterable[str]) -> dict[str, RunTally]:
 # -- recounting --------------------------------------------------------------------------------
 
 
-def recount(conn: Connection) -> tuple[dict[str, int], dict[str, RunTally]]:
+@dataclass
+class Recount:
+    """Every figure the fold keeps, computed from the actions themselves."""
+
+    total: dict[str, int]
+    per_run: dict[str, RunTally]
+    # By the time each action was first attempted; an action now in doubt counts as having
+    # fallen in doubt at its last change (the ledger keeps no older history of doubt).
+    timeline: Counter[Filed]
+
+
+def recount(conn: Connection) -> Recount:
     """The tallies computed from every action: reads the whole table."""
     total: Counter[str] = Counter()
     per_run: dict[str, RunTally] = {}
-    stmt = select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt)
-    for run_id, kind, state, attempt in conn.execute(stmt):
-        total.update(_contribution(state, attempt, kind))
+    filed: Counter[Filed] = Counter()
+    stmt = select(
+        effects.c.run_id,
+        effects.c.kind,
+        effects.c.state,
+        effects.c.attempt,
+        effects.c.created_at,
+        effects.c.updated_at,
+    )
+    for run_id, kind, state, attempt, created_at, updated_at in conn.execute(stmt):
+        moved = _contribution(state, attempt, kind)
+        total.update(moved)
+        _file(filed, float(created_at), moved)
+        if state == "in_doubt":
+            _file(filed, float(updated_at), Counter({DOUBT_IN: 1}))
         run = per_run.setdefault(run_id, RunTally())
         run.actions += 1
         run.failed += state == "failed"
         if kind == "irreversible":
             run.irreversible += attempt
+        run.last_at = _later(run.last_at, float(created_at))
     total["runs"] = len(per_run)
     total["runs_failed"] = sum(r.failed > 0 for r in per_run.values())
-    return {k: v for k, v in total.items() if v}, per_run
+    return Recount({k: v for k, v in total.items() if v}, per_run, +filed)
 
 
-def seed(conn: Connection) -> None:
-    """Fill empty tallies from a recount (a ledger made before schema version 7)."""
-    total, per_run = recount(conn)
-    rows = [{"run_id": run_id, **run.__dict__} for run_id, run in per_run.items()]
+def seed(conn: Connection, *, with_timeline: bool = True) -> None:
+    """Fill empty tallies (and the timeline, unless told not to) from a recount: a ledger made
+    before schema version 9."""
+    found = recount(conn)
+    rows = [{"run_id": run_id, **run.__dict__} for run_id, run in found.per_run.items()]
     for start in range(0, len(rows), BATCH):
         conn.execute(run_tallies.insert(), rows[start : start + BATCH])
-    if total:
-        conn.execute(tallies.insert(), [{"name": k, "value": v} for k, v in total.items()])
+    if found.total:
+        conn.execute(tallies.insert(), [{"name": k, "value": v} for k, v in found.total.items()])
+    if with_timeline:
+        _add_to_timeline(conn, found.timeline)
 
 
 def count_changes(conn: Connection) -> int:

@@ -28,6 +28,7 @@ from .tables import (
     runs,
     schema_version,
     tallies,
+    timeline,
 )
 
 # Arbitrary constant that names "Call4Agents migrations" among other users of advisory locks.
@@ -120,7 +121,7 @@ def _v7(conn: Connection) -> None:
     # The trigger locks c4a_effects against writes until this commits, so the seed below counts
     # a table no worker changes meanwhile; like adding a column, it waits only so long for that.
     _locking(conn, effects.name, lambda: _triggers_afresh(conn))
-    _tally.seed(conn)
+    _tally.seed(conn, with_timeline=False)  # the timeline comes with _v9
     # Approvals waiting now, without reading every ticket ever opened. A ledger made by this
     # version got it from _v2.
     pending = next(i for i in approvals.indexes if i.name == "c4a_approvals_pending")
@@ -141,7 +142,25 @@ def _v8(conn: Connection) -> None:
     minute.create(conn, checkfirst=True)
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8]
+def _v9(conn: Connection) -> None:
+    # Figures over time (see _tally): the change log gains the times of each change, the run
+    # tallies the time of a run's latest action, and the timeline table is new; all of them are
+    # made afresh and seeded from the actions (one full read, once), as _v7 did. The old
+    # triggers go first: dropping them locks c4a_effects against writers until this commits,
+    # so no change lands between the seed and the new triggers.
+    _locking(conn, effects.name, lambda: _tally.drop_triggers(conn))
+    for table in (changes, tallies, run_tallies, timeline):
+        table.drop(conn, checkfirst=True)
+        table.create(conn)
+    _tally.create_triggers(conn)
+    _tally.seed(conn)
+    # Runs by a counter's value: completed in a window, quantiles of cost. A ledger made by
+    # this version got it from _v3.
+    by_value = next(i for i in run_counters.indexes if i.name == "c4a_run_counters_value")
+    by_value.create(conn, checkfirst=True)
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
 CURRENT = len(MIGRATIONS)
 
 

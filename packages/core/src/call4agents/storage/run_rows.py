@@ -10,7 +10,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, delete, exists, or_, select, update
 
 from .store import Store, clock, dialect_insert
-from .tables import effects, run_counters
+from .tables import effects, run_counters, runs
 
 PREFIX = "run."
 TRIGGER = "run.trigger:"  # one row per trigger seen, valued the database time it was first seen
@@ -19,6 +19,8 @@ WALL_CLOCK_MS = "run.wall_clock_ms"  # time spent inside the run, summed over it
 TOOL_CALLS = "run.tool_calls"
 READS = "run.reads"
 COMPLETED_AT = "run.completed_at"
+# When the run was first entered after its latest escalation: the escalation was picked up.
+PICKED_UP_AT = "run.picked_up_at"
 
 
 def seen_before(store: Store, run_id: str) -> bool:
@@ -62,6 +64,7 @@ def add_entry(
             _put(conn, dialect, run_id, TRIGGER + trigger, entered)
         for name, value in after.items():
             _put(conn, dialect, run_id, name, value, replace=True)
+        _note_pick_up(conn, dialect, run_id, entered, before.get(PICKED_UP_AT))
     return before, {**before, **after}
 
 
@@ -74,7 +77,25 @@ def add_bare_entry(store: Store, run_id: str, trigger: str) -> str:
         found = "retry" if _seen_before(conn, run_id) else trigger
         _put(conn, dialect, run_id, TRIGGER + found, now)
         _put(conn, dialect, run_id, ENTERED_AT, now, replace=True)
+        picked = conn.execute(
+            select(run_counters.c.value).where(
+                run_counters.c.run_id == run_id, run_counters.c.name == PICKED_UP_AT
+            )
+        ).scalar()
+        _note_pick_up(conn, dialect, run_id, now, picked)
     return found
+
+
+def _note_pick_up(
+    conn: Connection, dialect: str, run_id: str, entered: float, picked: float | None
+) -> None:
+    """An entry that began after the run's latest escalation picks it up: the first such entry
+    is kept, so the console can chart how long each escalation waited for a person."""
+    escalated = conn.execute(
+        select(runs.c.updated_at).where(runs.c.run_id == run_id, runs.c.status == "escalated")
+    ).scalar()
+    if escalated is not None and entered >= escalated and (picked or 0.0) < escalated:
+        _put(conn, dialect, run_id, PICKED_UP_AT, entered, replace=True)
 
 
 def counters(store: Store, run_id: str) -> dict[str, float]:

@@ -8,18 +8,31 @@ holds each one to its plan on both databases. Rows are returned as plain tuples,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, func, or_, select
+from sqlalchemy import ColumnElement, case, func, or_, select
 
 from . import _tally
-from .run_rows import COMPLETED_AT, ENTERED_AT
+from .run_rows import COMPLETED_AT, ENTERED_AT, PICKED_UP_AT, READS, TRIGGER
 from .store import Conn, Store, clock
-from .tables import approvals, dedup_hits, effects, in_open_state, open_states, run_counters, runs
+from .tables import (
+    approvals,
+    dedup_hits,
+    effects,
+    in_open_state,
+    open_states,
+    run_counters,
+    run_tallies,
+    runs,
+)
 
 T = TypeVar("T")
 TICKET_STATES = ("pending", "approved", "denied", "spent")
+# What counts as a yes for an attempt: a ticket approved for it (spent once the attempt started).
+YES_STATES = ("approved", "spent")
 _CHUNK = 500  # keys per IN (...): under SQLite's limit of bound parameters
 
 
@@ -57,7 +70,9 @@ def waiting_runs(conn: Conn, now: float) -> set[str]:
             select(approvals.c.run_id).where(
                 approvals.c.state == "pending", approvals.c.expires_at > now
             )
-        ).scalars()
+        )
+        .scalars()
+        .all()
     )
 
 
@@ -82,27 +97,39 @@ def after_folding(store: Store, read: Callable[[Conn], T]) -> T:
 
 
 def window(
-    store: Store, now: float, since: float | None
+    store: Store, now: float, start: float | None
 ) -> tuple[list[Any], dict[str, str], set[str]]:
-    """The actions first attempted in the window (every action if None): run id, kind, state,
-    attempt; with the runs' control endings and the runs waiting on a ticket. An action created
-    in the window was also last changed in it, so the read is bounded by ``updated_at``."""
+    """The actions first attempted at ``start`` or later (every action if None): run id, kind,
+    state, attempt; with the runs' control endings and the runs waiting on a ticket. An action
+    created in the window was also last changed in it, so the read is bounded by
+    ``updated_at``. Reads every row of the window: where the fold may not run (see
+    ``timeline_totals``)."""
     stmt = select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt)
-    if since is not None:
-        start = now - since
+    if start is not None:
         stmt = stmt.where(effects.c.updated_at >= start, effects.c.created_at >= start)
     with store.read() as conn:
         return list(conn.execute(stmt).all()), endings(conn), waiting_runs(conn, now)
 
 
+def timeline_totals(conn: Conn, start: float) -> Counter[str]:
+    """The timeline's figures summed from ``start`` (a whole minute) on: minute rows up to the
+    next whole hour, hour rows after it, so a week costs about 170 hour rows and 59 minute rows
+    at most (fold first, for up-to-date figures)."""
+    first = int(start) // 60 * 60
+    hour = -(-first // 3600) * 3600
+    found: Counter[str] = Counter()
+    rows = _tally.timeline_between(conn, 60, first, hour) + _tally.timeline_between(
+        conn, 3600, hour, None
+    )
+    for _at, name, value in rows:
+        found[name] += value
+    return found
+
+
 def _not_picked_up() -> tuple[ColumnElement[bool], ...]:
     """Escalated runs nobody has picked up yet: picked up means the run was entered again after
     it was escalated, or a later control changed its ending."""
-    entered = (
-        select(run_counters.c.value)
-        .where(run_counters.c.run_id == runs.c.run_id, run_counters.c.name == ENTERED_AT)
-        .scalar_subquery()
-    )
+    entered = _counter_of(ENTERED_AT)
     return runs.c.status == "escalated", or_(entered.is_(None), entered < runs.c.updated_at)
 
 
@@ -116,19 +143,36 @@ def open_escalations(store: Store) -> tuple[float, int, float | None]:
     return now, int(count), oldest
 
 
-def escalations_made(conn: Conn) -> list[float]:
-    """When each escalation nobody has picked up yet was made."""
-    stmt = select(runs.c.updated_at).where(*_not_picked_up())
-    return [float(at) for at in conn.execute(stmt).scalars()]
+def escalations_made(conn: Conn) -> list[tuple[float, float | None]]:
+    """When each run whose ending is an escalation was escalated, and when it was picked up
+    (None while nobody has): the first entry after it, or, for an entry recorded before that
+    was kept, the latest entry if it came after."""
+    picked = _counter_of(PICKED_UP_AT)
+    entered = _counter_of(ENTERED_AT)
+    stmt = select(runs.c.updated_at, picked, entered).where(runs.c.status == "escalated")
+    found: list[tuple[float, float | None]] = []
+    for made, first, latest in conn.execute(stmt):
+        up = next((at for at in (first, latest) if at is not None and at >= made), None)
+        found.append((float(made), None if up is None else float(up)))
+    return found
 
 
-def run_counters_active(store: Store, since: float | None) -> list[tuple[str, str, float]]:
-    """Every counter of the runs entered (or budgeted) in the window (all runs if None)."""
+def _counter_of(name: str) -> Any:
+    """A run's counter ``name`` beside its ending row (NULL if it has none)."""
+    return (
+        select(run_counters.c.value)
+        .where(run_counters.c.run_id == runs.c.run_id, run_counters.c.name == name)
+        .scalar_subquery()
+    )
+
+
+def run_counters_active(store: Store, since: float) -> list[tuple[str, str, float]]:
+    """Every counter of the runs entered (or budgeted) in the last ``since`` seconds."""
     with store.read() as conn:
         now = clock(conn)
         active = select(run_counters.c.run_id).where(
             run_counters.c.name.in_((ENTERED_AT, "started_at")),
-            *([] if since is None else [run_counters.c.value >= now - since]),
+            run_counters.c.value >= now - since,
         )
         rows = conn.execute(
             select(run_counters.c.run_id, run_counters.c.name, run_counters.c.value).where(
@@ -155,78 +199,156 @@ def endings_since(conn: Conn, start: float) -> list[tuple[str, float]]:
     return [(str(status), float(at)) for status, at in rows]
 
 
-def _actions_columns() -> Select[Any]:
-    return select(
-        effects.c.key,
-        effects.c.run_id,
-        effects.c.kind,
-        effects.c.attempt,
-        effects.c.created_at,
-        effects.c.updated_at,
+def ticket_spans(conn: Conn, start: float | None) -> list[tuple[float, float]]:
+    """Each ticket open at some time since ``start`` (all if None): when it was asked, and until
+    when it waited (decided, or expired); through the pending index's ``expires_at``."""
+    until = case(
+        (approvals.c.decided_at < approvals.c.expires_at, approvals.c.decided_at),
+        else_=approvals.c.expires_at,
     )
+    stmt = select(approvals.c.requested_at, until).where(*_tickets_open(start))
+    return [(float(asked), float(end)) for asked, end in conn.execute(stmt).all()]
 
 
-def actions_since(conn: Conn, start: float) -> list[Any]:
-    """The actions first attempted since ``start``, through the index on ``updated_at``: key,
-    run id, kind, attempt, created, updated."""
-    stmt = _actions_columns().where(effects.c.updated_at >= start, effects.c.created_at >= start)
-    return list(conn.execute(stmt).all())
+def _tickets_open(start: float | None, table: Any = approvals) -> list[ColumnElement[bool]]:
+    return [
+        table.c.state.in_(TICKET_STATES),
+        *([] if start is None else [table.c.expires_at > start]),
+    ]
 
 
-def actions_by_keys(conn: Conn, keys: Sequence[str]) -> list[Any]:
-    """The same columns, for actions by their unique keys."""
-    found: list[Any] = []
-    for i in range(0, len(keys), _CHUNK):
-        found += conn.execute(_actions_columns().where(effects.c.key.in_(keys[i : i + _CHUNK])))
-    return found
-
-
-def tickets_since(conn: Conn, start: float | None) -> list[Any]:
-    """Every ticket open at some time since ``start`` (all if None): key, attempt, state, asked,
-    expires, decided; through the pending index's ``expires_at``."""
-    return list(
-        conn.execute(
-            select(
-                approvals.c.key,
-                approvals.c.for_attempt,
-                approvals.c.state,
-                approvals.c.requested_at,
-                approvals.c.expires_at,
-                approvals.c.decided_at,
-            ).where(
-                approvals.c.state.in_(TICKET_STATES),
-                *([] if start is None else [approvals.c.expires_at > start]),
-            )
-        ).all()
-    )
-
-
-def in_doubt_since(conn: Conn) -> list[float]:
-    """When each action now in doubt was last changed (fell in doubt)."""
-    stmt = select(effects.c.updated_at).where(in_open_state("in_doubt"))
-    return [float(at) for at in conn.execute(stmt).scalars()]
-
-
-def hits_by_minute(conn: Conn, minute: int) -> list[tuple[int, int]]:
-    rows = conn.execute(
-        select(dedup_hits.c.minute, func.sum(dedup_hits.c.hits))
-        .where(dedup_hits.c.minute >= minute)
-        .group_by(dedup_hits.c.minute)
-    )
-    return [(int(m), int(n)) for m, n in rows]
-
-
-def cost_and_completion(conn: Conn, run_ids: Iterable[str]) -> dict[str, dict[str, float]]:
-    """The cost and completion counters of these runs, by primary key, a chunk at a time."""
-    wanted = list(run_ids)
-    found: dict[str, dict[str, float]] = {}
-    for i in range(0, len(wanted), _CHUNK):
-        rows = conn.execute(
-            select(run_counters.c.run_id, run_counters.c.name, run_counters.c.value).where(
-                run_counters.c.run_id.in_(wanted[i : i + _CHUNK]),
-                run_counters.c.name.in_((COMPLETED_AT, "cost")),
-            )
+def unapproved_since(conn: Conn, start: float | None) -> list[float]:
+    """When each action a ticket asked about, and whose latest attempt started with no ticket
+    approved for that attempt, was first attempted: the tickets open since ``start`` and their
+    actions first attempted since then (all if None). Each ticket looks its action up by the
+    action's unique key, and a yes by the tickets' key index: a lookup per ticket (far fewer
+    than actions), which a join would let the planner trade for a read of every action."""
+    asked = approvals.alias("asked")
+    yes = approvals.alias("yes")
+    approved = (
+        select(yes.c.ticket)
+        .where(
+            yes.c.key == effects.c.key,
+            yes.c.for_attempt == effects.c.attempt,
+            yes.c.state.in_(YES_STATES),
+            *_tickets_open(start, yes),
         )
-        for run_id, name, value in rows:
-            found.setdefault(run_id, {})[name] = float(value)
+        .exists()
+    )
+    action = (
+        select(effects.c.created_at)
+        .where(
+            effects.c.key == asked.c.key,
+            effects.c.attempt > 0,
+            ~approved,
+            *([] if start is None else [effects.c.created_at >= start]),
+        )
+        .scalar_subquery()
+    )
+    rows = conn.execute(select(asked.c.key, action).where(*_tickets_open(start, asked))).all()
+    # A call asked about twice (a second ticket after a no) is one action.
+    return [float(at) for at in {key: at for key, at in rows if at is not None}.values()]
+
+
+def count_in_doubt(conn: Conn) -> int:
+    """Actions in doubt now, through the partial index of open actions."""
+    return int(conn.execute(select(func.count()).where(in_open_state("in_doubt"))).scalar_one())
+
+
+def hits_by_slot(conn: Conn, start: int, width: int) -> list[tuple[int, int]]:
+    """Repeats since ``start`` (a whole minute) summed by stretches of ``width`` seconds, by
+    the stretch's number; the database adds up the minutes."""
+    slot = (dedup_hits.c.minute * 60 - start) // width
+    rows = conn.execute(
+        select(slot, func.sum(dedup_hits.c.hits))
+        .where(dedup_hits.c.minute >= start // 60)
+        .group_by(slot)
+    )
+    return [(int(i), int(n)) for i, n in rows]
+
+
+def costs_since(conn: Conn, start: float) -> list[tuple[float, float]]:
+    """(when, cost) of each run with a cost that completed since ``start`` (when: its
+    completion), or that had an action first attempted since then and has not completed since
+    (when: its latest action). Each side is a range of an index, each run's cost a key."""
+    cost = run_counters.alias("cost")
+    done = run_counters.alias("done")
+    completed = (
+        select(done.c.value, cost.c.value)
+        .join(cost, (cost.c.run_id == done.c.run_id) & (cost.c.name == "cost"))
+        .where(done.c.name == COMPLETED_AT, done.c.value >= start)
+    )
+    acting = (
+        select(run_tallies.c.last_at, cost.c.value)
+        .join(cost, (cost.c.run_id == run_tallies.c.run_id) & (cost.c.name == "cost"))
+        .outerjoin(done, (done.c.run_id == run_tallies.c.run_id) & (done.c.name == COMPLETED_AT))
+        .where(run_tallies.c.last_at >= start, or_(done.c.value.is_(None), done.c.value < start))
+    )
+    return [
+        (float(at), float(n)) for stmt in (completed, acting) for at, n in conn.execute(stmt).all()
+    ]
+
+
+def completed_times(conn: Conn, start: float) -> list[float]:
+    """When each run completed since ``start``: a range of the counters' value index."""
+    rows = conn.execute(
+        select(run_counters.c.value).where(
+            run_counters.c.name == COMPLETED_AT, run_counters.c.value >= start
+        )
+    )
+    return [float(at) for at in rows.scalars().all()]
+
+
+# -- all-time alert figures, counted by the database over the counters' value index --------------
+
+
+def counter_quantiles(conn: Conn, name: str, qs: Sequence[float]) -> list[float | None]:
+    """Nearest-rank quantiles of one counter over every run that has it: a count, then one
+    step along the index per quantile, no row brought back but the answer."""
+    where = run_counters.c.name == name
+    n = int(conn.execute(select(func.count()).where(where)).scalar_one())
+    found: list[float | None] = []
+    for q in qs:
+        if not n:
+            found.append(None)
+            continue
+        rank = min(n - 1, max(0, math.ceil(q * n) - 1))
+        stmt = (
+            select(run_counters.c.value)
+            .where(where)
+            .order_by(run_counters.c.value)
+            .limit(1)
+            .offset(rank)
+        )
+        found.append(float(conn.execute(stmt).scalar_one()))
     return found
+
+
+def completions(conn: Conn) -> tuple[int, int]:
+    """Runs completed, and how many of them read something (a ``run.reads`` above 0)."""
+    done = run_counters.alias("done")
+    read = (
+        select(run_counters.c.run_id)
+        .where(
+            run_counters.c.run_id == done.c.run_id,
+            run_counters.c.name == READS,
+            run_counters.c.value > 0,
+        )
+        .exists()
+    )
+    completed, with_read = conn.execute(
+        select(func.count(), func.coalesce(func.sum(case((read, 1), else_=0)), 0)).where(
+            done.c.name == COMPLETED_AT
+        )
+    ).one()
+    return int(completed), int(with_read)
+
+
+def trigger_counts(conn: Conn) -> dict[str, int]:
+    """Runs by each trigger they were entered with: a range of the value index's names."""
+    rows = conn.execute(
+        select(run_counters.c.name, func.count())
+        .where(run_counters.c.name >= TRIGGER, run_counters.c.name < TRIGGER[:-1] + ";")
+        .group_by(run_counters.c.name)
+    )
+    return {str(name)[len(TRIGGER) :]: int(n) for name, n in rows}

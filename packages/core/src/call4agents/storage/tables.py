@@ -190,6 +190,10 @@ changes = Table(
     Column("old_attempt", Integer),
     Column("new_state", String(16)),  # NULL: the action was deleted
     Column("new_attempt", Integer),
+    # Schema version 9, for the figures over time: when the action was first attempted, and when
+    # this change happened (the row's new updated_at; the clock for a delete).
+    Column("created_at", Float),
+    Column("at", Float),
 )
 
 # Ledger-wide figures, one row each: "actions:<state>", "retried", "executions", "irreversible",
@@ -211,7 +215,31 @@ run_tallies = Table(
     Column("actions", BigInteger, nullable=False),
     Column("failed", BigInteger, nullable=False),
     Column("irreversible", BigInteger, nullable=False),  # attempts of irreversible tools
+    # Schema version 9: when the run's latest action was first attempted, so a window finds the
+    # runs with an action in it by this index instead of reading the window's actions.
+    Column("last_at", Float),
 )
+Index("c4a_run_tallies_last", run_tallies.c.last_at)
+
+# The tallies split by time (schema version 9), so a window's figures cost what its hours cost,
+# not what its actions do. ``step`` is 60 or 3600 seconds and ``at`` the start of the minute or
+# hour. The tallies' action figures ("actions:<state>", "retried", "executions",
+# "irreversible") are filed under the time the action was first attempted, so a window's
+# figures are about the actions first attempted in it; "doubt_in" and "doubt_out" (an action
+# fell in doubt, or left it) under the time that happened, so the chart of open doubt has a
+# history. Only the fold writes them, one fold at a time.
+timeline = Table(
+    "c4a_timeline",
+    metadata,
+    Column("step", Integer, primary_key=True),
+    Column("at", BigInteger, primary_key=True),
+    Column("name", String(64), primary_key=True),
+    Column("value", BigInteger, nullable=False),
+)
+
+# Runs by a counter's value (schema version 9): the runs completed in a window, the quantiles of
+# cost and tool calls, runs by trigger, each read as a range of this index.
+Index("c4a_run_counters_value", run_counters.c.name, run_counters.c.value)
 
 Index("c4a_run_tallies_irreversible", run_tallies.c.irreversible, run_tallies.c.run_id)
 # Approvals waiting now (`stats`, the gauges, `approvals`): pending and not yet expired.
