@@ -276,10 +276,13 @@ def test_errors_are_the_full_routes(tmp_path: Path, run: Any) -> None:
 
     empty = tmp_path / "empty.db"
     sqlite3.connect(empty).close()
+    shared = new_ledger(tmp_path / "shared" / "ledger.db")
+    (tmp_path / "shared" / "ledger.db").chmod(0o664)
     cases = {
         "no file": (f"sqlite:///{tmp_path / 'nope.db'}", "there is no ledger at"),
         "no tables": (f"sqlite:///{empty}", "there is no Call4Agents ledger at"),
         "a folder": (f"sqlite:///{tmp_path}", "refusing the ledger file"),
+        "others may write it": (shared, "other users may write it (mode 664)"),
     }
     for name, (where, message) in cases.items():
         assert _lean.open_ledger(where) is None, name

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from call4agents.engine import _owner
-from call4agents.model.codec import decode_result
 
 
 def idempotency_key(key: str) -> str:
@@ -49,6 +48,9 @@ class EffectRecord:
     @property
     def result(self) -> Any:
         """The recorded result, decoded to its original type (None if there is none)."""
+        # Imported here: the codec (uuid, decimal) is not needed to list records, as `doubt` does.
+        from call4agents.model.codec import decode_result
+
         return decode_result(self.result_json) if self.result_json is not None else None
 
     def as_dict(self) -> dict[str, Any]:
