@@ -4,8 +4,10 @@
 
 Each case is a new process, started ``--rounds`` times with the cases interleaved (so a busy
 moment of the machine falls on all of them alike): ``python -c pass`` (the floor),
-``import call4agents`` (what a tool-calling process pays), ``call4agents --help`` and
-``call4agents doubt`` on an empty ledger. Wall times from spawn to exit, in milliseconds, and
+``import call4agents`` (what a tool-calling process pays), ``call4agents --help``,
+``call4agents doubt`` on an empty SQLite ledger (its lean route: ``sqlite3`` alone) and
+``call4agents runs`` on the same ledger (a command that opens it through SQLAlchemy, as
+``doubt`` did before it had the lean route). Wall times from spawn to exit, in milliseconds, and
 the CPU time the process used (user + system), which a busy machine inflates far less than the
 wall time: on a shared machine it is the steadier figure to compare.
 """
@@ -35,6 +37,7 @@ def cases(ledger_url: str) -> dict[str, list[str]]:
         "import call4agents": [sys.executable, "-c", "import call4agents"],
         "call4agents --help": [*CLI, "--help"],
         "call4agents doubt (empty ledger)": [*CLI, "doubt", "--url", ledger_url],
+        "call4agents runs (SQLAlchemy)": [*CLI, "runs", "--url", ledger_url],
     }
 
 

@@ -12,6 +12,7 @@ and no statement it sends may read a whole large table.
 from __future__ import annotations
 
 import re
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +23,7 @@ from sqlalchemy import Engine, delete, event, insert, text, update
 import call4agents as c4a
 from call4agents.controls import stats
 from call4agents.facade.cli import main
-from call4agents.storage import _tally
+from call4agents.storage import _lean, _tally
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.tables import (
     approvals,
@@ -184,16 +185,25 @@ def _counters(now: float) -> list[dict[str, Any]]:
 
 
 def _every_select(operation: Callable[[], Any]) -> list[tuple[str, Any]]:
-    """The SELECTs any engine sends while ``operation`` runs (the CLI opens its own)."""
+    """The SELECTs any engine sends while ``operation`` runs (the CLI opens its own), and those
+    of `doubt`'s lean route on SQLite (``sqlite3`` alone, its parameters written in)."""
     seen: list[tuple[str, Any]] = []
 
     def record(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
         if statement.lstrip().upper().startswith(("SELECT", "WITH")):
             seen.append((statement, params))
 
+    def traced(path: Any) -> sqlite3.Connection:
+        conn = lean_connect(path)
+        conn.set_trace_callback(lambda statement: record(0, 0, statement, (), 0, False))
+        return conn
+
+    lean_connect = _lean._connect
     event.listen(Engine, "before_cursor_execute", record)
     try:
-        operation()
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(_lean, "_connect", traced)
+            operation()
     finally:
         event.remove(Engine, "before_cursor_execute", record)
     return seen

@@ -47,8 +47,9 @@ if TYPE_CHECKING:
         record_model_usage,
     )
     from .engine.effect import Effect, approve, deny, effect
-    from .engine.ledger import EffectRecord, GcReport, RunSummary
+    from .engine.ledger import GcReport, RunSummary
     from .engine.lookup import find_marked, key_marker
+    from .engine.records import EffectRecord
     from .engine.runs import Escalated, Handoff, RunStatus, escalate
     from .engine.scope import run
     from .engine.verdicts import DidNotHappen, Happened
@@ -66,7 +67,7 @@ _LAZY = {
     "DidNotHappen": "engine.verdicts",
     "Effect": "engine.effect",
     "EffectOptions": "engine.action",
-    "EffectRecord": "engine.ledger",
+    "EffectRecord": "engine.records",
     "Escalated": "engine.runs",
     "GcReport": "engine.ledger",
     "Handoff": "engine.runs",

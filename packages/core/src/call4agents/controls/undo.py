@@ -39,7 +39,8 @@ from call4agents.model.errors import (
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
-    from call4agents.engine.ledger import EffectRecord, LedgerCore
+    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.records import EffectRecord
 
 UNDO_PREFIX = "undo:"
 

@@ -21,8 +21,10 @@ import itertools
 import os
 import socket
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
+from typing import Any, Protocol
 
 
 def _read(path: str) -> str | None:
@@ -208,3 +210,29 @@ def gone_note(owner_text: str | None) -> str:
 def describe(owner_text: str | None) -> str:
     owner = Owner.parse(owner_text or "")
     return owner.describe() if owner else (owner_text or "unknown")
+
+
+class Mark(Protocol):
+    """``Store.mark_in_doubt``'s shape: move a started attempt to in doubt, True if it moved."""
+
+    def __call__(
+        self, key: str, attempt: int, note: str, *, only_if_expired: bool, owner: str | None = None
+    ) -> bool: ...
+
+
+def sweep(started: Iterable[tuple[str, int, str | None, Any]], mark: Mark) -> int:
+    """Judge the started actions (key, attempt, owner, and whether the lease lapsed by the
+    database clock): mark in doubt each whose local owner died, or whose lease lapsed while its
+    owner is not a live process of this machine. Returns how many moved.
+
+    Stated once for both routes that sweep: the ledger's, and the lean one of ``call4agents
+    doubt`` on SQLite (see ``storage/_lean.py``), whose ``mark`` is its own statement."""
+    moved = 0
+    for key, attempt, owner, lapsed in started:
+        if is_dead_local(owner):
+            moved += mark(key, attempt, gone_note(owner), only_if_expired=False, owner=owner)
+        elif lapsed and not is_alive_local(owner):
+            # A live process of this machine (busy, stuck or stopped) may still act.
+            note = "its lease expired with no result"
+            moved += mark(key, attempt, note, only_if_expired=True, owner=owner)
+    return moved

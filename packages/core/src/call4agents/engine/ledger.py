@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import json
 import os
 import secrets as _secrets
 import threading
@@ -19,7 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from call4agents.engine import _owner, approvals
 from call4agents.engine.approvals import ApprovalRequest, Signer
-from call4agents.model.codec import decode_result, encode_result
+from call4agents.engine.records import EffectRecord, record_of
+from call4agents.engine.records import idempotency_key as idempotency_key  # its old home
+from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
 from call4agents.storage import _db, _files, reads, run_rows
 from call4agents.storage._hits import DedupCounter
@@ -35,65 +36,6 @@ _CACHE_LIMIT = 50_000
 # A resumed run's recorded results read in one go: at most this many, none larger than this.
 _RECALL_ROWS = 1_000
 _RECALL_BYTES = 64 * 1024
-
-
-def idempotency_key(key: str) -> str:
-    """The key a tool forwards to its provider (``Idempotency-Key``): stable across attempts."""
-    return "c4a-" + key[:48]
-
-
-@dataclass(frozen=True)
-class EffectRecord:
-    """One recorded action, as ``effects()``, ``in_doubt()`` and the CLI show it."""
-
-    key: str
-    seq: int
-    run_id: str
-    tool: str
-    kind: str
-    state: str
-    attempt: int
-    args: dict[str, Any]
-    result_json: str | None
-    error: str | None
-    note: str | None
-    resolved_by: str | None
-    owner: str | None
-    lease_expires_at: float | None
-    created_at: float
-    updated_at: float
-    pruned_at: float | None
-    evidence: list[dict[str, Any]]
-
-    @property
-    def idempotency_key(self) -> str:
-        return idempotency_key(self.key)
-
-    @property
-    def result(self) -> Any:
-        """The recorded result, decoded to its original type (None if there is none)."""
-        return decode_result(self.result_json) if self.result_json is not None else None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "run_id": self.run_id,
-            "tool": self.tool,
-            "kind": self.kind,
-            "state": self.state,
-            "attempt": self.attempt,
-            "args": self.args,
-            "result": json.loads(self.result_json) if self.result_json else None,
-            "error": self.error,
-            "note": self.note,
-            "resolved_by": self.resolved_by,
-            "owner": _owner.describe(self.owner) if self.owner else None,
-            "idempotency_key": self.idempotency_key,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "pruned": self.pruned_at is not None,
-            "evidence": self.evidence,
-        }
 
 
 @dataclass(frozen=True)
@@ -403,12 +345,12 @@ class LedgerCore:
 
     def effects(self, run_id: str | None = None, *, limit: int | None = None) -> list[EffectRecord]:
         """A run's actions in the order they were first attempted (all runs if no id is given)."""
-        return [_record(r) for r in reads.actions(self.store, run_id, limit)]
+        return [record_of(r) for r in reads.actions(self.store, run_id, limit)]
 
     def find(self, key: str) -> EffectRecord | None:
         """One action by its full key, or None if it was never attempted."""
         found = reads.action(self.store, key)
-        return _record(found) if found is not None else None
+        return record_of(found) if found is not None else None
 
     def effect(self, key: str) -> EffectRecord:
         """One action by its key or a unique prefix of it (at least 6 characters)."""
@@ -424,30 +366,17 @@ class LedgerCore:
             raise LedgerError(f"no action with key {key!r} in {self.url}")
         if len(found) > 1:
             raise LedgerError(f"key prefix {key!r} matches several actions: give more characters")
-        return _record(found[0])
+        return record_of(found[0])
 
     def in_doubt(self) -> list[EffectRecord]:
         """Every action in doubt, after judging lapsed leases and dead local owners."""
         self.sweep()
-        return [_record(r) for r in reads.in_doubt(self.store)]
+        return [record_of(r) for r in reads.in_doubt(self.store)]
 
     def sweep(self) -> int:
         """Mark in doubt every started action whose local owner died, or whose lease lapsed
         while its owner is not a live process of this machine."""
-        moved = 0
-        for key, attempt, owner, lapsed in reads.started(self.store):
-            if _owner.is_dead_local(owner):
-                note = _owner.gone_note(owner)
-                moved += self.store.mark_in_doubt(
-                    key, attempt, note, only_if_expired=False, owner=owner
-                )
-            elif lapsed and not _owner.is_alive_local(owner):
-                # A live process of this machine (busy, stuck or stopped) may still act.
-                note = "its lease expired with no result"
-                moved += self.store.mark_in_doubt(
-                    key, attempt, note, only_if_expired=True, owner=owner
-                )
-        return moved
+        return _owner.sweep(reads.started(self.store), self.store.mark_in_doubt)
 
     def runs(
         self,
@@ -602,29 +531,6 @@ class LedgerCore:
             raise ConfigurationError("older_than must not be negative")
         cutoff = self.store.now() - seconds
         return GcReport(*reads.gc(self.store, cutoff, batch, run_rows.forget))
-
-
-def _record(m: Any) -> EffectRecord:
-    return EffectRecord(
-        key=m["key"],
-        seq=m["seq"],
-        run_id=m["run_id"],
-        tool=m["tool"],
-        kind=m["kind"],
-        state=m["state"],
-        attempt=m["attempt"],
-        args=json.loads(m["args"]) if m["args"] else {},
-        result_json=m["result"],
-        error=m["error"],
-        note=m["note"],
-        resolved_by=m["resolved_by"],
-        owner=m["owner"],
-        lease_expires_at=m["lease_expires_at"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-        pruned_at=m["pruned_at"],
-        evidence=json.loads(m["evidence"]) if m["evidence"] else [],
-    )
 
 
 def _load_secret(url: Any) -> bytes:

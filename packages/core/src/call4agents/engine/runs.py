@@ -28,7 +28,8 @@ log = logging.getLogger("call4agents")
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
-    from call4agents.engine.ledger import EffectRecord, LedgerCore
+    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.records import EffectRecord
 
 ESCALATED = "escalated"
 UNDONE = "undone"

@@ -2,50 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import re
 import select
 import sqlite3
-import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, InvalidatePoolError, SQLAlchemyError
 
-from call4agents.model.errors import ConfigurationError, LedgerError
+from call4agents.model.errors import ConfigurationError
 
-from . import _files, _pg
+from . import _files, _pg, _sqlite
+from ._sqlite import DEFAULT_URL, NETWORK_FS, Durability, check_local_fs, mount_fs_type
 
-Durability = Literal["power", "process"]
-DEFAULT_URL = "sqlite:///.c4a/ledger.db"
-
-# File systems where SQLite's locking and fsync cannot be trusted (SQLite FAQ, "network file
-# systems"): two machines may both believe they hold the write lock.
-NETWORK_FS = frozenset(
-    {
-        "nfs",
-        "nfs4",
-        "cifs",
-        "smb3",
-        "smbfs",
-        "9p",
-        "afs",
-        "ceph",
-        "glusterfs",
-        "lustre",
-        "fuse.sshfs",
-        "sshfs",
-        "davfs",
-        "fuse.davfs2",
-        "fuse.rclone",
-        "fuse.s3fs",
-        "fuse.gcsfuse",
-        "fuse.juicefs",
-        "virtiofs",
-    }
-)
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # What a parsed host may look like: names or IPv4 addresses (a comma-separated list for libpq's
 # several hosts), or empty (a socket given in ?host=). Anything else means the URL was split in
@@ -73,9 +44,7 @@ _PG_CONNECT_DEFAULTS = {
 
 
 def parse_url(url: str | None) -> URL:
-    raw = url or os.environ.get("CALL4AGENTS_URL") or DEFAULT_URL
-    if "://" not in raw:  # a bare path means an SQLite file
-        raw = "sqlite:///" + raw
+    raw = _sqlite.given_url(url)
     try:
         parsed = make_url(raw)
     except ArgumentError as exc:
@@ -118,37 +87,6 @@ def safe_url(url: str | URL) -> str:
         return re.sub(r"//.*@", "//***@", url)
 
 
-def mount_fs_type(path: Path, mounts_text: str | None = None) -> str | None:
-    """The file system type of the mount that holds ``path`` (Linux /proc/mounts), if known."""
-    if mounts_text is None:
-        try:
-            mounts_text = Path("/proc/mounts").read_text(encoding="utf-8")
-        except OSError:
-            return None
-    best, fstype = "", None
-    target = str(path.resolve())
-    for line in mounts_text.splitlines():
-        parts = line.split()
-        if len(parts) < 3:
-            continue
-        point = parts[1].replace("\\040", " ")
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best):
-            best, fstype = point, parts[2]
-    return fstype
-
-
-def check_local_fs(directory: Path, *, allow_network_fs: bool) -> None:
-    fstype = mount_fs_type(directory)
-    if fstype in NETWORK_FS and not allow_network_fs:
-        raise LedgerError(
-            f"the ledger folder {directory} is on a network file system ({fstype}), where SQLite "
-            "cannot lock reliably and two machines could run one action twice. Use PostgreSQL "
-            "(postgresql+psycopg://...) to share a ledger, or pass allow_network_fs=True (or set "
-            "CALL4AGENTS_ALLOW_NETWORK_FS=1) if only one machine ever opens it."
-        )
-
-
 def _prepare_sqlite_file(path: Path, *, allow_network_fs: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     check_local_fs(path.parent, allow_network_fs=allow_network_fs)
@@ -170,21 +108,13 @@ def sqlite_engine(
         )
     path = Path(database).expanduser()
     _prepare_sqlite_file(path, allow_network_fs=allow_network_fs)
-    synchronous = "FULL" if durability == "power" else "NORMAL"
     engine = create_engine(
-        url.set(database=str(path)),
-        connect_args={
-            "timeout": busy_timeout,
-            "isolation_level": None,
-            "check_same_thread": False,
-        },
+        url.set(database=str(path)), connect_args=_sqlite.connect_args(busy_timeout)
     )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
-        _set_wal(dbapi_conn, busy_timeout)
-        dbapi_conn.execute(f"PRAGMA synchronous={synchronous}")
-        dbapi_conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        _sqlite.configure(dbapi_conn, durability=durability, busy_timeout=busy_timeout)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
@@ -195,20 +125,6 @@ def sqlite_engine(
         conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
 
     return engine
-
-
-def _set_wal(dbapi_conn: sqlite3.Connection, busy_timeout: float) -> None:
-    # Switching a brand-new file to WAL needs a moment of exclusive access; processes opening it
-    # together may see "database is locked" here before the busy handler applies, so retry.
-    deadline = time.monotonic() + busy_timeout
-    while True:
-        try:
-            dbapi_conn.execute("PRAGMA journal_mode=WAL")
-            return
-        except sqlite3.OperationalError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
 
 
 def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> Engine:
@@ -314,5 +230,14 @@ def make_engine(
 
 # The handles and the fault type the layers above name (only storage imports SQLAlchemy): an
 # engine, a parsed URL, and what a database call raises when the database fails.
-__all__ = ["URL", "DatabaseFault", "Engine"]
+__all__ = [
+    "DEFAULT_URL",
+    "NETWORK_FS",
+    "URL",
+    "DatabaseFault",
+    "Durability",
+    "Engine",
+    "check_local_fs",
+    "mount_fs_type",
+]
 DatabaseFault = SQLAlchemyError

@@ -13,6 +13,8 @@ from sqlalchemy import ColumnElement, Connection, Select, Table, func, literal, 
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
+from call4agents.storage import _sqlite
+
 S = TypeVar("S", bound=Select[Any])
 
 
@@ -49,8 +51,7 @@ class Dialect:
 
 class SQLite(Dialect):
     name = "sqlite"
-    # julianday('now') is the same clock for every process of this machine, at millisecond grain.
-    now_text = "((julianday('now') - 2440587.5) * 86400.0)"
+    now_text = _sqlite.NOW  # julianday('now'): one clock for every process of this machine
 
     def now(self) -> ColumnElement[float]:
         return (func.julianday("now") - literal(2440587.5)) * literal(86400.0)

@@ -17,6 +17,7 @@ from sqlalchemy.exc import OperationalError
 from call4agents.model.errors import LedgerError
 
 from . import _live, _tally
+from ._basics import CURRENT, refuse_newer
 from .tables import (
     approvals,
     changes,
@@ -161,7 +162,8 @@ def _v9(conn: Connection) -> None:
 
 
 MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
-CURRENT = len(MIGRATIONS)
+# Stated in _basics, where the lean route reads it without SQLAlchemy: a new migration raises it.
+assert len(MIGRATIONS) == CURRENT, "a new migration raises _basics.CURRENT"
 
 
 def current_version(conn: Connection, schema: str | None = None) -> int:
@@ -190,10 +192,4 @@ def migrate(engine: Engine, *, schema: str | None = None, target: int = CURRENT)
         return before, max(before, target)
 
 
-def refuse_newer(version: int) -> None:
-    if version > CURRENT:
-        raise LedgerError(
-            f"this ledger was written by a newer Call4Agents (schema version {version}; this "
-            f"version knows up to {CURRENT}). Upgrade call4agents on this machine; the ledger was "
-            "not changed."
-        )
+__all__ = ["CURRENT", "MIGRATIONS", "current_version", "migrate", "refuse_newer"]

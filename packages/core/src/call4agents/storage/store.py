@@ -45,6 +45,8 @@ from sqlalchemy.sql.elements import ColumnElement
 from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
+from ._basics import database_failed
+from ._basics import short_error as short_error  # its old home, which callers import from
 from ._hot import HotPath
 from .dialects import dialect_of
 from .tables import effects
@@ -706,12 +708,6 @@ class Store:
             return float(conn.execute(select(self._now)).scalar_one())
 
 
-def short_error(exc: BaseException) -> str:
-    """The first line of a database error, without SQLAlchemy's statement and parameters."""
-    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
 class _DbFaults:
     """Database faults (a dropped connection, a full pool) as one-line LedgerErrors.
 
@@ -725,7 +721,7 @@ class _DbFaults:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
         if isinstance(exc, (DBAPIError, PoolTimeout)):
-            raise LedgerError(f"the ledger database failed: {short_error(exc)}") from exc
+            raise database_failed(exc) from exc
 
 
 _DB_FAULTS = _DbFaults()

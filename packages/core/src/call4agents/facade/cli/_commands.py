@@ -41,7 +41,8 @@ from ._base import (
 )
 
 if TYPE_CHECKING:
-    from call4agents.engine.ledger import EffectRecord, RunSummary
+    from call4agents.engine.ledger import RunSummary
+    from call4agents.engine.records import EffectRecord
     from call4agents.engine.runs import Handoff, RunStatus
     from call4agents.facade.ledger import Ledger
 
@@ -64,9 +65,31 @@ def _why(record: EffectRecord) -> str:
     return record.error or record.note or ""
 
 
+def _in_doubt_lean(args: argparse.Namespace) -> list[EffectRecord] | None:
+    """The actions in doubt, swept first, by the lean route: an SQLite ledger read with
+    ``sqlite3`` alone (``storage/_lean.py``), so a cron job's ``doubt`` does not import
+    SQLAlchemy. None where the full route must answer: another database or URL form, a
+    ``--schema``, no ledger there, another schema version, a fault while opening, or previous
+    secrets to check (``Ledger`` refuses ill-formed ones on opening)."""
+    from call4agents.engine import _owner
+    from call4agents.engine.records import record_of
+    from call4agents.storage import _lean
+
+    if _schema(args) is not None or os.environ.get("CALL4AGENTS_PREVIOUS_SECRET"):
+        return None
+    lean = _lean.open_ledger(getattr(args, "url", None))
+    if lean is None:
+        return None
+    with lean:  # what LedgerCore.in_doubt does, on the lean statements
+        _owner.sweep(lean.started(), lean.mark_in_doubt)
+        return [record_of(row) for row in lean.in_doubt()]
+
+
 def cmd_doubt(args: argparse.Namespace) -> int:
-    with _open(args) as ledger:
-        found = ledger.in_doubt()
+    found = _in_doubt_lean(args)
+    if found is None:
+        with _open(args) as ledger:
+            found = ledger.in_doubt()
     if args.json:
         _print_json([r.as_dict() for r in found])
     elif not found:
