@@ -13,7 +13,7 @@ seeds the tallies with it; tests compare the two).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +25,6 @@ from .tables import changes, effects, run_tallies, tallies, timeline
 # Rows folded per transaction: a SQLite fold holds the write lock while it runs, so a long
 # backlog (a ledger nobody read figures from for a while) goes in short steps.
 BATCH = 20_000
-# Run ids per IN (...) list: under SQLite's default limit of bound parameters.
-_CHUNK = 500
 STATES = ("started", "succeeded", "failed", "in_doubt")
 
 
@@ -198,8 +196,8 @@ def _apply(conn: Connection, rows: Sequence[Any]) -> None:
             upserts.append({"run_id": run_id, **new.__dict__})
         elif run_id in before:
             gone.append(run_id)
-    for chunk in _chunks(gone):
-        conn.execute(delete(run_tallies).where(run_tallies.c.run_id.in_(chunk)))
+    for among in dialect_of(conn.dialect.name).among(run_tallies.c.run_id, gone):
+        conn.execute(delete(run_tallies).where(among))
     if upserts:
         _upsert(conn, run_tallies, upserts, ["run_id"], replace=True)
     moved = [{"name": k, "value": v} for k, v in total.items() if v]
@@ -214,10 +212,10 @@ def _later(a: float | None, b: float | None) -> float | None:
 
 def _read_runs(conn: Connection, runs: Iterable[str]) -> dict[str, RunTally]:
     found: dict[str, RunTally] = {}
-    for chunk in _chunks(list(runs)):
+    for among in dialect_of(conn.dialect.name).among(run_tallies.c.run_id, list(runs)):
         for run_id, actions, failed, irreversible, last_at in conn.execute(
-            select(run_tallies).where(run_tallies.c.run_id.in_(chunk))
-        ):
+            select(run_tallies).where(among)
+        ).all():
             found[run_id] = RunTally(int(actions), int(failed), int(irreversible), last_at)
     return found
 
@@ -290,11 +288,6 @@ def _upsert(
     columns = [c.name for c in table.columns if c.name not in key]
     new = {c: stmt.excluded[c] if replace else table.c[c] + stmt.excluded[c] for c in columns}
     conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=new), rows)
-
-
-def _chunks(items: list[str]) -> Iterator[list[str]]:
-    for start in range(0, len(items), _CHUNK):
-        yield items[start : start + _CHUNK]
 
 
 # -- reading -----------------------------------------------------------------------------------

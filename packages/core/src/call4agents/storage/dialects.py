@@ -9,13 +9,25 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Select, Table, func, literal, text
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    Table,
+    Text,
+    any_,
+    bindparam,
+    func,
+    literal,
+    text,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from call4agents.storage import _sqlite
 
 S = TypeVar("S", bound=Select[Any])
+_CHUNK = 500
 
 
 class Dialect:
@@ -48,6 +60,11 @@ class Dialect:
     def hold(self, conn: Connection, lock_id: int) -> None:
         """Hold a named lock until the transaction ends; SQLite's one writer holds them all."""
 
+    def among(self, column: ColumnElement[Any], values: list[str]) -> list[ColumnElement[bool]]:
+        """Conditions, one per statement to send, that together pick the rows whose ``column``
+        is one of ``values``: lists of at most 500 (under SQLite's limit of bound parameters)."""
+        return [column.in_(values[i : i + _CHUNK]) for i in range(0, len(values), _CHUNK)]
+
 
 class SQLite(Dialect):
     name = "sqlite"
@@ -79,6 +96,13 @@ class PostgreSQL(Dialect):
 
     def locked(self, stmt: S) -> S:
         return stmt.with_for_update()
+
+    def among(self, column: ColumnElement[Any], values: list[str]) -> list[ColumnElement[bool]]:
+        # One array parameter: one statement, whose text psycopg converts once and caches,
+        # where lists of bound parameters would each be a new, long statement.
+        if not values:
+            return []
+        return [column == any_(bindparam("among", values, type_=postgresql.ARRAY(Text)))]
 
     def hold(self, conn: Connection, lock_id: int) -> None:
         conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": lock_id})
