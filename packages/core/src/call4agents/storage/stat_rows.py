@@ -1,8 +1,9 @@
 """The statements behind ``call4agents stats``, the alerts' figures and the console's health.
 
 Every read here is bounded by an index: what is open (the partial index of open actions, the
-pending tickets), a window (``updated_at``, a ticket's ``expires_at``, the dedup minute), or a
-key; all-time figures come from the tallies (``_tally``). ``tests/core/test_query_plans.py``
+pending tickets), a window (the timeline's minute and hour rows, a run's latest action, a
+ticket's ``expires_at``, the dedup minute, a counter's value), or a key; all-time figures come
+from the tallies (``_tally``). ``tests/core/test_query_plans.py``
 holds each one to its plan on both databases. Rows are returned as plain tuples, by position.
 """
 
