@@ -1,5 +1,6 @@
-"""`call4agents stats` answers all-time figures from tallies kept as actions change: after any mix
-of work, including a worker killed mid-way, they equal a recount of every action."""
+"""`call4agents stats` answers all-time figures from tallies kept as actions change, and the
+alerts' run figures from tallies kept as run counters change: after any mix of work, including a
+worker killed mid-way, they equal a recount of every action and every counter."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from sqlalchemy import make_url, select, text
 
 import call4agents as c4a
+from call4agents.controls import stats
 from call4agents.controls.stats import (
     IRREVERSIBLE_RUNS,
     _from_rows,
@@ -23,9 +25,9 @@ from call4agents.controls.stats import (
     compute,
     series,
 )
-from call4agents.storage import _tally
+from call4agents.storage import _run_tally, _tally
 from call4agents.storage.stat_rows import after_folding
-from call4agents.storage.tables import run_tallies
+from call4agents.storage.tables import run_marks, run_tallies, tallies
 from tests.conftest import Target
 
 TEN_YEARS = 10 * 365 * 86400.0
@@ -76,7 +78,30 @@ def assert_tallies_match(ledger: c4a.Ledger) -> dict[str, Any]:
             run.last_at = recounted.last_at
         assert kept == found.per_run
         assert_timeline_matches(conn, found)
+    assert_run_tallies_match(ledger)
     return fast
+
+
+def assert_run_tallies_match(ledger: c4a.Ledger) -> None:
+    """The run figures kept as counters change equal a recount of every counter, and the alerts'
+    figures from them equal the database's count over the counters' value index."""
+    from_tallies = stats._every_run(ledger)  # folds
+    with ledger.store.read() as conn:
+        assert from_tallies == stats._counted_runs(conn)
+    with ledger.store.tx() as conn:
+        assert _run_tally.count_changes(conn) == 0
+        found = _run_tally.recount(conn)
+        kept = {
+            str(name): int(n)
+            for name, n in conn.execute(select(tallies).where(tallies.c.name.not_in(_tally.NAMES)))
+            if n
+        }
+        assert kept == found.total
+        marks = {
+            r.run_id: _run_tally.RunMark(r.completed, r.has_read)
+            for r in conn.execute(select(run_marks))
+        }
+        assert marks == found.marks
 
 
 def assert_timeline_matches(conn: Any, found: _tally.Recount) -> None:
@@ -230,6 +255,58 @@ def killed_child(target: Target, script: Path, mode: str, lines: int) -> None:
     child.stdout.close()
 
 
+def budgeted_work(ledger: c4a.Ledger) -> None:
+    """Runs with budgets whose cost rises entry after entry, reads added on a later entry,
+    runs entered again under other triggers, completed or left open, then deleted and
+    collected."""
+
+    @c4a.effect(name="look", kind="read")
+    def look(n: int) -> int:
+        return n
+
+    @c4a.effect(name="post")
+    def post(n: int) -> int:
+        return n
+
+    budget = c4a.Budget(max_cost=1000)
+    for i in range(12):
+        run_id = f"budgeted-{i}"
+        with c4a.run(run_id, trigger="schedule" if i % 3 else "user", budget=budget):
+            c4a.record_model_usage(100, 10, cost=0.0137 * (i + 1))
+            for n in range(i % 4):
+                post(i * 100 + n)
+        if i % 2:  # a second entry: more cost, and its first read
+            with c4a.run(run_id, trigger="user", budget=budget):
+                c4a.record_model_usage(100, 10, cost=1.1 * i)
+                look(i)
+                post(i * 100 + 50)
+        if i % 5 == 0:
+            assert_run_tallies_match(ledger)
+    with pytest.raises(RuntimeError), c4a.run("broke", trigger="user", budget=budget):
+        c4a.record_model_usage(100, 10, cost=2.5)
+        raise RuntimeError("the agent failed")
+    assert_tallies_match(ledger)
+    ledger.delete_run("budgeted-3")
+    assert_tallies_match(ledger)
+
+
+def test_run_tallies_equal_a_recount_as_counters_change(target: Target) -> None:
+    ledger = c4a.init(target.open())
+    budgeted_work(ledger)
+    figures = stats._every_run(ledger)
+    # A completed run entered again is a retry, whatever trigger it was given; budgeted-3 went.
+    assert figures.triggers == {"retry": 5, "schedule": 8, "user": 4}
+    assert (figures.completed, figures.without_read) == (11, 6)
+    assert figures.cost_p99 is not None and figures.cost_p99 == _run_tally.two_figures(
+        figures.cost_p99
+    )
+    ledger.gc(older_than=0)  # the run counters of every run go with it
+    assert_tallies_match(ledger)
+    after = stats._every_run(ledger)
+    assert (after.completed, after.triggers) == (0, {})
+    assert after.cost_p95 is not None  # a budget's counters stay
+
+
 def test_tallies_equal_a_recount_after_a_worker_is_killed(target: Target, tmp_path: Path) -> None:
     ledger = c4a.init(target.open())
     script = tmp_path / "child.py"
@@ -247,6 +324,7 @@ def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
     """Folding writes; a user who may only read gets the figures counted from every action."""
     ledger = c4a.init(pg_target.open())
     mixed_work(ledger)
+    budgeted_work(ledger)
     expected = tallied(ledger)  # folds what there is so far
     charted = series(ledger, 3600, 4)
     with c4a.run("later"):
@@ -263,6 +341,7 @@ def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
         found = compute(reader).as_dict()
         windowed = compute(reader, 3600)  # the window's actions, row by row
         stale = series(reader, 3600, 4)  # the timeline as of the last fold
+        runs_counted = stats._every_run(reader)  # over the counters' value index
         reader.close()
     finally:
         with ledger.engine.begin() as conn:
@@ -274,6 +353,9 @@ def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
     assert [b.executions for b in stale.buckets] == [b.executions for b in charted.buckets]
     with ledger.store.tx() as conn:
         assert _tally.count_changes(conn) == 2  # its intent and its outcome: nothing folded
+        assert _run_tally.count_changes(conn) > 0  # nor its counters
+    assert runs_counted == stats._every_run(ledger)  # folds them
+    assert runs_counted.completed == 11 + 6  # the budgeted runs, a to e and later
 
 
 def test_irreversible_runs_listed_are_the_top_ones(target: Target) -> None:

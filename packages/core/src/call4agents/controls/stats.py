@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from call4agents.model.errors import LedgerError
-from call4agents.storage import _tally, stat_rows
+from call4agents.storage import _run_tally, _tally, stat_rows
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.store import Conn
 
@@ -349,9 +349,9 @@ def alert_figures(ledger: LedgerCore, stats: Stats, since: float | None = None) 
     """The alerts' figures for runs active in the last ``since`` seconds (all time if None).
 
     Cost per run is what a budget's counters recorded (runs without a budget have no cost);
-    a run counts once however many times it was entered. All time, the database counts them
-    over an index of the counters' values; a window reads the counters of the runs entered in
-    it.
+    its quantiles are given to two significant figures. A run counts once however many times
+    it was entered. All time, the figures come from tallies kept as run counters change (see
+    ``_run_tally``); a window reads the counters of the runs entered in it.
     """
     runs = _every_run(ledger) if since is None else _runs_entered(ledger, since)
     endings_done = _endings_by_status(ledger, since)
@@ -375,16 +375,53 @@ def alert_figures(ledger: LedgerCore, stats: Stats, since: float | None = None) 
 
 
 def _every_run(ledger: LedgerCore) -> _RunFigures:
-    with ledger.store.read() as conn:
-        completed, with_read = stat_rows.completions(conn)
-        cost_p95, cost_p99 = stat_rows.counter_quantiles(conn, "cost", (0.95, 0.99))
-        (calls_p95,) = stat_rows.counter_quantiles(conn, TOOL_CALLS, (0.95,))
-        triggers = stat_rows.trigger_counts(conn)
-    return _RunFigures(completed, completed - with_read, cost_p95, cost_p99, calls_p95, triggers)
+    """Every run's figures from the run tallies, after folding in the counter changes not yet
+    counted (see ``_run_tally``): a few dozen rows at any number of runs. Where the fold may
+    not run (a read-only database user), the database counts them over the counters' value
+    index instead, which grows with the runs. Cost quantiles are to two significant figures
+    either way, as the tallies file costs."""
+    try:
+        return stat_rows.after_folding(ledger.store, _from_run_tallies)
+    except LedgerError:
+        with ledger.store.read() as conn:  # may not write here: count over the index
+            return _counted_runs(conn)
+
+
+def _from_run_tallies(conn: Conn) -> _RunFigures:
+    found = _run_tally.read(conn)
+    return _RunFigures(
+        found.completed,
+        found.completed - found.with_read,
+        _run_tally.quantile(found.costs, 0.95),
+        _run_tally.quantile(found.costs, 0.99),
+        _run_tally.quantile(found.tool_calls, 0.95),
+        found.triggers,
+    )
+
+
+def _counted_runs(conn: Conn) -> _RunFigures:
+    completed, with_read = stat_rows.completions(conn)
+    cost_p95, cost_p99 = stat_rows.counter_quantiles(conn, _run_tally.COST, (0.95, 0.99))
+    (calls_p95,) = stat_rows.counter_quantiles(conn, TOOL_CALLS, (0.95,))
+    triggers = stat_rows.trigger_counts(conn)
+    return _RunFigures(
+        completed,
+        completed - with_read,
+        _two_figures(cost_p95),
+        _two_figures(cost_p99),
+        calls_p95,
+        triggers,
+    )
+
+
+def _two_figures(value: float | None) -> float | None:
+    return None if value is None else _run_tally.two_figures(value)
 
 
 def _runs_entered(ledger: LedgerCore, since: float) -> _RunFigures:
-    """From each counter of the runs entered (or budgeted) in the window."""
+    """From each counter of the runs entered (or budgeted) in the window; cost quantiles to two
+    significant figures, as all-time ones are (rounding keeps the order, so this is the
+    quantile of the rounded costs)."""
     counters: dict[str, dict[str, float]] = {}
     for run_id, name, value in stat_rows.run_counters_active(ledger.store, since):
         counters.setdefault(run_id, {})[name] = value
@@ -397,8 +434,8 @@ def _runs_entered(ledger: LedgerCore, since: float) -> _RunFigures:
     return _RunFigures(
         len(completed),
         sum(not counters[r].get(READS) for r in completed),
-        _quantile(costs, 0.95),
-        _quantile(costs, 0.99),
+        _two_figures(_quantile(costs, 0.95)),
+        _two_figures(_quantile(costs, 0.99)),
         _quantile(calls, 0.95),
         dict(triggers),
     )

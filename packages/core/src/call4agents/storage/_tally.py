@@ -163,7 +163,11 @@ def fold_batch(conn: Connection, limit: int = BATCH) -> int:
     ).all()
     if rows:
         _apply(conn, rows)
-    return len(rows)
+    # The run counters' log, under the same lock (_run_tally builds on this module, hence the
+    # import here). A full batch of either means there may be more.
+    from . import _run_tally
+
+    return max(len(rows), _run_tally.fold_batch(conn, limit))
 
 
 def _apply(conn: Connection, rows: Sequence[Any]) -> None:
@@ -293,9 +297,22 @@ def _upsert(
 # -- reading -----------------------------------------------------------------------------------
 
 
+# The action figures among the tallies; the rest are the run figures (``_run_tally``).
+NAMES = (
+    *("actions:" + s for s in STATES),
+    "retried",
+    "executions",
+    "irreversible",
+    "runs",
+    "runs_failed",
+)
+
+
 def read(conn: Connection) -> dict[str, int]:
-    """The ledger-wide tallies (fold first for up-to-date figures); a missing name is 0."""
-    return {name: int(value) for name, value in conn.execute(select(tallies))}
+    """The ledger-wide action tallies (fold first for up-to-date figures), by key; a missing
+    name is 0."""
+    stmt = select(tallies).where(tallies.c.name.in_(NAMES))
+    return {name: int(value) for name, value in conn.execute(stmt)}
 
 
 def irreversible_per_run(conn: Connection, limit: int) -> dict[str, int]:

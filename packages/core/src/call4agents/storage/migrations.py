@@ -16,7 +16,7 @@ from sqlalchemy.exc import OperationalError
 
 from call4agents.model.errors import LedgerError
 
-from . import _live, _tally
+from . import _live, _run_tally, _tally
 from ._basics import CURRENT, refuse_newer
 from .tables import (
     approvals,
@@ -24,7 +24,9 @@ from .tables import (
     dedup_hits,
     effects,
     meta,
+    run_changes,
     run_counters,
+    run_marks,
     run_tallies,
     runs,
     schema_version,
@@ -161,7 +163,56 @@ def _v9(conn: Connection) -> None:
     by_value.create(conn, checkfirst=True)
 
 
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1, _v2, _v3, _v4, _v5, _v6, _v7, _v8, _v9]
+def _v10(conn: Connection) -> None:
+    # The alerts' run figures kept as run counters change (see _run_tally): the counters' change
+    # log, the per-run marks, the log's triggers, and the figures seeded from the counters
+    # already there (one read of the counters' value index, once). Creating the triggers locks
+    # c4a_run_counters against writers until this commits, so the seed counts a table no worker
+    # changes meanwhile; it waits only so long for that lock, as adding a column does.
+    for table in (run_changes, run_marks):
+        table.drop(conn, checkfirst=True)
+        table.create(conn)
+    _locking(conn, run_counters.name, lambda: _run_triggers_afresh(conn))
+    _widen_tally_names(conn)
+    _run_tally.seed(conn)
+
+
+def _run_triggers_afresh(conn: Connection) -> None:
+    _run_tally.drop_triggers(conn)
+    _run_tally.create_triggers(conn)
+
+
+def _widen_tally_names(conn: Connection) -> None:
+    """c4a_tallies.name as Text: a run figure's name holds a trigger, which may be any length.
+    The tallies are a few dozen rows, so SQLite (which cannot change a column's type) copies
+    them into the table made afresh; PostgreSQL changes the type in place (no rewrite)."""
+    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    table = f'"{schema}".{tallies.name}' if schema else tallies.name
+    if conn.dialect.name == "postgresql":
+        _locking(
+            conn,
+            tallies.name,
+            lambda: conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN name TYPE TEXT")),
+        )
+        return
+    conn.execute(text(f"ALTER TABLE {table} RENAME TO c4a_tallies_v9"))
+    tallies.create(conn)
+    conn.execute(text(f"INSERT INTO {table} (name, value) SELECT name, value FROM c4a_tallies_v9"))
+    conn.execute(text("DROP TABLE c4a_tallies_v9"))
+
+
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    _v1,
+    _v2,
+    _v3,
+    _v4,
+    _v5,
+    _v6,
+    _v7,
+    _v8,
+    _v9,
+    _v10,
+]
 # Stated in _basics, where the lean route reads it without SQLAlchemy: a new migration raises it.
 assert len(MIGRATIONS) == CURRENT, "a new migration raises _basics.CURRENT"
 

@@ -197,12 +197,15 @@ changes = Table(
 )
 
 # Ledger-wide figures, one row each: "actions:<state>", "retried", "executions", "irreversible",
-# "runs" (runs with at least one action), "runs_failed" (runs with at least one failed action).
-# Only the fold writes them, one fold at a time.
+# "runs" (runs with at least one action), "runs_failed" (runs with at least one failed action);
+# from schema version 10 also the run figures (see ``_run_tally``): "runs_completed",
+# "runs_completed_with_read", "runs_trigger:<trigger>", and the runs by tool calls
+# ("tool_calls:<n>") and by cost to two significant figures ("cost:<value>"). Only the fold
+# writes them, one fold at a time. The name is Text from version 10: a trigger is any string.
 tallies = Table(
     "c4a_tallies",
     metadata,
-    Column("name", String(64), primary_key=True),
+    Column("name", Text, primary_key=True),
     Column("value", BigInteger, nullable=False),
 )
 
@@ -235,6 +238,32 @@ timeline = Table(
     Column("at", BigInteger, primary_key=True),
     Column("name", String(64), primary_key=True),
     Column("value", BigInteger, nullable=False),
+)
+
+# Run figures kept up to date as run counters change (schema version 10), as ``changes`` does for
+# actions: a trigger on c4a_run_counters appends the counters the alerts' figures read (a run
+# completed, its reads, tool calls and cost, the triggers it was entered with), old value and
+# new (NULL: inserted, or deleted); the fold moves them into ``tallies`` and ``run_marks``.
+run_changes = Table(
+    "c4a_run_changes",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("run_id", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("old_value", Float),
+    Column("new_value", Float),
+)
+
+# Per run, what the completed-with-a-read figure needs from two counters at once: whether the run
+# has completed (its completion counter, 0 or 1) and has read something (its reads counter above
+# 0, 0 or 1). A run with neither has no row. Tool calls and cost need no mark: the log carries a
+# counter's old value, so the fold moves a run from its old bucket to its new one directly.
+run_marks = Table(
+    "c4a_run_marks",
+    metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("completed", BigInteger, nullable=False),
+    Column("has_read", BigInteger, nullable=False),
 )
 
 # Runs by a counter's value (schema version 9): the runs completed in a window, the quantiles of
