@@ -1,6 +1,7 @@
 """Figures over time come from the timeline (the tallies by minute and by hour): a window's
 figures equal a count of its actions row by row, open doubt has a history, and a ledger of
-schema version 8 gains the timeline when it upgrades. On both backends."""
+schema version 8 gains the timeline when it upgrades, one of version 9 the run tallies. On both
+backends."""
 
 from __future__ import annotations
 
@@ -9,12 +10,19 @@ from sqlalchemy import delete, text, update
 
 import call4agents as c4a
 from call4agents.controls import stats
-from call4agents.storage import _tally
+from call4agents.storage import _run_tally, _tally
 from call4agents.storage.migrations import CURRENT, migrate
 from call4agents.storage.run_rows import COMPLETED_AT, ENTERED_AT
-from call4agents.storage.tables import changes, effects, run_counters, runs, schema_version
+from call4agents.storage.tables import (
+    changes,
+    effects,
+    run_counters,
+    runs,
+    schema_version,
+    tallies,
+)
 from tests.conftest import Target
-from tests.otel.test_stats_tallies import assert_tallies_match, mixed_work
+from tests.otel.test_stats_tallies import assert_tallies_match, budgeted_work, mixed_work
 
 HOUR = 3600.0
 
@@ -187,6 +195,7 @@ def test_a_ledger_of_version_8_gains_the_timeline(target: Target) -> None:
 def _back_to_version_8(ledger: c4a.Ledger) -> None:
     """The tables as schema version 8 left them: no timeline, no times in the change log or the
     run tallies, no index of counter values, and the triggers of version 7."""
+    _back_to_version_9(ledger)
     prefix = f'"{ledger.schema}".' if ledger.schema else ""
     with ledger.engine.begin() as conn:
         _tally.drop_triggers(conn)
@@ -198,3 +207,39 @@ def _back_to_version_8(ledger: c4a.Ledger) -> None:
             conn.execute(text(f"ALTER TABLE {prefix}c4a_changes DROP COLUMN {column}"))
         conn.execute(delete(changes))
         conn.execute(schema_version.update().values(version=8))
+
+
+def test_a_ledger_of_version_9_gains_the_run_tallies(target: Target) -> None:
+    ledger = c4a.init(target.open())
+    mixed_work(ledger)
+    budgeted_work(ledger)
+    counted = stats._every_run(ledger)
+    _back_to_version_9(ledger)
+    with ledger.store.read() as conn:  # as version 9 counted them, less the rounding of cost
+        assert stats._counted_runs(conn) == counted
+    assert migrate(ledger.engine, schema=target.schema) == (9, CURRENT)
+    assert_tallies_match(ledger)  # seeded from the counters, and equal to the count above
+    assert stats._every_run(ledger) == counted
+    # And it keeps counting: more work after the upgrade.
+    with c4a.run("after", trigger="webhook", budget=c4a.Budget(max_cost=100)):
+        c4a.record_model_usage(10, 1, cost=123.456)
+    assert_tallies_match(ledger)
+    after = stats._every_run(ledger)
+    assert after.triggers["webhook"] == counted.triggers.get("webhook", 0) + 1
+    assert after.completed == counted.completed + 1
+
+
+def _back_to_version_9(ledger: c4a.Ledger) -> None:
+    """The tables as schema version 9 left them: no run change log, its triggers or run marks,
+    no run figures among the tallies."""
+    prefix = f'"{ledger.schema}".' if ledger.schema else ""
+    with ledger.engine.begin() as conn:
+        _run_tally.drop_triggers(conn)
+        for table in ("c4a_run_changes", "c4a_run_marks"):
+            conn.execute(text(f"DROP TABLE {prefix}{table}"))
+        conn.execute(delete(tallies).where(tallies.c.name.not_in(_tally.NAMES)))
+        if ledger.dialect == "postgresql":
+            conn.execute(
+                text(f"ALTER TABLE {prefix}c4a_tallies ALTER COLUMN name TYPE VARCHAR(64)")
+            )
+        conn.execute(schema_version.update().values(version=9))

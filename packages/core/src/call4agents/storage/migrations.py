@@ -173,32 +173,12 @@ def _v10(conn: Connection) -> None:
         table.drop(conn, checkfirst=True)
         table.create(conn)
     _locking(conn, run_counters.name, lambda: _run_triggers_afresh(conn))
-    _widen_tally_names(conn)
     _run_tally.seed(conn)
 
 
 def _run_triggers_afresh(conn: Connection) -> None:
     _run_tally.drop_triggers(conn)
     _run_tally.create_triggers(conn)
-
-
-def _widen_tally_names(conn: Connection) -> None:
-    """c4a_tallies.name as Text: a run figure's name holds a trigger, which may be any length.
-    The tallies are a few dozen rows, so SQLite (which cannot change a column's type) copies
-    them into the table made afresh; PostgreSQL changes the type in place (no rewrite)."""
-    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
-    table = f'"{schema}".{tallies.name}' if schema else tallies.name
-    if conn.dialect.name == "postgresql":
-        _locking(
-            conn,
-            tallies.name,
-            lambda: conn.execute(text(f"ALTER TABLE {table} ALTER COLUMN name TYPE TEXT")),
-        )
-        return
-    conn.execute(text(f"ALTER TABLE {table} RENAME TO c4a_tallies_v9"))
-    tallies.create(conn)
-    conn.execute(text(f"INSERT INTO {table} (name, value) SELECT name, value FROM c4a_tallies_v9"))
-    conn.execute(text("DROP TABLE c4a_tallies_v9"))
 
 
 MIGRATIONS: list[Callable[[Connection], None]] = [

@@ -200,12 +200,12 @@ changes = Table(
 # "runs" (runs with at least one action), "runs_failed" (runs with at least one failed action);
 # from schema version 10 also the run figures (see ``_run_tally``): "runs_completed",
 # "runs_completed_with_read", "runs_trigger:<trigger>", and the runs by tool calls
-# ("tool_calls:<n>") and by cost to two significant figures ("cost:<value>"). Only the fold
-# writes them, one fold at a time. The name is Text from version 10: a trigger is any string.
+# ("tool_calls:<n>") and by cost to two significant figures ("cost:<value>"): every name is
+# short (a trigger is one of a few words). Only the fold writes them, one fold at a time.
 tallies = Table(
     "c4a_tallies",
     metadata,
-    Column("name", Text, primary_key=True),
+    Column("name", String(64), primary_key=True),
     Column("value", BigInteger, nullable=False),
 )
 
