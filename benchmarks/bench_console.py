@@ -35,7 +35,7 @@ from starlette.testclient import TestClient
 
 import call4agents as c4a
 from call4agents.console import ConsoleSettings, create_app
-from call4agents.storage import _live, _tally
+from call4agents.storage import _live, _run_tally, _tally
 from call4agents.storage.run_rows import COMPLETED_AT
 from call4agents.storage.tables import approvals, effects
 
@@ -86,6 +86,7 @@ def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
         if ledger.schema:  # the statements name tables bare
             conn.execute(text(f'SET LOCAL search_path TO "{ledger.schema}"'))
         _tally.drop_triggers(conn)  # the seed below counts the bulk rows once
+        _run_tally.drop_triggers(conn)
         if pg:
             _live.drop_triggers(conn)  # no news for the bulk rows
         for statement in _fill_sql(pg, tickets - 1, actions - 1, now):
@@ -100,10 +101,19 @@ def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
                     "asked": ticket["asked_by"],
                 },
             )
-        for table in ("c4a_tallies", "c4a_run_tallies", "c4a_changes", "c4a_timeline"):
+        for table in (
+            "c4a_tallies",
+            "c4a_run_tallies",
+            "c4a_changes",
+            "c4a_timeline",
+            "c4a_run_changes",
+            "c4a_run_marks",
+        ):
             conn.execute(text(f"DELETE FROM {table}"))
         _tally.seed(conn)
+        _run_tally.seed(conn)
         _tally.create_triggers(conn)
+        _run_tally.create_triggers(conn)
         if pg:
             _live.create_triggers(conn)
         else:
@@ -117,6 +127,7 @@ def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
                 "c4a_dedup_hits",
                 "c4a_run_tallies",
                 "c4a_timeline",
+                "c4a_run_marks",
             ):
                 conn.execute(text(f'ANALYZE "{ledger.schema}".{table}'))
 

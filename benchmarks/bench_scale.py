@@ -42,7 +42,7 @@ from sqlalchemy import create_engine, text
 
 import call4agents as c4a
 from call4agents.controls import stats
-from call4agents.storage import _tally
+from call4agents.storage import _run_tally, _tally
 
 SECRET = "bench-" + "x" * 40
 CLI = [
@@ -132,12 +132,22 @@ def fill(ledger: c4a.Ledger, n: int) -> float:
         if ledger.schema:  # the statements name tables bare
             conn.execute(text(f'SET LOCAL search_path TO "{ledger.schema}"'))
         _tally.drop_triggers(conn)  # the seed below counts the bulk rows once
+        _run_tally.drop_triggers(conn)
         for statement in fill_sql(ledger.dialect, n, t0, step):
             conn.execute(text(statement))
-        for table in ("c4a_tallies", "c4a_run_tallies", "c4a_changes", "c4a_timeline"):
+        for table in (
+            "c4a_tallies",
+            "c4a_run_tallies",
+            "c4a_changes",
+            "c4a_timeline",
+            "c4a_run_changes",
+            "c4a_run_marks",
+        ):
             conn.execute(text(f"DELETE FROM {table}"))
         _tally.seed(conn)
+        _run_tally.seed(conn)
         _tally.create_triggers(conn)
+        _run_tally.create_triggers(conn)
         if ledger.dialect == "sqlite":
             conn.exec_driver_sql("ANALYZE")
     if ledger.dialect == "postgresql":
@@ -149,6 +159,7 @@ def fill(ledger: c4a.Ledger, n: int) -> float:
                 "c4a_run_tallies",
                 "c4a_run_counters",
                 "c4a_timeline",
+                "c4a_run_marks",
             ):
                 conn.execute(text(f'ANALYZE "{ledger.schema}".{table}'))
     return time.perf_counter() - start

@@ -23,13 +23,15 @@ from sqlalchemy import Engine, delete, event, insert, text, update
 import call4agents as c4a
 from call4agents.controls import stats
 from call4agents.facade.cli import main
-from call4agents.storage import _lean, _tally
+from call4agents.storage import _lean, _run_tally, _tally
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.tables import (
     approvals,
     changes,
     effects,
+    run_changes,
     run_counters,
+    run_marks,
     run_tallies,
     runs,
     tallies,
@@ -118,9 +120,17 @@ def test_doctor_counts_open_actions(
 
 
 # Tables that grow with the work done. The others stay small by design: c4a_tallies (a dozen
-# rows), c4a_runs (runs ended by a run control), c4a_dedup_hits (one row per tool and minute,
+# rows, and the runs by each count of tool calls and each two-figure cost), c4a_run_changes and
+# c4a_changes (emptied by each fold), c4a_runs (runs ended by a run control), c4a_dedup_hits (one row per tool and minute,
 # dropped by gc), c4a_schema and c4a_meta.
-LARGE = ("c4a_effects", "c4a_approvals", "c4a_run_tallies", "c4a_run_counters", "c4a_timeline")
+LARGE = (
+    "c4a_effects",
+    "c4a_approvals",
+    "c4a_run_tallies",
+    "c4a_run_counters",
+    "c4a_timeline",
+    "c4a_run_marks",
+)
 
 
 def _fill_more(ledger: c4a.Ledger) -> None:
@@ -155,9 +165,10 @@ def _fill_more(ledger: c4a.Ledger) -> None:
         )
         conn.execute(insert(run_counters), _counters(now))
         # The log's times are the inserts': count the figures afresh from the moved rows.
-        for table in (changes, tallies, run_tallies, timeline):
+        for table in (changes, tallies, run_tallies, timeline, run_changes, run_marks):
             conn.execute(delete(table))
         _tally.seed(conn)
+        _run_tally.seed(conn)
     with ledger.engine.begin() as conn:
         if ledger.dialect == "postgresql":
             prefix = f'"{ledger.schema}".' if ledger.schema else ""
@@ -253,6 +264,39 @@ def test_every_reading_command_uses_indexes(
     assert checked >= 10
     out = capsys.readouterr().out
     assert "Run ended: escalated" in out
+
+
+@pytest.mark.slow
+def test_run_figures_fold_and_read_by_keys(target: Target) -> None:
+    """Folding counter changes into the run tallies looks each run's mark up by its key, and
+    reading the figures takes keys and ranges of the tallies' key, on a large ledger."""
+    ledger = c4a.init(target.open())
+    _fill(ledger)
+    _fill_more(ledger)
+    # A run entered again and two new ones: their counters' changes wait in the log.
+    for run_id in ("run-0", "new-1", "new-2"):
+        with c4a.run(run_id, trigger="user", budget=c4a.Budget(max_cost=100)):
+            c4a.record_model_usage(10, 1, cost=0.5)
+    seen: list[tuple[str, Any]] = []
+
+    def record(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and any(
+            t in statement for t in ("c4a_run_marks", "c4a_tallies")
+        ):
+            seen.append((statement, params))
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        figures = stats._every_run(ledger)
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+    assert figures.completed == ROWS // 10 + 2
+    assert any("c4a_run_marks" in statement for statement, _ in seen)  # the runs' marks
+    for statement, params in seen:
+        plan = _plan(ledger.engine, statement, params)
+        assert not _whole_table_reads(plan, statement), f"{statement}\n{plan}"
+        if ledger.dialect == "sqlite":
+            assert "SEARCH c4a_" in plan, f"{statement}\n{plan}"  # by the primary key
 
 
 def test_runs_lists_the_runs_changed_last(target: Target) -> None:
