@@ -81,10 +81,12 @@ def fill_sql(dialect: str, n: int, t0: float, step: float) -> list[str]:
         f"WHERE i < {runs - 1}) SELECT i FROM s)"
     )
     # What `c4a.run` leaves for each run (see run_notes): entered, calls and reads, a trigger,
-    # and for three in four runs a completion. The alert figures of `stats` read these.
+    # and for three in four runs a completion; and a budget's cost, a thousand values apart.
+    # The alert figures of `stats` read these.
     counters = [
         ("run.entered_at", f"{t0} + {float_of} * {step * 10}", ""),
-        ("run.tool_calls", "10", ""),
+        ("run.tool_calls", "i % 40", ""),
+        ("cost", "(i % 997) / 100.0", ""),
         ("run.reads", "i % 3", ""),
         ("run.trigger:user", f"{t0}", ""),
         ("run.completed_at", f"{t0} + {float_of} * {step * 10} + 1", " WHERE i % 4 <> 0"),
@@ -197,7 +199,7 @@ def in_process(ledger: c4a.Ledger, n: int, rounds: int) -> dict[str, float]:
         "show": show,
         "stats": lambda: stats.compute(ledger),
         "stats --since 1h": lambda: stats.compute(ledger, 3600),
-        # The second part of `stats`: still read from every run's counters (see docs/speed.md).
+        # The second part of `stats`: from the run tallies (see docs/speed.md).
         "alert figures": lambda: stats.alert_figures(ledger, stats.compute(ledger)),
         "approvals": lambda: ledger.approvals(state="pending"),
         "sweep": ledger.sweep,

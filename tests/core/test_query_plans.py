@@ -120,9 +120,9 @@ def test_doctor_counts_open_actions(
 
 
 # Tables that grow with the work done. The others stay small by design: c4a_tallies (a dozen
-# rows, and the runs by each count of tool calls and each two-figure cost), c4a_run_changes and
-# c4a_changes (emptied by each fold), c4a_runs (runs ended by a run control), c4a_dedup_hits (one row per tool and minute,
-# dropped by gc), c4a_schema and c4a_meta.
+# rows, and the runs by each count of tool calls and each two-figure cost), c4a_changes and
+# c4a_run_changes (emptied by each fold), c4a_runs (runs ended by a run control),
+# c4a_dedup_hits (one row per tool and minute, dropped by gc), c4a_schema and c4a_meta.
 LARGE = (
     "c4a_effects",
     "c4a_approvals",

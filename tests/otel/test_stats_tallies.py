@@ -282,9 +282,14 @@ def budgeted_work(ledger: c4a.Ledger) -> None:
                 post(i * 100 + 50)
         if i % 5 == 0:
             assert_run_tallies_match(ledger)
-    with pytest.raises(RuntimeError), c4a.run("broke", trigger="user", budget=budget):
-        c4a.record_model_usage(100, 10, cost=2.5)
-        raise RuntimeError("the agent failed")
+
+    def broke() -> None:
+        with c4a.run("broke", trigger="user", budget=budget):
+            c4a.record_model_usage(100, 10, cost=2.5)
+            raise RuntimeError("the agent failed")
+
+    with pytest.raises(RuntimeError):
+        broke()
     assert_tallies_match(ledger)
     ledger.delete_run("budgeted-3")
     assert_tallies_match(ledger)
@@ -297,9 +302,8 @@ def test_run_tallies_equal_a_recount_as_counters_change(target: Target) -> None:
     # A completed run entered again is a retry, whatever trigger it was given; budgeted-3 went.
     assert figures.triggers == {"retry": 5, "schedule": 8, "user": 4}
     assert (figures.completed, figures.without_read) == (11, 6)
-    assert figures.cost_p99 is not None and figures.cost_p99 == _run_tally.two_figures(
-        figures.cost_p99
-    )
+    assert figures.cost_p99 is not None
+    assert figures.cost_p99 == _run_tally.two_figures(figures.cost_p99)
     ledger.gc(older_than=0)  # the run counters of every run go with it
     assert_tallies_match(ledger)
     after = stats._every_run(ledger)

@@ -7,7 +7,8 @@ an append locks no row that another worker needs. ``fold`` moves those rows into
 ``c4a_run_tallies`` and ``c4a_timeline`` (the same figures by minute and by hour, so a window of
 time is read as a few dozen rows) and deletes them, in batches, one fold at a time; whoever reads
 the figures folds first. ``recount`` computes the same figures from every action (the migration
-seeds the tallies with it; tests compare the two).
+seeds the tallies with it; tests compare the two). The same fold moves the run counters' log
+into the alerts' run figures (``_run_tally``, schema version 10).
 """
 
 from __future__ import annotations

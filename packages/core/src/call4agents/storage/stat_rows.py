@@ -300,7 +300,8 @@ def completed_times(conn: Conn, start: float) -> list[float]:
     return [float(at) for at in rows.scalars().all()]
 
 
-# -- all-time alert figures, counted by the database over the counters' value index --------------
+# -- all-time alert figures, counted by the database over the counters' value index: where the
+# fold may not run (a read-only user); the run tallies (``_run_tally``) answer them otherwise --
 
 
 def counter_quantiles(conn: Conn, name: str, qs: Sequence[float]) -> list[float | None]:
