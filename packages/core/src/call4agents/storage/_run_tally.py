@@ -23,7 +23,8 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, or_, select, text
 
-from ._tally import BATCH, _qualified, _upsert
+from ._fold import BATCH, upsert
+from ._fold import qualified as _qualified
 from .dialects import dialect_of
 from .run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from .tables import run_changes, run_counters, run_marks, tallies
@@ -226,10 +227,10 @@ def _apply(conn: Connection, rows: Sequence[Any]) -> None:
     for among in dialect_of(conn.dialect.name).among(run_marks.c.run_id, gone):
         conn.execute(delete(run_marks).where(among))
     if upserts:
-        _upsert(conn, run_marks, upserts, ["run_id"], replace=True)
+        upsert(conn, run_marks, upserts, ["run_id"], replace=True)
     changed = [{"name": k, "value": v} for k, v in total.items() if v]
     if changed:
-        _upsert(conn, tallies, changed, ["name"], replace=False)
+        upsert(conn, tallies, changed, ["name"], replace=False)
 
 
 def _read_marks(conn: Connection, run_ids: Iterable[str]) -> dict[str, RunMark]:
@@ -324,7 +325,7 @@ def seed(conn: Connection) -> None:
     for start in range(0, len(rows), BATCH):
         conn.execute(run_marks.insert(), rows[start : start + BATCH])
     if found.total:
-        _upsert(
+        upsert(
             conn,
             tallies,
             [{"name": k, "value": v} for k, v in found.total.items()],

@@ -20,12 +20,13 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, select, text
 
+from . import _run_tally
+from ._fold import BATCH as BATCH  # stat_rows batches by it
+from ._fold import qualified as _qualified
+from ._fold import upsert as _upsert
 from .dialects import dialect_of
 from .tables import changes, effects, run_tallies, tallies, timeline
 
-# Rows folded per transaction: a SQLite fold holds the write lock while it runs, so a long
-# backlog (a ledger nobody read figures from for a while) goes in short steps.
-BATCH = 20_000
 STATES = ("started", "succeeded", "failed", "in_doubt")
 
 
@@ -35,11 +36,6 @@ class RunTally:
     failed: int = 0
     irreversible: int = 0
     last_at: float | None = None  # when its latest action was first attempted
-
-
-def _qualified(conn: Connection, name: str) -> str:
-    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
-    return f'"{schema}".{name}' if schema else name
 
 
 def create_triggers(conn: Connection) -> None:
@@ -164,10 +160,7 @@ def fold_batch(conn: Connection, limit: int = BATCH) -> int:
     ).all()
     if rows:
         _apply(conn, rows)
-    # The run counters' log, under the same lock (_run_tally builds on this module, hence the
-    # import here). A full batch of either means there may be more.
-    from . import _run_tally
-
+    # The run counters' log, under the same lock. A full batch of either means there may be more.
     return max(len(rows), _run_tally.fold_batch(conn, limit))
 
 
@@ -282,17 +275,6 @@ def runs_since(conn: Connection, start: float) -> dict[str, RunTally]:
         run_id: RunTally(int(actions), int(failed), int(irreversible), last_at)
         for run_id, actions, failed, irreversible, last_at in conn.execute(stmt).all()
     }
-
-
-def _upsert(
-    conn: Connection, table: Any, rows: list[dict[str, Any]], key: list[str], *, replace: bool
-) -> None:
-    from .store import dialect_insert
-
-    stmt = dialect_insert(conn.dialect.name)(table)
-    columns = [c.name for c in table.columns if c.name not in key]
-    new = {c: stmt.excluded[c] if replace else table.c[c] + stmt.excluded[c] for c in columns}
-    conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=new), rows)
 
 
 # -- reading -----------------------------------------------------------------------------------

@@ -1,0 +1,28 @@
+"""What the two folds share (``_tally`` for actions, ``_run_tally`` for run counters): the batch
+size, table names as the schema in use spells them, and adding rows to a tally table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection
+
+# Rows folded per transaction: a SQLite fold holds the write lock while it runs, so a long
+# backlog (a ledger nobody read figures from for a while) goes in short steps.
+BATCH = 20_000
+
+
+def qualified(conn: Connection, name: str) -> str:
+    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    return f'"{schema}".{name}' if schema else name
+
+
+def upsert(
+    conn: Connection, table: Any, rows: list[dict[str, Any]], key: list[str], *, replace: bool
+) -> None:
+    from .store import dialect_insert
+
+    stmt = dialect_insert(conn.dialect.name)(table)
+    columns = [c.name for c in table.columns if c.name not in key]
+    new = {c: stmt.excluded[c] if replace else table.c[c] + stmt.excluded[c] for c in columns}
+    conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=new), rows)
