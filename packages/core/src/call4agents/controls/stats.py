@@ -533,6 +533,14 @@ def _over_time(conn: Conn, now: float, step: int, edges: list[float]) -> list[Bu
     def slot(at: float) -> int:
         return min(n - 1, max(0, int((at - start) // width)))
 
+    def slots(times: Sequence[float]) -> Counter[int]:
+        """How many of ``times`` fall in each bucket: one pass, no call per time (thousands of
+        runs complete in a week)."""
+        found: Counter[int] = Counter()
+        for i, k in Counter(int((at - start) // width) for at in times).items():
+            found[min(n - 1, max(0, i))] += k
+        return found
+
     executions, irreversible, bad, deduped, doubt_moved = ([0] * n for _ in range(5))
     for at, name, value in _tally.timeline_between(conn, step, int(start), None):
         if name == "executions":
@@ -548,11 +556,12 @@ def _over_time(conn: Conn, now: float, step: int, edges: list[float]) -> list[Bu
     ended: list[Counter[str]] = [Counter() for _ in range(n)]
     for status, at in stat_rows.endings_since(conn, start):
         ended[slot(at)][status] += 1
-    for at in stat_rows.completed_times(conn, start):
-        ended[slot(at)]["completed"] += 1
+    for i, k in slots(stat_rows.completed_times(conn, start)).items():
+        ended[i]["completed"] += k
     costs: list[list[float]] = [[] for _ in range(n)]
     for at, cost in stat_rows.costs_since(conn, start):
-        costs[slot(at)].append(cost)
+        i = int((at - start) // width)
+        costs[i if 0 <= i < n else min(n - 1, max(0, i))].append(cost)
     waiting_at = _waiting_at(stat_rows.ticket_spans(conn, start), ends)
     escalated = stat_rows.escalations_made(conn)
     # Open doubt at a bucket's end: open now, less what fell in doubt after it, plus what left.
