@@ -289,13 +289,15 @@ def active_since(run: RunTally, start: float | None) -> bool:
 def runs_among(
     conn: Connection, run_ids: Select[Any], since: float | None = None
 ) -> dict[str, RunTally]:
-    """The tallies of the runs a statement selects (with ``since``, of those active since then),
-    in one read; a run with no action has none. The database matches them, however many, with
-    no list of ids sent to it."""
-    among = run_tallies.c.run_id.in_(run_ids)
-    return _tallies_where(
-        conn, among if since is None else among & (run_tallies.c.last_at >= since)
-    )
+    """The tallies of the runs a one-column statement selects, in one read (a run with no
+    action has none); with ``since``, of those among the runs with an action first attempted
+    then or later. The database matches them, however many, with no list of ids sent to it:
+    all time, each selected run is looked up; in a window, each of the window's runs is
+    checked against the statement, since a window may hold far fewer runs than it selects."""
+    if since is None:
+        return _tallies_where(conn, run_tallies.c.run_id.in_(run_ids))
+    selected = run_ids.where(run_ids.selected_columns[0] == run_tallies.c.run_id).exists()
+    return _tallies_where(conn, (run_tallies.c.last_at >= since) & selected)
 
 
 def _tallies_where(conn: Connection, where: ColumnElement[bool]) -> dict[str, RunTally]:
