@@ -286,6 +286,31 @@ def test_runs_lists_the_runs_changed_last(target: Target) -> None:
     assert (one.actions, one.failed + one.succeeded) == (4, 4)
 
 
+def test_runs_goes_on_past_many_actions_changed_at_one_time(target: Target) -> None:
+    """More actions than one step reads (2,000) share one time, each its own run: the next
+    step goes on after the last row read, so none of them is skipped or listed twice."""
+    ledger = target.open()
+    now = time.time()
+    rows = [
+        {
+            "key": f"t{i:06d}",
+            "run_id": f"tied-{i}",
+            "tool": "t",
+            "kind": "write",
+            "state": "succeeded",
+            "attempt": 1,
+            "args": "{}",
+            "created_at": now,
+            "updated_at": now,
+        }
+        for i in range(4500)
+    ]
+    with ledger.engine.begin() as conn:
+        conn.execute(insert(effects), rows)
+    found = ledger.runs(limit=4000)
+    assert len(found) == len({r.run_id for r in found}) == 4000
+
+
 def _ticket_number() -> Any:
     """The number in _fill_more's ticket ids ("t00000042" is 42), as SQL."""
     from sqlalchemy import Integer, cast, func
