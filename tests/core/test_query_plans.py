@@ -255,22 +255,34 @@ def test_every_reading_command_uses_indexes(
     assert "Run ended: escalated" in out
 
 
+def _action(key: str, run_id: str, now: float, **changed: Any) -> dict[str, Any]:
+    """A row of c4a_effects: a write that succeeded at ``now``, but for what ``changed`` says."""
+    row = {
+        "key": key,
+        "run_id": run_id,
+        "tool": "t",
+        "kind": "write",
+        "state": "succeeded",
+        "attempt": 1,
+        "args": "{}",
+        "created_at": now,
+        "updated_at": now,
+    }
+    return {**row, **changed}
+
+
 def test_runs_lists_the_runs_changed_last(target: Target) -> None:
     """``runs`` walks the index newest first, across pages and ties, and agrees with a count."""
     ledger = target.open()
     now = time.time()
     rows = [
-        {
-            "key": f"k{i:06d}",
-            "run_id": f"run-{i % 1500}",
-            "tool": "t",
-            "kind": "write",
-            "state": "failed" if i % 7 == 0 else "succeeded",
-            "attempt": 1,
-            "args": "{}",
-            "created_at": now,
-            "updated_at": now + (i // 3) * 0.5,  # three rows share each time
-        }
+        _action(
+            f"k{i:06d}",
+            f"run-{i % 1500}",
+            now,
+            state="failed" if i % 7 == 0 else "succeeded",
+            updated_at=now + (i // 3) * 0.5,  # three rows share each time
+        )
         for i in range(6000)
     ]
     with ledger.engine.begin() as conn:
@@ -291,20 +303,7 @@ def test_runs_goes_on_past_many_actions_changed_at_one_time(target: Target) -> N
     step goes on after the last row read, so none of them is skipped or listed twice."""
     ledger = target.open()
     now = time.time()
-    rows = [
-        {
-            "key": f"t{i:06d}",
-            "run_id": f"tied-{i}",
-            "tool": "t",
-            "kind": "write",
-            "state": "succeeded",
-            "attempt": 1,
-            "args": "{}",
-            "created_at": now,
-            "updated_at": now,
-        }
-        for i in range(4500)
-    ]
+    rows = [_action(f"t{i:06d}", f"tied-{i}", now) for i in range(4500)]
     with ledger.engine.begin() as conn:
         conn.execute(insert(effects), rows)
     found = ledger.runs(limit=4000)
