@@ -299,22 +299,34 @@ def test_run_figures_fold_and_read_by_keys(target: Target) -> None:
             assert "SEARCH c4a_" in plan, f"{statement}\n{plan}"  # by the primary key
 
 
+def _action(key: str, run_id: str, now: float, **changed: Any) -> dict[str, Any]:
+    """A row of c4a_effects: a write that succeeded at ``now``, but for what ``changed`` says."""
+    row = {
+        "key": key,
+        "run_id": run_id,
+        "tool": "t",
+        "kind": "write",
+        "state": "succeeded",
+        "attempt": 1,
+        "args": "{}",
+        "created_at": now,
+        "updated_at": now,
+    }
+    return {**row, **changed}
+
+
 def test_runs_lists_the_runs_changed_last(target: Target) -> None:
     """``runs`` walks the index newest first, across pages and ties, and agrees with a count."""
     ledger = target.open()
     now = time.time()
     rows = [
-        {
-            "key": f"k{i:06d}",
-            "run_id": f"run-{i % 1500}",
-            "tool": "t",
-            "kind": "write",
-            "state": "failed" if i % 7 == 0 else "succeeded",
-            "attempt": 1,
-            "args": "{}",
-            "created_at": now,
-            "updated_at": now + (i // 3) * 0.5,  # three rows share each time
-        }
+        _action(
+            f"k{i:06d}",
+            f"run-{i % 1500}",
+            now,
+            state="failed" if i % 7 == 0 else "succeeded",
+            updated_at=now + (i // 3) * 0.5,  # three rows share each time
+        )
         for i in range(6000)
     ]
     with ledger.engine.begin() as conn:
@@ -328,6 +340,18 @@ def test_runs_lists_the_runs_changed_last(target: Target) -> None:
     assert len({r.run_id for r in found}) == 1200
     one = next(r for r in found if r.run_id == "run-1499")
     assert (one.actions, one.failed + one.succeeded) == (4, 4)
+
+
+def test_runs_goes_on_past_many_actions_changed_at_one_time(target: Target) -> None:
+    """More actions than one step reads (2,000) share one time, each its own run: the next
+    step goes on after the last row read, so none of them is skipped or listed twice."""
+    ledger = target.open()
+    now = time.time()
+    rows = [_action(f"t{i:06d}", f"tied-{i}", now) for i in range(4500)]
+    with ledger.engine.begin() as conn:
+        conn.execute(insert(effects), rows)
+    found = ledger.runs(limit=4000)
+    assert len(found) == len({r.run_id for r in found}) == 4000
 
 
 def _ticket_number() -> Any:

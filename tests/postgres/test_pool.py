@@ -265,3 +265,14 @@ def test_connections_give_up_on_a_dead_network_in_bounded_time(pg_target: Target
     with mine.engine.connect() as conn:
         settings = conn.connection.dbapi_connection.info.get_parameters()  # type: ignore[union-attr]
     assert settings["tcp_user_timeout"] == "5000"
+
+
+def test_sessions_run_without_the_jit_compiler(pg_target: Target) -> None:
+    # A statement estimated above jit_above_cost (one lookup per waiting ticket) spent longer
+    # compiling than running; every session of a ledger, including one the pool opens later,
+    # has JIT off, and the setting survives the pool's rollback on check-in.
+    ledger = pg_target.open()
+    for _ in range(2):
+        with ledger.engine.connect() as first, ledger.engine.connect() as second:
+            for conn in (first, second):
+                assert conn.exec_driver_sql("SHOW jit").scalar_one() == "off"

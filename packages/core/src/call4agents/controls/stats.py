@@ -154,36 +154,46 @@ def _since(ledger: LedgerCore, now: float, start: float) -> _Counts:
 
 def _from_tallies(conn: Conn, now: float) -> _Counts:
     total = _tally.read(conn)
-    seen, waiting, endings = _open_runs(conn, now)
-    # Runs open, waiting or ended are judged one by one; every other run is done or has
-    # failures, which the tallies count.
-    known = _tally.runs_of(conn, set(seen) | waiting | set(endings))
-    found = _judged(known, seen, waiting, endings)
-    failed_rest = total.get("runs_failed", 0) - sum(run.failed > 0 for run in known.values())
-    found["has_failures"] += failed_rest
-    found["done"] += total.get("runs", 0) - len(known) - failed_rest
-    return _tallied(total, _tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS), found)
+    runs = _runs_in_states(conn, now, None, total.get("runs", 0), total.get("runs_failed", 0))
+    return _tallied(total, _tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS), runs)
 
 
 def _from_timeline(conn: Conn, now: float, start: float) -> _Counts:
     """A window's figures: the timeline's sums, and the runs with an action first attempted in
-    it judged one by one (their count is the window's, not the ledger's)."""
-    runs = _tally.runs_since(conn, start)
-    seen, waiting, endings = _open_runs(conn, now)
-    irreversible = Counter({r: t.irreversible for r, t in runs.items() if t.irreversible})
+    it (their count is the window's, not the ledger's), counted by the database."""
+    runs, failed = _tally.count_runs_since(conn, start)
     return _tallied(
         stat_rows.timeline_totals(conn, start),
-        _most(irreversible, IRREVERSIBLE_RUNS),
-        _judged(runs, seen, waiting, endings),
+        _tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS, since=start),
+        _runs_in_states(conn, now, start, runs, failed),
     )
 
 
-def _open_runs(conn: Conn, now: float) -> tuple[dict[str, set[str]], set[str], dict[str, str]]:
-    """The states of each run's open actions, the runs waiting on a ticket, the runs' endings."""
+def _runs_in_states(
+    conn: Conn, now: float, start: float | None, runs: int, failed: int
+) -> Counter[str]:
+    """``runs`` runs (``failed`` of them with a failed action) with an action first attempted at
+    ``start`` or later (all if None), by state. Runs with an open action, waiting on a ticket or
+    ended by a control are judged one by one; every other run is done or has failures, as the
+    counts say. Waiting runs may be thousands: the database matches them to their tallies in
+    one read, and no other run is read."""
+    seen, endings = _open_actions(conn), stat_rows.endings(conn)
+    waiting = _tally.runs_among(conn, stat_rows.pending_runs(now), since=start)
+    others = _tally.runs_of(conn, (set(seen) | set(endings)) - set(waiting))
+    known = {r: t for r, t in others.items() if _tally.active_since(t, start)} | waiting
+    found = _judged(known, seen, set(waiting), endings)
+    failed_rest = failed - sum(run.failed > 0 for run in known.values())
+    found["has_failures"] += failed_rest
+    found["done"] += runs - len(known) - failed_rest
+    return found
+
+
+def _open_actions(conn: Conn) -> dict[str, set[str]]:
+    """The states of each run's open actions (started or in doubt)."""
     seen: dict[str, set[str]] = {}
     for run_id, state in stat_rows.open_actions(conn):
         seen.setdefault(run_id, set()).add(state)
-    return seen, stat_rows.waiting_runs(conn, now), stat_rows.endings(conn)
+    return seen
 
 
 def _judged(
@@ -560,6 +570,14 @@ def _over_time(conn: Conn, now: float, step: int, edges: list[float]) -> list[Bu
     def slot(at: float) -> int:
         return min(n - 1, max(0, int((at - start) // width)))
 
+    def slots(times: Sequence[float]) -> Counter[int]:
+        """How many of ``times`` fall in each bucket: one pass, no call per time (thousands of
+        runs complete in a week)."""
+        found: Counter[int] = Counter()
+        for i, k in Counter(int((at - start) // width) for at in times).items():
+            found[min(n - 1, max(0, i))] += k
+        return found
+
     executions, irreversible, bad, deduped, doubt_moved = ([0] * n for _ in range(5))
     for at, name, value in _tally.timeline_between(conn, step, int(start), None):
         if name == "executions":
@@ -575,11 +593,12 @@ def _over_time(conn: Conn, now: float, step: int, edges: list[float]) -> list[Bu
     ended: list[Counter[str]] = [Counter() for _ in range(n)]
     for status, at in stat_rows.endings_since(conn, start):
         ended[slot(at)][status] += 1
-    for at in stat_rows.completed_times(conn, start):
-        ended[slot(at)]["completed"] += 1
+    for i, k in slots(stat_rows.completed_times(conn, start)).items():
+        ended[i]["completed"] += k
     costs: list[list[float]] = [[] for _ in range(n)]
     for at, cost in stat_rows.costs_since(conn, start):
-        costs[slot(at)].append(cost)
+        i = int((at - start) // width)
+        costs[i if 0 <= i < n else min(n - 1, max(0, i))].append(cost)
     waiting_at = _waiting_at(stat_rows.ticket_spans(conn, start), ends)
     escalated = stat_rows.escalations_made(conn)
     # Open doubt at a bucket's end: open now, less what fell in doubt after it, plus what left.

@@ -150,6 +150,7 @@ def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> 
     # socket, so only a connection with unread input is pinged; a dead one makes the pool drop
     # every connection older than now and open a fresh one for this checkout.
     event.listen(engine, "checkout", _check_alive)
+    event.listen(engine, "connect", _no_jit)
     _, params = engine.dialect.create_connect_args(engine.url)
     params.pop("context", None)  # SQLAlchemy's type adapters: the listener needs none
     _pg.register(engine, {**params, **pg_connect_args(url, durability)}, schema)
@@ -164,6 +165,16 @@ def pg_connect_args(url: URL, durability: Durability) -> dict[str, str]:
         given = given if isinstance(given, str) else " ".join(given)
         args["options"] = (given + " -c synchronous_commit=off").strip()
     return args
+
+
+def _no_jit(dbapi_conn: Any, _record: Any) -> None:
+    """Turn off the server's JIT compiler for this session. The ledger's statements are short
+    index reads, but one that checks each of thousands of tickets is estimated above
+    ``jit_above_cost``, and compiling it (~30 ms) took longer than running it. Set per session
+    rather than as a startup option, which connection poolers such as PgBouncer refuse."""
+    with dbapi_conn.cursor() as cursor:
+        cursor.execute("SET jit = off")
+    dbapi_conn.commit()  # a SET inside a transaction rolled back would be undone
 
 
 def _check_alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:

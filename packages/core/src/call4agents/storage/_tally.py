@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, text
+from sqlalchemy import ColumnElement, Connection, Select, case, delete, func, select, text
 
 from . import _run_tally
 from ._fold import BATCH as BATCH  # stat_rows batches by it
@@ -268,12 +268,42 @@ def timeline_between(conn: Connection, step: int, start: int, end: int | None) -
     return [(int(at), str(name), int(value)) for at, name, value in conn.execute(stmt).all()]
 
 
-def runs_since(conn: Connection, start: float) -> dict[str, RunTally]:
-    """The tallies of the runs with an action first attempted at ``start`` or later."""
-    stmt = select(run_tallies).where(run_tallies.c.last_at >= start)
+def count_runs_since(conn: Connection, start: float) -> tuple[int, int]:
+    """How many runs had an action first attempted at ``start`` or later, and how many of them
+    have a failed action: a range of the index on ``last_at``, counted by the database."""
+    runs, failed = conn.execute(
+        select(func.count(), func.coalesce(func.sum(case((run_tallies.c.failed > 0, 1))), 0)).where(
+            run_tallies.c.last_at >= start
+        )
+    ).one()
+    return int(runs), int(failed)
+
+
+def active_since(run: RunTally, start: float | None) -> bool:
+    """Whether the run had an action first attempted at ``start`` or later (any, if None)."""
+    return start is None or (run.last_at is not None and run.last_at >= start)
+
+
+def runs_among(
+    conn: Connection, run_ids: Select[Any], since: float | None = None
+) -> dict[str, RunTally]:
+    """The tallies of the runs a one-column statement selects, in one read (a run with no
+    action has none); with ``since``, of those among the runs with an action first attempted
+    then or later. The database matches them, however many, with no list of ids sent to it:
+    all time, each selected run is looked up; in a window, each of the window's runs is
+    checked against the statement, since a window may hold far fewer runs than it selects."""
+    if since is None:
+        return _tallies_where(conn, run_tallies.c.run_id.in_(run_ids))
+    selected = run_ids.where(run_ids.selected_columns[0] == run_tallies.c.run_id).exists()
+    return _tallies_where(conn, (run_tallies.c.last_at >= since) & selected)
+
+
+def _tallies_where(conn: Connection, where: ColumnElement[bool]) -> dict[str, RunTally]:
     return {
         run_id: RunTally(int(actions), int(failed), int(irreversible), last_at)
-        for run_id, actions, failed, irreversible, last_at in conn.execute(stmt).all()
+        for run_id, actions, failed, irreversible, last_at in conn.execute(
+            select(run_tallies).where(where)
+        ).all()
     }
 
 
@@ -298,12 +328,18 @@ def read(conn: Connection) -> dict[str, int]:
     return {name: int(value) for name, value in conn.execute(stmt)}
 
 
-def irreversible_per_run(conn: Connection, limit: int) -> dict[str, int]:
+def irreversible_per_run(
+    conn: Connection, limit: int, since: float | None = None
+) -> dict[str, int]:
     """The ``limit`` runs with the most irreversible executions, most first (ties by run id,
-    last first): the top of an index, whatever the number of runs."""
+    last first): the top of an index, whatever the number of runs; with ``since``, among the
+    runs with an action first attempted then or later."""
     stmt = (
         select(run_tallies.c.run_id, run_tallies.c.irreversible)
-        .where(run_tallies.c.irreversible > 0)
+        .where(
+            run_tallies.c.irreversible > 0,
+            *([] if since is None else [run_tallies.c.last_at >= since]),
+        )
         .order_by(run_tallies.c.irreversible.desc(), run_tallies.c.run_id.desc())
         .limit(limit)
     )

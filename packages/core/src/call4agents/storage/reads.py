@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, select, tuple_, update
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select, tuple_, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from .store import Store, now_sql
@@ -117,18 +117,20 @@ def _latest_run_ids(
 ) -> list[str]:
     """The ``limit`` runs updated most recently (and not before ``cutoff``), read newest action
     first through the index on updated_at: a run's first action met is its latest, so the scan
-    stops once enough are found instead of grouping every action of the ledger."""
+    stops once enough are found instead of grouping every action of the ledger. Each step goes
+    on from the last row read (its time, then its ``seq`` for ties), not by an offset the
+    database would have to count through again."""
     found: dict[str, None] = {}
-    offset = 0
+    after: ColumnElement[bool] | None = None
     while len(found) < limit:
         rows = conn.execute(
-            select(effects.c.run_id, effects.c.updated_at)
-            .where(*conds)
-            .order_by(effects.c.updated_at.desc())  # the index alone: no sort of the rest
+            select(effects.c.run_id, effects.c.updated_at, effects.c.seq)
+            .where(*conds, *([] if after is None else [after]))
+            # The index alone (its entries carry the row's seq): no sort of the rest.
+            .order_by(effects.c.updated_at.desc(), effects.c.seq.desc())
             .limit(_RUN_SCAN)
-            .offset(offset)
         ).all()
-        for run_id, updated_at in rows:
+        for run_id, updated_at, _seq in rows:
             if cutoff is not None and updated_at < cutoff:
                 return list(found)
             found.setdefault(run_id, None)
@@ -136,7 +138,13 @@ def _latest_run_ids(
                 break
         if len(rows) < _RUN_SCAN:
             break
-        offset += _RUN_SCAN
+        _run, last_at, last_seq = rows[-1]
+        # The range on updated_at is what the index serves; the tie-break filters the few
+        # rows that share the last time.
+        after = and_(
+            effects.c.updated_at <= last_at,
+            or_(effects.c.updated_at < last_at, effects.c.seq < last_seq),
+        )
     return list(found)
 
 

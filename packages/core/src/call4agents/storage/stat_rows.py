@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, case, func, or_, select
+from sqlalchemy import ColumnElement, Select, case, func, or_, select
 
 from . import _tally
 from .run_rows import COMPLETED_AT, ENTERED_AT, PICKED_UP_AT, READS, TRIGGER
@@ -64,17 +64,17 @@ def deduped(store: Store, minute: int | None) -> int:
     return int(found)
 
 
-def waiting_runs(conn: Conn, now: float) -> set[str]:
-    return set(
-        conn.execute(
-            # No DISTINCT: SQLite would walk the run index end to end to keep runs apart.
-            select(approvals.c.run_id).where(
-                approvals.c.state == "pending", approvals.c.expires_at > now
-            )
-        )
-        .scalars()
-        .all()
+def pending_runs(now: float) -> Select[Any]:
+    """The runs of the tickets waiting at ``now``, a run once per ticket: a statement to match
+    against (``_tally.runs_among``) or to read."""
+    # No DISTINCT: SQLite would walk the run index end to end to keep runs apart.
+    return select(approvals.c.run_id).where(
+        approvals.c.state == "pending", approvals.c.expires_at > now
     )
+
+
+def waiting_runs(conn: Conn, now: float) -> set[str]:
+    return set(conn.execute(pending_runs(now)).scalars().all())
 
 
 def endings(conn: Conn) -> dict[str, str]:
@@ -246,7 +246,10 @@ def unapproved_since(conn: Conn, start: float | None) -> list[float]:
         )
         .scalar_subquery()
     )
-    rows = conn.execute(select(asked.c.key, action).where(*_tickets_open(start, asked))).all()
+    # Filtered in the statement, so only the few actions found come back, not every ticket.
+    rows = conn.execute(
+        select(asked.c.key, action).where(*_tickets_open(start, asked), action.is_not(None))
+    ).all()
     # A call asked about twice (a second ticket after a no) is one action.
     return [float(at) for at in {key: at for key, at in rows if at is not None}.values()]
 
