@@ -52,7 +52,7 @@ def test_series_counts_each_figure_in_its_bucket(ledger: c4a.Ledger) -> None:
     budget = c4a.Budget(max_cost=10.0)
     with c4a.run("costly", budget=budget):
         note("C-3")
-        c4a.record_model_usage(cost=0.25)
+        c4a.record_model_usage(cost=0.2537)  # charted to two significant figures, as stats gives it
     with pytest.raises(c4a.Escalated), c4a.run("handed-over"):
         _note_then_escalate(note)
     before = stats.series(ledger, 3600, 12)

@@ -626,8 +626,8 @@ def _over_time(conn: Conn, now: float, step: int, edges: list[float]) -> list[Bu
                 escalations_open=len(open_esc),
                 escalations_oldest_age=end - min(open_esc) if open_esc else None,
                 runs_ended=dict(sorted(ended[i].items())),
-                cost_per_run_p95=_quantile(spent, 0.95),
-                cost_per_run_p99=_quantile(spent, 0.99),
+                cost_per_run_p95=_two_figures(_quantile(spent, 0.95)),
+                cost_per_run_p99=_two_figures(_quantile(spent, 0.99)),
             )
         )
     return found
