@@ -211,11 +211,16 @@ def test_a_move_wakes_whoever_waits_for_it(pg_target: Target, schemas: list[str]
     """A waiter (``_pg``'s listener) holds the key's shared lock and listens: the lean mark
     notifies it, as the store's mark does, and says nothing when nobody holds the lock."""
     now = time.time()
-    keys = {k: k * 64 for k in "pqr"}
+    # Keys of this test alone: without a schema, every ledger's waiters share one channel and
+    # one space of lock ids, and a twin test marking "p" * 64 would wake this waiter too.
+    keys = {k: uuid.uuid4().hex * 2 for k in "pqr"}
     put(
         pg_target,
         schemas[0],
-        *(twin.action(k, now, state="started", lease_expires_at=now - 60) for k in keys),
+        *(
+            {**twin.action(k, now, state="started", lease_expires_at=now - 60), "key": key}
+            for k, key in keys.items()
+        ),
     )
     url, schema = address(pg_target, schemas[0], how)
     ledger = c4a.Ledger(url, schema=schema, auto_migrate=False)
