@@ -4,7 +4,7 @@ and the names of the waiters' locks and channel.
 
 The engine (``_db``, ``_pg``, ``_hot``) and the lean route of ``call4agents doubt``
 (``_lean_pg``) both take them from here, so the two open and judge alike; importing this module
-costs nothing, as the lean route must not import SQLAlchemy.
+imports no SQLAlchemy, which the lean route must not load.
 """
 
 from __future__ import annotations
