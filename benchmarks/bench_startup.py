@@ -1,6 +1,6 @@
 """Start-up: what a fresh process pays before it does anything, beside a bare interpreter.
 
-    python benchmarks/bench_startup.py [--rounds 15]
+    python benchmarks/bench_startup.py [--rounds 15] [--postgres URL]
 
 Each case is a new process, started ``--rounds`` times with the cases interleaved (so a busy
 moment of the machine falls on all of them alike): ``python -c pass`` (the floor),
@@ -10,6 +10,11 @@ moment of the machine falls on all of them alike): ``python -c pass`` (the floor
 ``doubt`` did before it had the lean route). Wall times from spawn to exit, in milliseconds, and
 the CPU time the process used (user + system), which a busy machine inflates far less than the
 wall time: on a shared machine it is the steadier figure to compare.
+
+Given a PostgreSQL server (``--postgres``, by default ``$CALL4AGENTS_TEST_POSTGRES_URL``), three
+more cases run on an empty ledger in a schema of its own, dropped afterwards: ``call4agents
+doubt`` (its lean route there: psycopg alone), ``python -c "import psycopg"`` (what that route
+cannot avoid) and ``call4agents runs`` (through SQLAlchemy).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 CLI = [
@@ -31,14 +37,29 @@ CLI = [
 ]
 
 
-def cases(ledger_url: str) -> dict[str, list[str]]:
-    return {
+def cases(ledger_url: str, postgres: list[str] | None) -> dict[str, list[str]]:
+    """The commands to time; ``postgres``: the ``--url`` and ``--schema`` of a PostgreSQL
+    ledger, if there is one."""
+    found = {
         "python -c pass (floor)": [sys.executable, "-c", "pass"],
         "import call4agents": [sys.executable, "-c", "import call4agents"],
         "call4agents --help": [*CLI, "--help"],
         "call4agents doubt (empty ledger)": [*CLI, "doubt", "--url", ledger_url],
         "call4agents runs (SQLAlchemy)": [*CLI, "runs", "--url", ledger_url],
     }
+    if postgres:
+        found["PG: import psycopg"] = [sys.executable, "-c", "import psycopg"]
+        found["PG: call4agents doubt (empty)"] = [*CLI, "doubt", *postgres]
+        found["PG: call4agents runs (SQLAlchemy)"] = [*CLI, "runs", *postgres]
+    return found
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    import psycopg
+
+    plain = url.replace("postgresql+psycopg://", "postgresql://", 1)
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _children_cpu() -> float:
@@ -57,26 +78,52 @@ def once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get("CALL4AGENTS_TEST_POSTGRES_URL"),
+        help="a PostgreSQL URL to time `doubt` on too (an empty schema is made and dropped)",
+    )
     args = parser.parse_args()
+    schema = "c4a_bench_" + uuid.uuid4().hex[:8]
+    try:
+        times, cpus = measure(args.rounds, args.postgres, schema)
+    finally:
+        if args.postgres:
+            _drop_schema(args.postgres, schema)
+    report(times, cpus, args.rounds)
+
+
+def measure(
+    rounds: int, postgres: str | None, schema: str
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall and CPU milliseconds of each case, ``rounds`` times, the cases interleaved."""
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite:///{Path(folder) / 'ledger.db'}"
         env = dict(os.environ, CALL4AGENTS_SECRET="bench-" + "x" * 40)
+        env.pop("CALL4AGENTS_PREVIOUS_SECRET", None)  # it would send `doubt` the full route
         # An installed package starts from its compiled bytecode (pip writes it at install
         # time). Without it every process compiles SQLAlchemy from source, seconds under load,
         # and that is what gets measured: so bytecode may be written, and one untimed round
         # writes it before the clock starts.
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         subprocess.run([*CLI, "migrate", "--url", url], env=env, check=True, capture_output=True)
-        todo = cases(url)
+        pg = ["--url", postgres, "--schema", schema] if postgres else None
+        if pg:
+            subprocess.run([*CLI, "migrate", *pg], env=env, check=True, capture_output=True)
+        todo = cases(url, pg)
         for argv in todo.values():
             once(argv, env)
         times: dict[str, list[float]] = {name: [] for name in todo}
         cpus: dict[str, list[float]] = {name: [] for name in todo}
-        for _ in range(args.rounds):
+        for _ in range(rounds):
             for name, argv in todo.items():
                 wall, cpu = once(argv, env)
                 times[name].append(wall)
                 cpus[name].append(cpu)
+    return times, cpus
+
+
+def report(times: dict[str, list[float]], cpus: dict[str, list[float]], rounds: int) -> None:
     floor = statistics.median(times["python -c pass (floor)"])
     print(
         f"{'case':<34} {'median ms':>10} {'mean ms':>10} {'min ms':>8} {'over floor ms':>14}"
@@ -89,7 +136,7 @@ def main() -> None:
             f"{min(samples):>8.1f} {median - floor:>14.1f} {statistics.median(cpus[name]):>8.1f}"
         )
     print(
-        f"\n{args.rounds} rounds; load average {os.getloadavg()[0]:.2f} at the end; CPU ms: median"
+        f"\n{rounds} rounds; load average {os.getloadavg()[0]:.2f} at the end; CPU ms: median"
         " user + system time of the process"
     )
 

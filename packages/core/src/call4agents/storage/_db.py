@@ -14,10 +14,9 @@ from sqlalchemy.exc import ArgumentError, InvalidatePoolError, SQLAlchemyError
 
 from call4agents.model.errors import ConfigurationError
 
-from . import _files, _pg, _sqlite
+from . import _files, _pg, _pgconn, _sqlite
 from ._sqlite import DEFAULT_URL, NETWORK_FS, Durability, check_local_fs, mount_fs_type
 
-_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # What a parsed host may look like: names or IPv4 addresses (a comma-separated list for libpq's
 # several hosts), or empty (a socket given in ?host=). Anything else means the URL was split in
 # the wrong place, nearly always at an "@" of a password that was not percent-encoded; the pieces
@@ -28,19 +27,6 @@ _ENCODE_HINT = (
     "if the password holds characters such as @ : / ? # [ ] %, percent-encode it "
     "(Python: urllib.parse.quote(password, safe=''))"
 )
-# libpq settings a shared ledger wants unless the URL says otherwise: a server that does not
-# answer fails a call within seconds instead of hanging it, and a silently dropped connection
-# (NAT, failover) is noticed by TCP keepalives rather than after the kernel's two hours.
-_PG_CONNECT_DEFAULTS = {
-    "connect_timeout": "10",
-    "keepalives_idle": "30",
-    "keepalives_interval": "10",
-    "keepalives_count": "3",
-    # A statement sent into a dead network (no reset ever comes) fails after 30 s instead of the
-    # kernel's ~15 minutes of retransmissions, so a result write's bounded retry stays bounded.
-    "tcp_user_timeout": "30000",
-    "application_name": "call4agents",
-}
 
 
 def parse_url(url: str | None) -> URL:
@@ -134,7 +120,7 @@ def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> 
         raise ConfigurationError(
             'a PostgreSQL ledger needs psycopg: pip install "call4agents-core[postgres]"'
         ) from exc
-    if schema is not None and not _SCHEMA_NAME.fullmatch(schema):
+    if schema is not None and not _pgconn.SCHEMA_NAME.fullmatch(schema):
         raise ConfigurationError(
             f"schema name {schema!r} is not a plain identifier: use letters, digits and _"
         )
@@ -159,22 +145,11 @@ def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> 
 
 def pg_connect_args(url: URL, durability: Durability) -> dict[str, str]:
     """libpq settings for every connection of this ledger; the URL's own settings win."""
-    args = {k: v for k, v in _PG_CONNECT_DEFAULTS.items() if k not in url.query}
-    if durability == "process":
-        given = url.query.get("options", "")
-        given = given if isinstance(given, str) else " ".join(given)
-        args["options"] = (given + " -c synchronous_commit=off").strip()
-    return args
+    return _pgconn.connect_args(url.query, durability)
 
 
 def _no_jit(dbapi_conn: Any, _record: Any) -> None:
-    """Turn off the server's JIT compiler for this session. The ledger's statements are short
-    index reads, but one that checks each of thousands of tickets is estimated above
-    ``jit_above_cost``, and compiling it (~30 ms) took longer than running it. Set per session
-    rather than as a startup option, which connection poolers such as PgBouncer refuse."""
-    with dbapi_conn.cursor() as cursor:
-        cursor.execute("SET jit = off")
-    dbapi_conn.commit()  # a SET inside a transaction rolled back would be undone
+    _pgconn.no_jit(dbapi_conn)  # the lean route sets its sessions up the same way
 
 
 def _check_alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:

@@ -36,7 +36,7 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from . import _db, _pg
+from . import _db, _pgconn
 from .dialects import dialect_of
 
 T = TypeVar("T")
@@ -89,12 +89,9 @@ class HotPath:
         )
         # On PostgreSQL the outcome also wakes a waiter, if one holds the key's lock (see _pg).
         self.finish_sql = (
-            f"{update} RETURNING CASE WHEN pg_try_advisory_xact_lock({_pg.LOCK_CLASS}, %s::int4)"
-            " THEN 0 ELSE (SELECT 1 FROM pg_notify(%s, key)) END"
-            if self.postgres
-            else update
+            f"{update} RETURNING {_pgconn.wake_sql('key')}" if self.postgres else update
         )
-        self.channel = _pg.channel_for(schema)
+        self.channel = _pgconn.channel_for(schema)
         self.schema = schema
         self._idle: deque[_Conn] = deque()
         self._count = 0  # connections open, idle or in use
@@ -157,7 +154,7 @@ class HotPath:
         caller looks closer: fenced off, or an earlier try that landed)."""
         values = (state, result, error, note, key, attempt)
         if self.postgres:
-            wake = (_pg.lock_id(self.schema, key), self.channel)
+            wake = (_pgconn.lock_id(self.schema, key), self.channel)
             sql = self.finish_sql
             return bool(
                 self._run(lambda cur: cur.execute(sql, (*values, *wake)).fetchone(), busy=False)

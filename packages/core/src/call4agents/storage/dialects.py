@@ -24,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from call4agents.storage import _sqlite
+from call4agents.storage import _pgconn, _sqlite
 
 S = TypeVar("S", bound=Select[Any])
 _CHUNK = 500
@@ -84,7 +84,7 @@ class SQLite(Dialect):
 
 class PostgreSQL(Dialect):
     name = "postgresql"
-    now_text = "extract(epoch from clock_timestamp())::float8"
+    now_text = _pgconn.NOW
     wakes = True
     row_locks = True
 
