@@ -34,7 +34,8 @@ from sqlalchemy import select, text
 from starlette.testclient import TestClient
 
 import call4agents as c4a
-from call4agents.console import ConsoleSettings, create_app
+from call4agents.console import ConsoleSettings
+from call4agents.console._serve import app_to_serve
 from call4agents.storage import _live, _run_tally, _tally
 from call4agents.storage.run_rows import COMPLETED_AT
 from call4agents.storage.tables import approvals, effects
@@ -214,7 +215,8 @@ def measure(name: str, url: str, schema: str | None, args: argparse.Namespace) -
         f"{time.perf_counter() - started:.1f}s",
         file=sys.stderr,
     )
-    app = create_app(ledger, ConsoleSettings(operator="bench", token=TOKEN))
+    # As `call4agents console` serves it (what was loaded set aside from the collector).
+    app = app_to_serve(ledger, ConsoleSettings(operator="bench", token=TOKEN))
     found: dict[str, Any] = {
         "floor: pending tickets, bare query": timed(floor(ledger), args.rounds)
     }

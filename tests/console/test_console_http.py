@@ -6,6 +6,7 @@ the browser tests drive the same pages through Chromium.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import hmac
 import json
@@ -21,6 +22,7 @@ from starlette.testclient import TestClient
 import call4agents as c4a
 from call4agents.console import ConsoleSettings, check_listen, create_app
 from call4agents.console._hooks import Notifier
+from call4agents.console._serve import app_to_serve
 from tests.console.helpers import field, make_in_doubt, open_ticket
 
 TOKEN = "t0ken-for-tests"
@@ -543,3 +545,16 @@ def test_health_charts_each_figure_over_time(ann: TestClient, ledger: c4a.Ledger
     assert "Approvals waiting: <b>1</b>" in chart[:400]
     doubt = waiting[waiting.index('id="chart-in-doubt"') :]
     assert "Open in doubt: <b>1</b>" in doubt[:400]
+
+
+def test_the_served_app_sets_what_was_loaded_aside_from_the_collector(ledger: c4a.Ledger) -> None:
+    # `call4agents console` serves this app: what was loaded before it (the ledger, SQLAlchemy,
+    # the driver) is frozen, so a page's full collections no longer walk it; the pages still work.
+    gc.unfreeze()
+    try:
+        app = app_to_serve(ledger, ConsoleSettings(operator="ann", token="t"))
+        assert gc.get_freeze_count() > 0
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            assert client.get("/health?token=t").status_code == 200
+    finally:
+        gc.unfreeze()
