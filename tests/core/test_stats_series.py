@@ -105,3 +105,52 @@ def test_in_doubt_and_repeats_over_time(ledger: c4a.Ledger) -> None:
 def test_series_refuses_an_empty_window(ledger: c4a.Ledger) -> None:
     with pytest.raises(ValueError, match="window over 0 seconds"):
         stats.series(ledger, 0)
+
+
+def test_tickets_waiting_at_each_end_equal_a_count_of_every_ticket(ledger: c4a.Ledger) -> None:
+    # Tickets asked, decided and expiring at times that fall in the buckets and exactly on
+    # their ends: the chart counts, at each end, the tickets asked at or before it and still
+    # waiting after it (neither decided nor expired), and the oldest of them, as a count of
+    # every ticket says. PostgreSQL groups the tickets in SQL, SQLite in Python.
+    from sqlalchemy import insert
+
+    from call4agents.storage.tables import approvals
+
+    last = -(-ledger.store.now() // 60) * 60
+    edges = [last - (12 - i) * 300 for i in range(13)]  # an hour in 12 buckets of 5 minutes
+    times = sorted({*edges, *(e + 17.5 for e in edges), *(e - 0.25 for e in edges)})
+    rows = []
+    for i, asked in enumerate(times[:-3]):
+        until = times[min(len(times) - 1, i + 1 + i % 7)]
+        decided = until if i % 3 else None  # a third never decided: they wait until they expire
+        rows.append(
+            {
+                "ticket": f"apr_t{i:04d}",
+                "key": f"{i:064d}",
+                "for_attempt": 1,
+                "run_id": f"r{i}",
+                "tool": "t",
+                "args": "{}",
+                "state": "pending" if decided is None else ("approved", "denied")[i % 2],
+                "requested_at": asked - 7200 * (i % 5 == 0),  # some asked before the window
+                "expires_at": until if decided is None else until + 900,
+                "decided_at": decided,
+                "signature": "s",
+            }
+        )
+    with ledger.engine.begin() as conn:
+        conn.execute(insert(approvals), rows)
+    found = stats.series(ledger, 3600, 12)
+    assert [b.start for b in found.buckets] == edges[:-1]  # the clock did not pass a minute
+    for bucket in found.buckets:
+        waiting = [
+            r["requested_at"]
+            for r in rows
+            if r["requested_at"]
+            <= bucket.end
+            < min(r["expires_at"], r["decided_at"] or r["expires_at"])
+            and r["expires_at"] > edges[0]
+        ]
+        assert bucket.approvals_waiting == len(waiting), bucket
+        expected = None if not waiting else bucket.end - min(waiting)
+        assert bucket.approvals_oldest_age == pytest.approx(expected), bucket

@@ -12,7 +12,6 @@ added there every few seconds (see ``_hits``), so the last few seconds may not s
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -599,7 +598,7 @@ def _over_time(conn: Conn, now: float, step: int, edges: list[float]) -> list[Bu
     for at, cost in stat_rows.costs_since(conn, start):
         i = int((at - start) // width)
         costs[i if 0 <= i < n else min(n - 1, max(0, i))].append(cost)
-    waiting_at = _waiting_at(stat_rows.ticket_spans(conn, start), ends)
+    waiting_at = _waiting_at(stat_rows.waiting_groups(conn, start, ends), len(ends))
     escalated = stat_rows.escalations_made(conn)
     # Open doubt at a bucket's end: open now, less what fell in doubt after it, plus what left.
     doubt_open = [stat_rows.count_in_doubt(conn)] * n
@@ -648,33 +647,21 @@ def unapproved_executions(ledger: LedgerCore, since: float | None = None) -> int
 
 
 def _waiting_at(
-    tickets: list[tuple[float, float]], ends: list[float]
+    groups: list[tuple[int, int, int, float]], n: int
 ) -> list[tuple[int, float | None]]:
-    """How many tickets waited at each of ``ends`` (sorted), and since when the oldest did.
-
-    A ticket waited from when it was asked until it was decided or expired (its span).
-    Counted with a difference array over the ends, so ten thousand tickets cost the same at 12
-    buckets or 28; the oldest is the first ticket, in the order asked, still waiting at that
-    end."""
-    spans = sorted(tickets)
-    delta = [0] * (len(ends) + 1)
-    for asked, until in spans:
-        # Waiting at an end e when asked <= e < until.
-        first, after = bisect_left(ends, asked), bisect_left(ends, until)
+    """How many tickets waited at each of ``n`` bucket ends, and since when the oldest did,
+    from ``stat_rows.waiting_groups``: a group's tickets waited at the ends from its first
+    count up to the one before its second. Counted with a difference array, so ten thousand
+    tickets cost what their few groups do, at 12 buckets or 28."""
+    delta = [0] * (n + 1)
+    for first, after, count, _asked in groups:
         if first < after:
-            delta[first] += 1
-            delta[after] -= 1
+            delta[first] += count
+            delta[after] -= count
     found: list[tuple[int, float | None]] = []
     count = 0
-    for i, end in enumerate(ends):
+    for i in range(n):
         count += delta[i]
-        oldest = None
-        if count:
-            for asked, until in spans:
-                if asked > end:
-                    break
-                if until > end:
-                    oldest = asked
-                    break
-        found.append((count, oldest))
+        waiting = [asked for first, after, _n, asked in groups if first <= i < after]
+        found.append((count, min(waiting) if waiting else None))
     return found

@@ -10,11 +10,12 @@ holds each one to its plan on both databases. Rows are returned as plain tuples,
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, case, func, or_, select
+from sqlalchemy import ARRAY, ColumnElement, Float, Select, case, func, literal, or_, select
 
 from . import _tally
 from .run_rows import COMPLETED_AT, ENTERED_AT, PICKED_UP_AT, READS, TRIGGER
@@ -200,15 +201,44 @@ def endings_since(conn: Conn, start: float) -> list[tuple[str, float]]:
     return [(str(status), float(at)) for status, at in rows]
 
 
-def ticket_spans(conn: Conn, start: float | None) -> list[tuple[float, float]]:
-    """Each ticket open at some time since ``start`` (all if None): when it was asked, and until
-    when it waited (decided, or expired); through the pending index's ``expires_at``."""
+def waiting_groups(
+    conn: Conn, start: float, ends: Sequence[float]
+) -> list[tuple[int, int, int, float]]:
+    """The tickets open at some time since ``start``, grouped by where they fall among ``ends``
+    (sorted): how many ends come before each was asked, and before it stopped waiting (decided,
+    or expired); with how many tickets share both, and the earliest asked among them. A ticket
+    waited at each end from the first of those counts up to the one before the second.
+    Through the pending index's ``expires_at``. PostgreSQL groups them itself, so ten thousand
+    waiting tickets come back as a few dozen rows; SQLite's are grouped here."""
     until = case(
         (approvals.c.decided_at < approvals.c.expires_at, approvals.c.decided_at),
         else_=approvals.c.expires_at,
     )
-    stmt = select(approvals.c.requested_at, until).where(*_tickets_open(start))
-    return [(float(asked), float(end)) for asked, end in conn.execute(stmt).all()]
+    if conn.dialect.name == "postgresql":
+        first, after = _ends_before(approvals.c.requested_at, ends), _ends_before(until, ends)
+        grouped = (
+            select(first, after, func.count(), func.min(approvals.c.requested_at))
+            .where(*_tickets_open(start))
+            .group_by(first, after)
+        )
+        return [(int(a), int(b), int(n), float(t)) for a, b, n, t in conn.execute(grouped)]
+    found: dict[tuple[int, int], tuple[int, float]] = {}
+    rows = conn.execute(select(approvals.c.requested_at, until).where(*_tickets_open(start)))
+    for asked, end in rows:
+        place = (bisect_left(ends, asked), bisect_left(ends, end))
+        count, oldest = found.get(place, (0, float(asked)))
+        found[place] = (count + 1, min(oldest, float(asked)))
+    return [(a, b, n, t) for (a, b), (n, t) in found.items()]
+
+
+def _ends_before(value: Any, ends: Sequence[float]) -> Any:
+    """How many of ``ends`` (sorted) are below ``value``, in SQL: ``width_bucket`` counts the
+    thresholds at or below its operand, so it is given the ends negated, and counts those at or
+    above the value; the rest are below. No arithmetic on the times, so a ticket asked exactly
+    at an end counts as Python's ``bisect_left`` does."""
+    negated = sorted(-end for end in ends)
+    thresholds = literal(negated, ARRAY(Float))
+    return len(ends) - func.width_bucket(-value, thresholds)
 
 
 def _tickets_open(start: float | None, table: Any = approvals) -> list[ColumnElement[bool]]:
