@@ -36,7 +36,7 @@ from starlette.testclient import TestClient
 import call4agents as c4a
 from call4agents.console import ConsoleSettings
 from call4agents.console._serve import app_to_serve
-from call4agents.storage import _live, _run_tally, _tally
+from call4agents.storage import _fold, _live, _run_tally, _tally
 from call4agents.storage.run_rows import COMPLETED_AT
 from call4agents.storage.tables import approvals, effects
 
@@ -102,14 +102,7 @@ def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
                     "asked": ticket["asked_by"],
                 },
             )
-        for table in (
-            "c4a_tallies",
-            "c4a_run_tallies",
-            "c4a_changes",
-            "c4a_timeline",
-            "c4a_run_changes",
-            "c4a_run_marks",
-        ):
+        for table in _fold.FOLDED:
             conn.execute(text(f"DELETE FROM {table}"))
         _tally.seed(conn)
         _run_tally.seed(conn)

@@ -42,7 +42,7 @@ from sqlalchemy import create_engine, text
 
 import call4agents as c4a
 from call4agents.controls import stats
-from call4agents.storage import _run_tally, _tally
+from call4agents.storage import _fold, _run_tally, _tally
 
 SECRET = "bench-" + "x" * 40
 CLI = [
@@ -137,14 +137,7 @@ def fill(ledger: c4a.Ledger, n: int) -> float:
         _run_tally.drop_triggers(conn)
         for statement in fill_sql(ledger.dialect, n, t0, step):
             conn.execute(text(statement))
-        for table in (
-            "c4a_tallies",
-            "c4a_run_tallies",
-            "c4a_changes",
-            "c4a_timeline",
-            "c4a_run_changes",
-            "c4a_run_marks",
-        ):
+        for table in _fold.FOLDED:
             conn.execute(text(f"DELETE FROM {table}"))
         _tally.seed(conn)
         _run_tally.seed(conn)

@@ -4,6 +4,8 @@ the schema version this code writes, and a database fault as one line.
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from call4agents.model.errors import LedgerError
 
 # The schema version this code writes and reads: the number of migrations (``migrations``
@@ -30,3 +32,22 @@ def database_failed(exc: BaseException) -> LedgerError:
     """A fault of the database (a dropped connection, a lock waited for too long) as the one-line
     error every command shows."""
     return LedgerError(f"the ledger database failed: {short_error(exc)}")
+
+
+_Lean = TypeVar("_Lean", bound="LeanConnection")
+
+
+class LeanConnection:
+    """A lean route's ledger (``_lean``, ``_lean_pg``): one driver connection, closed when the
+    ``with`` block that opened it ends."""
+
+    _conn: Any
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self: _Lean) -> _Lean:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -10,6 +10,16 @@ from sqlalchemy import Connection
 # Rows folded per transaction: a SQLite fold holds the write lock while it runs, so a long
 # backlog (a ledger nobody read figures from for a while) goes in short steps.
 BATCH = 20_000
+# The tables the two folds fill and the logs they empty: what a bulk load clears before it
+# seeds the figures afresh (``_tally.seed``, ``_run_tally.seed``).
+FOLDED = (
+    "c4a_tallies",
+    "c4a_run_tallies",
+    "c4a_changes",
+    "c4a_timeline",
+    "c4a_run_changes",
+    "c4a_run_marks",
+)
 
 
 def qualified(conn: Connection, name: str) -> str:

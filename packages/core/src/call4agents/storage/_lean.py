@@ -29,7 +29,7 @@ from typing import Any
 from call4agents.model.errors import LedgerError
 
 from . import _files, _sqlite
-from ._basics import CURRENT, database_failed
+from ._basics import CURRENT, LeanConnection, database_failed
 
 # Every column of c4a_effects: what ``select(effects)`` reads, by name.
 COLUMNS = (
@@ -106,8 +106,10 @@ def _rollback(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
 
 
-class LeanLedger:
+class LeanLedger(LeanConnection):
     """An SQLite ledger opened with ``sqlite3`` alone, for the statements ``doubt`` needs."""
+
+    _conn: sqlite3.Connection
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
@@ -153,15 +155,6 @@ class LeanLedger:
         except sqlite3.Error as exc:
             raise database_failed(exc) from exc
         return [dict(zip(COLUMNS, row, strict=True)) for row in rows]
-
-    def close(self) -> None:
-        self._conn.close()
-
-    def __enter__(self) -> LeanLedger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def open_ledger(url: str | None) -> LeanLedger | None:

@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 from . import _pgconn, _sqlite
-from ._basics import CURRENT, database_failed
+from ._basics import CURRENT, LeanConnection, database_failed
 from ._lean import COLUMNS
 
 _SCHEMES = ("postgresql://", "postgresql+psycopg://")
@@ -126,7 +126,7 @@ def _connect(kwargs: dict[str, Any]) -> Any:
     return psycopg.connect(**kwargs)
 
 
-class LeanPgLedger:
+class LeanPgLedger(LeanConnection):
     """A PostgreSQL ledger opened with psycopg alone, for the statements ``doubt`` needs."""
 
     def __init__(self, conn: Any, schema: str | None) -> None:
@@ -168,15 +168,6 @@ class LeanPgLedger:
         """The actions in doubt, in the order they were first attempted, as column mappings."""
         rows = self._rows(in_doubt_sql(self._schema))
         return [dict(zip(COLUMNS, row, strict=True)) for row in rows]
-
-    def close(self) -> None:
-        self._conn.close()
-
-    def __enter__(self) -> LeanPgLedger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def open_ledger(url: str | None, schema: str | None) -> LeanPgLedger | None:
