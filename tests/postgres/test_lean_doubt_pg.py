@@ -170,40 +170,12 @@ def test_the_reads_read_what_the_stores_reads_read(
 def test_marking_in_doubt_does_what_the_stores_mark_does(
     pg_target: Target, schemas: list[str], case: str, how: str
 ) -> None:
-    lease, only_if_expired, owner, attempt, state = twin.MARKS[case]
     now = time.time()
-    leases = {"live": now + 3600, "lapsed": now - 60, None: None}
-    owned = "far/abcd1234/7/7/1"
-    put(
-        pg_target,
-        schemas[0],
-        *(
-            twin.action(k, now, state=state, owner=owned, lease_expires_at=leases[lease])
-            for k in ("p", "q")
-        ),
-    )
+    put(pg_target, schemas[0], *twin.marking_rows(case, now))
     url, schema = address(pg_target, schemas[0], how)
     ledger = c4a.Ledger(url, schema=schema, auto_migrate=False)
-    lean = open_lean(url, schema)
-    given = {"same": owned, "other": "far/abcd1234/8/8/1", None: None}[owner]
-    try:
-        by_lean = lean.mark_in_doubt(
-            "p" * 64, attempt, "why", only_if_expired=only_if_expired, owner=given
-        )
-        by_store = ledger.store.mark_in_doubt(
-            "q" * 64, attempt, "why", only_if_expired=only_if_expired, owner=given
-        )
-    finally:
-        lean.close()
-        ledger.close()
-    assert by_lean == by_store
-    assert by_lean == (case in ("dead owner", "lapsed lease", "owner not judged"))
-    p, q = rows_of(pg_target, schemas[0])
-    for row in (p, q):
-        del row["seq"], row["key"]
-        moved = row.pop("updated_at") > now - 100
-        assert moved == by_lean
-    assert p == q
+    moved = twin.mark_both(case, open_lean(url, schema), ledger)
+    twin.assert_marked_alike(rows_of(pg_target, schemas[0]), now, moved)
 
 
 @pytest.mark.parametrize("how", HOW)
