@@ -13,8 +13,9 @@ wall time: on a shared machine it is the steadier figure to compare.
 
 Given a PostgreSQL server (``--postgres``, by default ``$CALL4AGENTS_TEST_POSTGRES_URL``), three
 more cases run on an empty ledger in a schema of its own, dropped afterwards: ``call4agents
-doubt`` (its lean route there: psycopg alone), ``python -c "import psycopg"`` (what that route
-cannot avoid) and ``call4agents runs`` (through SQLAlchemy).
+doubt`` (its lean route there: libpq alone, through ``ctypes``), ``python -c "import psycopg"``
+(what that route avoids: the driver the full route connects with) and ``call4agents runs``
+(through SQLAlchemy and psycopg).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def cases(ledger_url: str, postgres: list[str] | None) -> dict[str, list[str]]:
         "call4agents runs (SQLAlchemy)": [*CLI, "runs", "--url", ledger_url],
     }
     if postgres:
-        found["PG: import psycopg"] = [sys.executable, "-c", "import psycopg"]
+        found["PG: import psycopg (avoided)"] = [sys.executable, "-c", "import psycopg"]
         found["PG: call4agents doubt (empty)"] = [*CLI, "doubt", *postgres]
         found["PG: call4agents runs (SQLAlchemy)"] = [*CLI, "runs", *postgres]
     return found

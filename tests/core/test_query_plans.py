@@ -23,7 +23,7 @@ from sqlalchemy import Engine, delete, event, insert, text, update
 import call4agents as c4a
 from call4agents.controls import stats
 from call4agents.facade.cli import main
-from call4agents.storage import _lean, _lean_pg, _run_tally, _tally
+from call4agents.storage import _lean, _lean_pg, _libpq, _run_tally, _tally
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.tables import (
     approvals,
@@ -198,7 +198,7 @@ def _counters(now: float) -> list[dict[str, Any]]:
 def _every_select(operation: Callable[[], Any]) -> list[tuple[str, Any]]:
     """The SELECTs any engine sends while ``operation`` runs (the CLI opens its own), and those
     of `doubt`'s lean routes: on SQLite (``sqlite3`` alone, its parameters written in) and on
-    PostgreSQL (psycopg alone)."""
+    PostgreSQL (libpq alone)."""
     seen: list[tuple[str, Any]] = []
 
     def record(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
@@ -211,24 +211,25 @@ def _every_select(operation: Callable[[], Any]) -> list[tuple[str, Any]]:
         return conn
 
     class TracedPg:
-        """A psycopg connection of the lean route, each statement recorded as it is sent."""
+        """A libpq connection of the lean route, each statement recorded as it is sent (with
+        psycopg's placeholders, as the engine's are)."""
 
         def __init__(self, conn: Any) -> None:
             self._conn = conn
 
-        def execute(self, statement: str, params: Any = None) -> Any:
-            record(0, 0, statement, params, 0, False)
+        def execute(self, statement: str, params: Any = ()) -> Any:
+            record(0, 0, re.sub(r"\$\d+", "%s", statement), params or None, 0, False)
             return self._conn.execute(statement, params)
 
         def __getattr__(self, name: str) -> Any:
             return getattr(self._conn, name)
 
-    lean_connect, lean_pg_connect = _lean._connect, _lean_pg._connect
+    lean_connect, lean_pg_connect = _lean._connect, _libpq.connect
     event.listen(Engine, "before_cursor_execute", record)
     try:
         with pytest.MonkeyPatch.context() as m:
             m.setattr(_lean, "_connect", traced)
-            m.setattr(_lean_pg, "_connect", lambda kwargs: TracedPg(lean_pg_connect(kwargs)))
+            m.setattr(_libpq, "connect", lambda kwargs: TracedPg(lean_pg_connect(kwargs)))
             operation()
     finally:
         event.remove(Engine, "before_cursor_execute", record)

@@ -1,4 +1,4 @@
-"""`call4agents doubt` on PostgreSQL takes the lean route (``storage/_lean_pg.py``, psycopg alone).
+"""`call4agents doubt` on PostgreSQL takes the lean route (``storage/_lean_pg.py``, libpq alone).
 
 As on SQLite (``tests/core/test_lean_doubt.py``, whose ledgers and owners these tests reuse): the
 lean route answers as the full one does, byte for byte, sweeps the same actions with the same
@@ -221,13 +221,21 @@ def test_the_connection_is_set_up_as_the_engines(pg_target: Target, schemas: lis
         with ledger.engine.connect() as conn:
             engine_conn: Any = conn.connection.driver_connection
             for setting in ("jit", "application_name", "synchronous_commit", "search_path"):
-                mine = lean._conn.execute(f"SHOW {setting}").fetchone()
-                assert mine == engine_conn.execute(f"SHOW {setting}").fetchone(), setting
-            info = {o.keyword: o.val for o in engine_conn.pgconn.info}
-            assert {o.keyword: o.val for o in lean._conn.pgconn.info} == info
-            assert engine_conn.autocommit is lean._conn.autocommit is False
-        assert lean._conn.execute("SHOW jit").fetchone() == ("off",)
-        clock = lean._conn.execute(f"SELECT {_pgconn.NOW}").fetchone()[0]
+                mine = lean._conn.execute(f"SHOW {setting}")
+                assert mine == [engine_conn.execute(f"SHOW {setting}").fetchone()], setting
+            info = {
+                o.keyword.decode(): None if o.val is None else o.val.decode()
+                for o in engine_conn.pgconn.info
+            }
+            # psycopg looks the host's address up itself and hands libpq the answer; libpq
+            # alone looks it up as it connects. Every other setting is the same.
+            assert info.pop("hostaddr") is not None
+            mine = lean._conn.settings()
+            assert mine.pop("hostaddr") is None
+            assert mine == info
+            assert info["connect_timeout"] == "10"
+        assert lean._conn.execute("SHOW jit") == [("off",)]
+        clock = float(lean._conn.execute(f"SELECT {_pgconn.NOW}")[0][0] or "nan")
         assert abs(clock - ledger.store.now()) < CLOCK_SLACK
     finally:
         lean.close()
@@ -356,7 +364,7 @@ def test_a_fault_after_opening_is_the_stores_one_line(
 
 
 @pytest.mark.parametrize("how", HOW)
-def test_the_lean_route_does_not_import_sqlalchemy(
+def test_the_lean_route_imports_neither_sqlalchemy_nor_psycopg(
     pg_target: Target, schemas: list[str], how: str
 ) -> None:
     now = time.time()
@@ -371,7 +379,8 @@ def test_the_lean_route_does_not_import_sqlalchemy(
         "import sys\n"
         "from call4agents.facade.cli import main\n"
         "code = main(sys.argv[1:])\n"
-        "loaded = sorted(m for m in sys.modules if m.split('.')[0] == 'sqlalchemy')\n"
+        "drivers = ('sqlalchemy', 'psycopg', 'psycopg_binary')\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in drivers)\n"
         "print('LOADED', code, loaded, file=sys.stderr)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "CALL4AGENTS_URL"}

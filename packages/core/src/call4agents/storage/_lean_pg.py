@@ -1,8 +1,9 @@
-"""``call4agents doubt`` on a PostgreSQL ledger with psycopg alone: the lean route's second half.
+"""``call4agents doubt`` on a PostgreSQL ledger with libpq alone: the lean route's second half.
 
 What ``_lean`` does for SQLite, on PostgreSQL: the same four statements, hand-written and held to
-their SQLAlchemy twins by ``tests/postgres/test_lean_doubt_pg.py``, on one psycopg connection set
-up as the engine's are (``_pgconn``: the libpq settings, JIT off):
+their SQLAlchemy twins by ``tests/postgres/test_lean_doubt_pg.py``, on one libpq connection
+(``_libpq``, no psycopg import) set up as the engine's are (``_pgconn``: the libpq settings,
+JIT off):
 
 - the schema version and the key salt, as ``Ledger`` reads them on opening;
 - the started actions, with whether each lease lapsed by the database clock (``reads.started``);
@@ -12,19 +13,20 @@ up as the engine's are (``_pgconn``: the libpq settings, JIT off):
 With a ``schema=`` the statements name that schema's tables, as the engine's schema translation
 does. The URL is read here with ``urllib.parse``, for the plain form only
 (``postgresql[+psycopg]://user:password@host:port/database?setting=value``), and must give libpq
-exactly what SQLAlchemy's URL would. Anything else (another form, psycopg missing, no server, no
-tables, another schema version, any fault while opening) returns None and the caller takes the
-full route, which gives the answer or the error it always gave. After opening, a fault is the
-one-line ``LedgerError`` the store raises for it.
+exactly what SQLAlchemy's URL would. Anything else (another form, no libpq to load, no server, no
+tables, another schema version, a client encoding other than UTF-8, any fault while opening)
+returns None and the caller takes the full route, which gives the answer or the error it always
+gave. After opening, a fault is the one-line ``LedgerError`` the store raises for it.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
-from . import _pgconn, _sqlite
+from . import _libpq, _pgconn, _sqlite
 from ._basics import CURRENT, LeanConnection, database_failed
 from ._lean import COLUMNS
 
@@ -120,33 +122,46 @@ def mark_sql(schema: str | None, *, only_if_expired: bool, owner: bool) -> str:
     return f"{sql} RETURNING {_pgconn.wake_sql('key')}"
 
 
-def _connect(kwargs: dict[str, Any]) -> Any:
-    import psycopg  # here, not at the top: an SQLite ledger's `doubt` never pays for it
+# How a value read as text becomes what psycopg would have given, by column; text otherwise.
+_DECODE: dict[str, Callable[[str], Any]] = {
+    "seq": int,
+    "attempt": int,
+    "lease_expires_at": float,  # float8 text round-trips exactly (extra_float_digits >= 1)
+    "created_at": float,
+    "updated_at": float,
+    "pruned_at": float,
+    "lapsed": lambda text: text == "t",
+}
+_STARTED = ("key", "attempt", "owner", "lapsed")
 
-    return psycopg.connect(**kwargs)
+
+def _decoded(names: Sequence[str], row: Sequence[str | None]) -> tuple[Any, ...]:
+    return tuple(
+        None if value is None else _DECODE.get(name, str)(value)
+        for name, value in zip(names, row, strict=True)
+    )
 
 
 class LeanPgLedger(LeanConnection):
-    """A PostgreSQL ledger opened with psycopg alone, for the statements ``doubt`` needs."""
+    """A PostgreSQL ledger opened with libpq alone, for the statements ``doubt`` needs."""
 
-    def __init__(self, conn: Any, schema: str | None) -> None:
+    _conn: _libpq.Connection
+
+    def __init__(self, conn: _libpq.Connection, schema: str | None) -> None:
         self._conn = conn
         self._schema = schema
 
-    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[str | None, ...]]:
         """The rows of one statement, in a transaction of its own, committed."""
-        import psycopg
-
         try:
-            rows: list[Any] = self._conn.execute(sql, params or None).fetchall()
-            self._conn.commit()
-        except psycopg.Error as exc:
+            return self._conn.execute(_libpq.numbered(sql), params)
+        except _libpq.PgError as exc:
             raise database_failed(exc) from exc
-        return rows
 
     def started(self) -> list[tuple[str, int, str | None, Any]]:
         """Every started action: key, attempt, owner, and whether its lease lapsed."""
-        return self._rows(started_sql(self._schema))
+        rows = self._rows(started_sql(self._schema))
+        return [_decoded(_STARTED, row) for row in rows]
 
     def mark_in_doubt(
         self,
@@ -167,7 +182,20 @@ class LeanPgLedger(LeanConnection):
     def in_doubt(self) -> list[dict[str, Any]]:
         """The actions in doubt, in the order they were first attempted, as column mappings."""
         rows = self._rows(in_doubt_sql(self._schema))
-        return [dict(zip(COLUMNS, row, strict=True)) for row in rows]
+        return [dict(zip(COLUMNS, _decoded(COLUMNS, row), strict=True)) for row in rows]
+
+
+def _opened(conn: _libpq.Connection, schema: str | None) -> bool:
+    """Whether this route can serve the ledger on ``conn``: set up as the engine's sessions
+    are, texts in UTF-8, and tables of this code's schema version, holding a salt."""
+    conn.execute("SET jit = off")  # as _pgconn.no_jit does on the engine's connections
+    if conn.execute("SHOW client_encoding") != [("UTF8",)]:
+        return False
+    found = conn.execute(version_sql(schema))
+    if not found or found[0][0] != str(CURRENT):
+        return False
+    conn.execute(salt_sql(schema))
+    return True
 
 
 def open_ledger(url: str | None, schema: str | None) -> LeanPgLedger | None:
@@ -178,18 +206,14 @@ def open_ledger(url: str | None, schema: str | None) -> LeanPgLedger | None:
     if kwargs is None or (schema is not None and not _pgconn.SCHEMA_NAME.fullmatch(schema)):
         return None
     try:
-        conn = _connect(kwargs)
+        conn = _libpq.connect(kwargs)
     except Exception:  # noqa: BLE001 - whatever it is, the full route meets it and words it
         return None
     try:
-        _pgconn.no_jit(conn)
-        found = conn.execute(version_sql(schema)).fetchone()
-        if found is None or found[0] != CURRENT:
-            conn.close()
-            return None
-        conn.execute(salt_sql(schema)).fetchone()
-        conn.rollback()
+        served = _opened(conn, schema)
     except Exception:  # noqa: BLE001 - as above
-        conn.close()
-        return None
-    return LeanPgLedger(conn, schema)
+        served = False
+    if served:
+        return LeanPgLedger(conn, schema)
+    conn.close()
+    return None
