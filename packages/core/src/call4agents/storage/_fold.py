@@ -3,9 +3,10 @@ size, table names as the schema in use spells them, and adding rows to a tally t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 
 # Rows folded per transaction: a SQLite fold holds the write lock while it runs, so a long
 # backlog (a ledger nobody read figures from for a while) goes in short steps.
@@ -36,3 +37,22 @@ def upsert(
     columns = [c.name for c in table.columns if c.name not in key]
     new = {c: stmt.excluded[c] if replace else table.c[c] + stmt.excluded[c] for c in columns}
     conn.execute(stmt.on_conflict_do_update(index_elements=key, set_=new), rows)
+
+
+def create_log_function(
+    conn: Connection, function: str, log: str, columns: str, rows: Mapping[str, str]
+) -> None:
+    """A PostgreSQL trigger function appending a change to ``log``: for each operation
+    (``TG_OP``) in ``rows``, the values to insert into ``columns``. The triggers that call it
+    are each fold's own."""
+    branches = "\n".join(
+        f"  {'IF' if i == 0 else 'ELSIF'} TG_OP = '{op}' THEN\n"
+        f"    INSERT INTO {log} ({columns}) VALUES ({row});"
+        for i, (op, row) in enumerate(rows.items())
+    )
+    conn.execute(
+        text(
+            f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n"
+            f"{branches}\n  END IF;\n  RETURN NULL;\nEND\n$$"
+        )
+    )

@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, or_, select, text
 
+from . import _fold
 from ._fold import BATCH, upsert
 from ._fold import qualified as _qualified
 from .dialects import dialect_of
@@ -108,20 +109,9 @@ def create_triggers(conn: Connection) -> None:
 
 
 def _create_pg_triggers(conn: Connection) -> None:
-    target = _qualified(conn, "c4a_run_changes")
     function = _qualified(conn, "c4a_run_counters_tally")
     table = _qualified(conn, "c4a_run_counters")
-    branches = "\n".join(
-        f"  {'IF' if i == 0 else 'ELSIF'} TG_OP = '{op}' THEN\n"
-        f"    INSERT INTO {target} ({_COLUMNS}) VALUES ({row});"
-        for i, (op, row) in enumerate(_ROW.items())
-    )
-    conn.execute(
-        text(
-            f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n"
-            f"{branches}\n  END IF;\n  RETURN NULL;\nEND\n$$"
-        )
-    )
+    _fold.create_log_function(conn, function, _qualified(conn, "c4a_run_changes"), _COLUMNS, _ROW)
     # One trigger per operation: each tests its row in WHEN, so a counter the figures do not
     # read (most of a budget's) never calls the function.
     for op in _ROW:

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Select, case, delete, func, select, text
 
-from . import _run_tally
+from . import _fold, _run_tally
 from ._fold import BATCH as BATCH  # stat_rows batches by it
 from ._fold import qualified as _qualified
 from ._fold import upsert as _upsert
@@ -86,21 +86,11 @@ def _create_sqlite_triggers(conn: Connection) -> None:
 
 
 def _create_pg_triggers(conn: Connection) -> None:
-    target = _qualified(conn, "c4a_changes")
     function = _qualified(conn, "c4a_effects_tally")
     table = _qualified(conn, "c4a_effects")
     now = dialect_of("postgresql").now_text
-    branches = "\n".join(
-        f"  {'IF' if i == 0 else 'ELSIF'} TG_OP = '{op}' THEN\n"
-        f"    INSERT INTO {target} ({_COLUMNS}) VALUES ({row.format(now=now)});"
-        for i, (op, row) in enumerate(_ROW.items())
-    )
-    conn.execute(
-        text(
-            f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$\nBEGIN\n"
-            f"{branches}\n  END IF;\n  RETURN NULL;\nEND\n$$"
-        )
-    )
+    rows = {op: row.format(now=now) for op, row in _ROW.items()}
+    _fold.create_log_function(conn, function, _qualified(conn, "c4a_changes"), _COLUMNS, rows)
     conn.execute(
         text(
             f"CREATE TRIGGER c4a_effects_tally AFTER INSERT OR DELETE ON {table} "
