@@ -111,7 +111,8 @@ def test_tickets_waiting_at_each_end_equal_a_count_of_every_ticket(ledger: c4a.L
     # Tickets asked, decided and expiring at times that fall in the buckets and exactly on
     # their ends: the chart counts, at each end, the tickets asked at or before it and still
     # waiting after it (neither decided nor expired), and the oldest of them, as a count of
-    # every ticket says. PostgreSQL groups the tickets in SQL, SQLite in Python.
+    # every ticket says. The database groups the tickets; a ticket asked on an end is counted
+    # as Python's bisect_left counts it.
     from sqlalchemy import insert
 
     from call4agents.storage.tables import approvals
@@ -154,3 +155,83 @@ def test_tickets_waiting_at_each_end_equal_a_count_of_every_ticket(ledger: c4a.L
         assert bucket.approvals_waiting == len(waiting), bucket
         expected = None if not waiting else bucket.end - min(waiting)
         assert bucket.approvals_oldest_age == pytest.approx(expected), bucket
+
+
+def test_one_pass_finds_what_the_all_time_and_window_checks_find(ledger: c4a.Ledger) -> None:
+    """The all-time health page counts actions executed without a yes, over all time and for
+    the last week's chart, in one pass (``unapproved_ever_and_since``): it must find what the
+    two checks find apart, whatever the tickets' and yeses' times around the window's start."""
+    from sqlalchemy import insert
+
+    from call4agents.storage import stat_rows
+    from call4agents.storage.tables import approvals, effects
+
+    now = ledger.store.now()
+    start = now - 3600
+    old, new = start - 600, start + 600  # before and after the window's start
+
+    def ticket(n: int, key: str, state: str, asked: float, *, attempt: int = 1) -> dict[str, Any]:
+        return {
+            "ticket": f"apr_o{n:03d}",
+            "key": key,
+            "for_attempt": attempt,
+            "run_id": "r",
+            "tool": "t",
+            "args": "{}",
+            "state": state,
+            "requested_at": asked,
+            "expires_at": asked + 300,
+            "signature": "s",
+        }
+
+    def action(key: str, first: float, attempt: int = 1) -> dict[str, Any]:
+        return {
+            "key": key,
+            "run_id": "r",
+            "tool": "t",
+            "kind": "write",
+            "state": "succeeded",
+            "attempt": attempt,
+            "args": "{}",
+            "created_at": first,
+            "updated_at": first,
+        }
+
+    keys = {name: name * 64 for name in "abcdefghij"}
+    tickets = [
+        ticket(0, keys["a"], "pending", new),  # ran with no yes, in the window
+        ticket(1, keys["b"], "spent", new),  # ran with its yes
+        ticket(2, keys["c"], "pending", old),  # asked before, ran after, no yes
+        ticket(3, keys["d"], "spent", old),  # its yes expired before the window...
+        ticket(4, keys["d"], "pending", new),  # ...asked again in it, and ran
+        ticket(5, keys["e"], "denied", old),  # ran before the window, no yes
+        ticket(6, keys["f"], "denied", new),  # asked twice, no yes: one action
+        ticket(7, keys["f"], "pending", new + 1),
+        ticket(8, keys["g"], "spent", new),  # a yes for attempt 1; attempt 2 ran without one
+        ticket(9, keys["h"], "pending", new),  # never ran
+        ticket(10, keys["i"], "expired", new),  # not a ticket state the checks read
+        ticket(11, keys["j"], "approved", old, attempt=2),  # a yes for another attempt
+        ticket(12, keys["j"], "pending", new),
+    ]
+    actions = [
+        action(keys["a"], new + 5),
+        action(keys["b"], new + 5),
+        action(keys["c"], new + 5),
+        action(keys["d"], new + 5),
+        action(keys["e"], old),
+        action(keys["f"], new + 5),
+        action(keys["g"], new + 5, attempt=2),
+        action(keys["i"], new + 5),
+        action(keys["j"], new + 5),
+    ]
+    with ledger.engine.begin() as conn:
+        conn.execute(insert(approvals), tickets)
+        conn.execute(insert(effects), actions)
+    with ledger.store.read() as conn:
+        ever = stat_rows.unapproved_since(conn, None)
+        since = stat_rows.unapproved_since(conn, start)
+        both = stat_rows.unapproved_ever_and_since(conn, start)
+    assert len(ever) == 6  # a, c, e, f, g, j (d had a yes, long ago)
+    assert len(since) == 5  # a, d (no yes open in the window), f, g, j
+    assert both == (len(ever), since)
+    assert stats.series(ledger, 3600, 12, ever=True).unapproved_ever == len(ever)

@@ -30,12 +30,8 @@ def health(ledger: Ledger, ask: Ask) -> Response:
         raise Refused(400, f"unknown window {window!r}: pick one of {', '.join(WINDOWS)}")
     since = WINDOWS[window]
     figures = stats.compute(ledger, since=since)
-    over_time = stats.series(ledger, since or CHARTED_ALL, BUCKETS[window])
-    unapproved = (
-        over_time.unapproved_executions
-        if since is not None
-        else stats.unapproved_executions(ledger)
-    )
+    over_time = stats.series(ledger, since or CHARTED_ALL, BUCKETS[window], ever=since is None)
+    unapproved = over_time.unapproved_executions if since is not None else over_time.unapproved_ever
     escalations, escalation_age = stats.open_escalations(ledger)
     picks = join(
         h(

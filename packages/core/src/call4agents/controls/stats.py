@@ -519,6 +519,9 @@ class Series:
     since_seconds: float
     bucket_seconds: float
     buckets: list[Bucket]
+    # Actions executed without a yes over all time (``unapproved_executions(ledger)``), when
+    # asked for with ``ever=True``: found in the same pass as the window's.
+    unapproved_ever: int | None = None
 
     @property
     def unapproved_executions(self) -> int:
@@ -528,7 +531,7 @@ class Series:
         return asdict(self)
 
 
-def series(ledger: LedgerCore, since: float, buckets: int = 24) -> Series:
+def series(ledger: LedgerCore, since: float, buckets: int = 24, *, ever: bool = False) -> Series:
     """The health figures of the last ``since`` seconds in ``buckets`` equal stretches, each a
     whole number of minutes (of hours, when it is an hour or more) and starting at a whole one,
     the last one up to now.
@@ -540,7 +543,9 @@ def series(ledger: LedgerCore, since: float, buckets: int = 24) -> Series:
     completed or acting in the window. Open doubt at each bucket's end is what is open now less
     what fell in doubt since, plus what left it since. An escalation is open from when it was
     made until the run was first entered again (picked up); one whose ending a later control
-    replaced (an undo) leaves the chart.
+    replaced (an undo) leaves the chart. ``ever``: also count the actions executed without a
+    yes over all time, in the pass that finds the window's (it then asks every ticket ever
+    opened, not only those open in the window).
     """
     if since <= 0 or buckets < 1:
         raise ValueError("series needs a window over 0 seconds and at least one bucket")
@@ -551,18 +556,24 @@ def series(ledger: LedgerCore, since: float, buckets: int = 24) -> Series:
     last = math.ceil(now / step) * step
     edges = [float(last - (buckets - i) * width) for i in range(buckets + 1)]
 
-    def read(conn: Conn) -> list[Bucket]:
-        return _over_time(conn, now, step, edges)
+    def read(conn: Conn) -> tuple[int | None, list[Bucket]]:
+        if ever:
+            count, unapproved = stat_rows.unapproved_ever_and_since(conn, edges[0])
+        else:
+            count, unapproved = None, stat_rows.unapproved_since(conn, edges[0])
+        return count, _over_time(conn, now, step, edges, unapproved)
 
     try:
-        found = stat_rows.after_folding(ledger.store, read)
+        count, found = stat_rows.after_folding(ledger.store, read)
     except LedgerError:
         with ledger.store.read() as conn:  # may not fold here: as of the last fold
-            found = read(conn)
-    return Series(since_seconds=since, bucket_seconds=float(width), buckets=found)
+            count, found = read(conn)
+    return Series(since, float(width), found, unapproved_ever=count)
 
 
-def _over_time(conn: Conn, now: float, step: int, edges: list[float]) -> list[Bucket]:
+def _over_time(
+    conn: Conn, now: float, step: int, edges: list[float], unapproved: Sequence[float]
+) -> list[Bucket]:
     start, width, n = edges[0], edges[1] - edges[0], len(edges) - 1
     ends = [min(edge, now) for edge in edges[1:]]
 
@@ -585,17 +596,19 @@ def _over_time(conn: Conn, now: float, step: int, edges: list[float]) -> list[Bu
             irreversible[slot(at)] += value
         elif name in (_tally.DOUBT_IN, _tally.DOUBT_OUT):
             doubt_moved[slot(at)] += value if name == _tally.DOUBT_IN else -value
-    for at in stat_rows.unapproved_since(conn, start):
+    for at in unapproved:
         bad[slot(at)] += 1
     for i, hits in stat_rows.hits_by_slot(conn, int(start), int(width)):
         deduped[min(n - 1, max(0, i))] += hits
     ended: list[Counter[str]] = [Counter() for _ in range(n)]
     for status, at in stat_rows.endings_since(conn, start):
         ended[slot(at)][status] += 1
-    for i, k in slots(stat_rows.completed_times(conn, start)).items():
+    completions = stat_rows.completions_since(conn, start)
+    for i, k in slots([at for at, _ in completions]).items():
         ended[i]["completed"] += k
     costs: list[list[float]] = [[] for _ in range(n)]
-    for at, cost in stat_rows.costs_since(conn, start):
+    priced = [(at, cost) for at, cost in completions if cost is not None]
+    for at, cost in priced + stat_rows.acting_costs_since(conn, start):
         i = int((at - start) // width)
         costs[i if 0 <= i < n else min(n - 1, max(0, i))].append(cost)
     waiting_at = _waiting_at(stat_rows.waiting_groups(conn, start, ends), len(ends))

@@ -10,9 +10,8 @@ holds each one to its plan on both databases. Rows are returned as plain tuples,
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import ARRAY, ColumnElement, Float, Select, case, func, literal, or_, select
@@ -208,37 +207,43 @@ def waiting_groups(
     (sorted): how many ends come before each was asked, and before it stopped waiting (decided,
     or expired); with how many tickets share both, and the earliest asked among them. A ticket
     waited at each end from the first of those counts up to the one before the second.
-    Through the pending index's ``expires_at``. PostgreSQL groups them itself, so ten thousand
-    waiting tickets come back as a few dozen rows; SQLite's are grouped here."""
+    Through the pending index's ``expires_at``; the database groups them, so ten thousand
+    waiting tickets come back as a few dozen rows."""
     until = case(
         (approvals.c.decided_at < approvals.c.expires_at, approvals.c.decided_at),
         else_=approvals.c.expires_at,
     )
-    if conn.dialect.name == "postgresql":
-        first, after = _ends_before(approvals.c.requested_at, ends), _ends_before(until, ends)
-        grouped = (
-            select(first, after, func.count(), func.min(approvals.c.requested_at))
-            .where(*_tickets_open(start))
-            .group_by(first, after)
-        )
-        return [(int(a), int(b), int(n), float(t)) for a, b, n, t in conn.execute(grouped)]
-    found: dict[tuple[int, int], tuple[int, float]] = {}
-    rows = conn.execute(select(approvals.c.requested_at, until).where(*_tickets_open(start)))
-    for asked, end in rows:
-        place = (bisect_left(ends, asked), bisect_left(ends, end))
-        count, oldest = found.get(place, (0, float(asked)))
-        found[place] = (count + 1, min(oldest, float(asked)))
-    return [(a, b, n, t) for (a, b), (n, t) in found.items()]
+    count = _width_bucket_before if conn.dialect.name == "postgresql" else _ends_before
+    first, after = count(approvals.c.requested_at, ends), count(until, ends)
+    grouped = (
+        select(first, after, func.count(), func.min(approvals.c.requested_at))
+        .where(*_tickets_open(start))
+        .group_by(first, after)
+    )
+    return [(int(a), int(b), int(n), float(t)) for a, b, n, t in conn.execute(grouped)]
 
 
-def _ends_before(value: Any, ends: Sequence[float]) -> Any:
-    """How many of ``ends`` (sorted) are below ``value``, in SQL: ``width_bucket`` counts the
-    thresholds at or below its operand, so it is given the ends negated, and counts those at or
-    above the value; the rest are below. No arithmetic on the times, so a ticket asked exactly
-    at an end counts as Python's ``bisect_left`` does."""
-    negated = sorted(-end for end in ends)
-    thresholds = literal(negated, ARRAY(Float))
-    return len(ends) - func.width_bucket(-value, thresholds)
+def _ends_before(value: Any, ends: Sequence[float], lo: int = 0, hi: int | None = None) -> Any:
+    """How many of ``ends`` (sorted) are below ``value``, in SQL, known to be between ``lo``
+    and ``hi``: Python's ``bisect_left`` written out as nested CASEs, a handful of comparisons
+    a row. No arithmetic on the times, so a ticket asked exactly at an end counts as
+    ``bisect_left`` counts it."""
+    hi = len(ends) if hi is None else hi
+    if lo == hi:
+        return literal(lo)
+    mid = (lo + hi) // 2
+    return case(
+        (value <= literal(ends[mid], Float), _ends_before(value, ends, lo, mid)),
+        else_=_ends_before(value, ends, mid + 1, hi),
+    )
+
+
+def _width_bucket_before(value: Any, ends: Sequence[float]) -> Any:
+    """``_ends_before`` on PostgreSQL, in one call (faster there than the CASEs): ``width_bucket``
+    counts the thresholds at or below its operand, so it is given the ends negated and counts
+    those at or above the value; the rest are below."""
+    negated = literal(sorted(-end for end in ends), ARRAY(Float))
+    return len(ends) - func.width_bucket(-value, negated)
 
 
 def _tickets_open(start: float | None, table: Any = approvals) -> list[ColumnElement[bool]]:
@@ -248,13 +253,11 @@ def _tickets_open(start: float | None, table: Any = approvals) -> list[ColumnEle
     ]
 
 
-def unapproved_since(conn: Conn, start: float | None) -> list[float]:
-    """When each action a ticket asked about, and whose latest attempt started with no ticket
-    approved for that attempt, was first attempted: the tickets open since ``start`` and their
-    actions first attempted since then (all if None). Each ticket looks its action up by the
-    action's unique key, and a yes by the tickets' key index: a lookup per ticket (far fewer
-    than actions), which a join would let the planner trade for a read of every action."""
-    asked = approvals.alias("asked")
+def _without_yes(asked: Any, start: float | None, *, attempted_since: bool) -> Any:
+    """When the action ticket ``asked`` asked about was first attempted, if its latest attempt
+    started with no ticket open since ``start`` (any, if None) approved for that attempt, and
+    (``attempted_since``) it was first attempted since ``start``; NULL otherwise. The action is
+    looked up by its unique key and a yes by the tickets' key index."""
     yes = approvals.alias("yes")
     approved = (
         select(yes.c.ticket)
@@ -266,22 +269,50 @@ def unapproved_since(conn: Conn, start: float | None) -> list[float]:
         )
         .exists()
     )
-    action = (
+    since = [] if start is None or not attempted_since else [effects.c.created_at >= start]
+    return (
         select(effects.c.created_at)
-        .where(
-            effects.c.key == asked.c.key,
-            effects.c.attempt > 0,
-            ~approved,
-            *([] if start is None else [effects.c.created_at >= start]),
-        )
+        .where(effects.c.key == asked.c.key, effects.c.attempt > 0, ~approved, *since)
         .scalar_subquery()
     )
+
+
+def _one_per_action(found: Iterable[tuple[str, Any]]) -> list[float]:
+    """The first attempts of the actions found: a call asked about twice (a second ticket after
+    a no) is one action."""
+    return [float(at) for at in {key: at for key, at in found if at is not None}.values()]
+
+
+def unapproved_since(conn: Conn, start: float | None) -> list[float]:
+    """When each action a ticket asked about, and whose latest attempt started with no ticket
+    approved for that attempt, was first attempted: the tickets open since ``start`` and their
+    actions first attempted since then (all if None). A lookup per ticket (far fewer than
+    actions), which a join would let the planner trade for a read of every action."""
+    asked = approvals.alias("asked")
+    action = _without_yes(asked, start, attempted_since=True)
     # Filtered in the statement, so only the few actions found come back, not every ticket.
     rows = conn.execute(
         select(asked.c.key, action).where(*_tickets_open(start, asked), action.is_not(None))
     ).all()
-    # A call asked about twice (a second ticket after a no) is one action.
-    return [float(at) for at in {key: at for key, at in rows if at is not None}.values()]
+    return _one_per_action((key, at) for key, at in rows)
+
+
+def unapproved_ever_and_since(conn: Conn, start: float) -> tuple[int, list[float]]:
+    """How many actions ``unapproved_since(conn, None)`` finds, and what
+    ``unapproved_since(conn, start)`` returns, in one pass over every ticket (the console's
+    all-time health page wants both). An action with no yes at all has none open since
+    ``start`` either, so the window's check finds every action the all-time one does: it is
+    asked of every ticket, and the all-time one only of what it finds."""
+    asked = approvals.alias("asked")
+    action = _without_yes(asked, start, attempted_since=False)
+    ever = _without_yes(asked, None, attempted_since=False)
+    rows = conn.execute(
+        select(asked.c.key, asked.c.expires_at, action, ever).where(
+            *_tickets_open(None, asked), action.is_not(None)
+        )
+    ).all()
+    in_window = [(key, at) for key, until, at, _ in rows if until > start and at >= start]
+    return len(_one_per_action((key, at) for key, _, _, at in rows)), _one_per_action(in_window)
 
 
 def count_in_doubt(conn: Conn) -> int:
@@ -301,36 +332,32 @@ def hits_by_slot(conn: Conn, start: int, width: int) -> list[tuple[int, int]]:
     return [(int(i), int(n)) for i, n in rows]
 
 
-def costs_since(conn: Conn, start: float) -> list[tuple[float, float]]:
-    """(when, cost) of each run with a cost that completed since ``start`` (when: its
-    completion), or that had an action first attempted since then and has not completed since
-    (when: its latest action). Each side is a range of an index, each run's cost a key."""
+def completions_since(conn: Conn, start: float) -> list[tuple[float, float | None]]:
+    """When each run that completed since ``start`` completed, with its cost (None if it has
+    none): a range of the counters' value index, each run's cost a key."""
     cost = run_counters.alias("cost")
     done = run_counters.alias("done")
-    completed = (
+    rows = conn.execute(
         select(done.c.value, cost.c.value)
-        .join(cost, (cost.c.run_id == done.c.run_id) & (cost.c.name == "cost"))
+        .outerjoin(cost, (cost.c.run_id == done.c.run_id) & (cost.c.name == "cost"))
         .where(done.c.name == COMPLETED_AT, done.c.value >= start)
     )
-    acting = (
+    return [(float(at), None if n is None else float(n)) for at, n in rows]
+
+
+def acting_costs_since(conn: Conn, start: float) -> list[tuple[float, float]]:
+    """(when, cost) of each run with a cost that had an action first attempted since ``start``
+    and has not completed since then (when: its latest action): a range of the run tallies'
+    ``last_at`` index, each run's cost a key."""
+    cost = run_counters.alias("cost")
+    done = run_counters.alias("done")
+    rows = conn.execute(
         select(run_tallies.c.last_at, cost.c.value)
         .join(cost, (cost.c.run_id == run_tallies.c.run_id) & (cost.c.name == "cost"))
         .outerjoin(done, (done.c.run_id == run_tallies.c.run_id) & (done.c.name == COMPLETED_AT))
         .where(run_tallies.c.last_at >= start, or_(done.c.value.is_(None), done.c.value < start))
     )
-    return [
-        (float(at), float(n)) for stmt in (completed, acting) for at, n in conn.execute(stmt).all()
-    ]
-
-
-def completed_times(conn: Conn, start: float) -> list[float]:
-    """When each run completed since ``start``: a range of the counters' value index."""
-    rows = conn.execute(
-        select(run_counters.c.value).where(
-            run_counters.c.name == COMPLETED_AT, run_counters.c.value >= start
-        )
-    )
-    return [float(at) for at in rows.scalars().all()]
+    return [(float(at), float(n)) for at, n in rows]
 
 
 # -- all-time alert figures, counted by the database over the counters' value index: where the
