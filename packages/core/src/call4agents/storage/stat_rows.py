@@ -341,7 +341,7 @@ def completions_since(conn: Conn, start: float) -> list[tuple[float, float | Non
         select(done.c.value, cost.c.value)
         .outerjoin(cost, (cost.c.run_id == done.c.run_id) & (cost.c.name == "cost"))
         .where(done.c.name == COMPLETED_AT, done.c.value >= start)
-    )
+    ).all()  # fetched at once: thousands of runs complete in a week
     return [(float(at), None if n is None else float(n)) for at, n in rows]
 
 
@@ -356,7 +356,7 @@ def acting_costs_since(conn: Conn, start: float) -> list[tuple[float, float]]:
         .join(cost, (cost.c.run_id == run_tallies.c.run_id) & (cost.c.name == "cost"))
         .outerjoin(done, (done.c.run_id == run_tallies.c.run_id) & (done.c.name == COMPLETED_AT))
         .where(run_tallies.c.last_at >= start, or_(done.c.value.is_(None), done.c.value < start))
-    )
+    ).all()
     return [(float(at), float(n)) for at, n in rows]
 
 
