@@ -73,6 +73,17 @@ def put(target: Target, schema: str, *rows: dict[str, Any]) -> None:
             )
 
 
+def put_doubts_and_a_lapsed_lease(target: Target, schema: str) -> None:
+    """Four actions in doubt and one started whose lease lapsed ("z"), for `doubt` to sweep."""
+    now = time.time()
+    put(
+        target,
+        schema,
+        *twin.settled_doubts(now),
+        twin.action("z", now, state="started", lease_expires_at=now - 9),
+    )
+
+
 def rows_of(target: Target, schema: str) -> list[dict[str, Any]]:
     with admin(target) as conn:
         found = conn.execute(
@@ -367,13 +378,7 @@ def test_a_fault_after_opening_is_the_stores_one_line(
 def test_the_lean_route_imports_neither_sqlalchemy_nor_psycopg(
     pg_target: Target, schemas: list[str], how: str
 ) -> None:
-    now = time.time()
-    put(
-        pg_target,
-        schemas[0],
-        *twin.settled_doubts(now),
-        twin.action("z", now, state="started", lease_expires_at=now - 9),
-    )
+    put_doubts_and_a_lapsed_lease(pg_target, schemas[0])
     url, schema = address(pg_target, schemas[0], how)
     script = (
         "import sys\n"
