@@ -121,3 +121,39 @@ def test_a_client_encoding_other_than_utf8_takes_the_full_route(
     found = run("user", "doubt", *where(latin, schemas[0]))
     assert found == run("full", "doubt", *where(pg_target.url, schemas[0]))
     assert found[0] == 0
+
+
+def test_a_server_that_never_answers_is_waited_for_once(run: Any) -> None:
+    """A listener that takes connections and says nothing: the lean route's connect times out,
+    and `doubt` reports it in the full route's words instead of connecting (and waiting) again."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+
+    def take() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return  # closed
+
+    threading.Thread(target=take, daemon=True).start()
+    port = listener.getsockname()[1]
+    url = f"postgresql+psycopg://someone:s3cret@127.0.0.1:{port}/db?connect_timeout=1"
+    try:
+        code, out, err = run("user", "doubt", "--url", url)
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert (code, out) == (2, "")
+    assert len(accepted) == 1  # the full route did not try again
+    assert err.startswith(
+        f"call4agents: error: cannot open the ledger at postgresql+psycopg://someone:***@"
+        f"127.0.0.1:{port}/db?connect_timeout=1: "
+    ), err
+    assert "timeout expired" in err
+    assert "s3cret" not in err
+    assert "Check that the database is reachable" in err

@@ -16,7 +16,9 @@ does. The URL is read here with ``urllib.parse``, for the plain form only
 exactly what SQLAlchemy's URL would. Anything else (another form, no libpq to load, no server, no
 tables, another schema version, a client encoding other than UTF-8, any fault while opening)
 returns None and the caller takes the full route, which gives the answer or the error it always
-gave. After opening, a fault is the one-line ``LedgerError`` the store raises for it.
+gave, with one exception: a server that did not answer within the connect timeout is reported
+here, in the full route's words, rather than waited for a second time. After opening, a fault is
+the one-line ``LedgerError`` the store raises for it.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+from call4agents.model.errors import LedgerError
+
 from . import _libpq, _pgconn, _sqlite
-from ._basics import CURRENT, LeanConnection, database_failed
+from ._basics import CURRENT, LeanConnection, database_failed, short_error
 from ._lean import COLUMNS
 
 _SCHEMES = ("postgresql://", "postgresql+psycopg://")
@@ -198,6 +202,16 @@ def _opened(conn: _libpq.Connection, schema: str | None) -> bool:
     return True
 
 
+def _unanswered(url: str | None, exc: _libpq.PgError) -> LedgerError:
+    """What ``Ledger`` says when it cannot connect, for a server that never answered: the full
+    route would wait out the same timeout again only to say so."""
+    masked = re.sub(r"(//[^/@]*?:)[^/]*@", r"\1***@", _sqlite.given_url(url))
+    return LedgerError(
+        f"cannot open the ledger at {masked}: {short_error(exc)}. Check that the database is "
+        "reachable and that you may write to it (`call4agents doctor`)."
+    )
+
+
 def open_ledger(url: str | None, schema: str | None) -> LeanPgLedger | None:
     """The PostgreSQL ledger at ``url`` (else ``$CALL4AGENTS_URL``; in ``schema``), opened as
     ``Ledger(url, schema=schema, auto_migrate=False)`` opens it, if this route can serve it;
@@ -207,6 +221,10 @@ def open_ledger(url: str | None, schema: str | None) -> LeanPgLedger | None:
         return None
     try:
         conn = _libpq.connect(kwargs)
+    except _libpq.PgError as exc:
+        if "timeout expired" in str(exc):
+            raise _unanswered(url, exc) from exc
+        return None
     except Exception:  # noqa: BLE001 - whatever it is, the full route meets it and words it
         return None
     try:
