@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from call4agents import quickstart as qs
+from call4agents.facade import quickstart as qs
 from tests.conftest import Target
 
 SCRIPT = Path(sys.executable).with_name("call4agents")  # the console script in this venv
