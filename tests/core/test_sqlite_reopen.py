@@ -65,3 +65,20 @@ def test_reopening_while_others_read_and_write_keeps_the_file_whole(
     with c4a.Ledger(url) as ledger:
         records = ledger.effects()
     assert Counter(r.run_id for r in records if r.state == "succeeded") == executions
+
+
+@pytest.mark.parametrize("case", ["other", "own"])
+def test_a_fork_waits_for_another_threads_write_to_end(tmp_path: Path, case: str) -> None:
+    """SQLite's lock table is copied by fork: a child forked while another thread held the
+    write lock could never take it (fails after its busy timeout). The fork waits for the
+    write to end instead; a fork from inside a write does not wait for itself."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    c4a.Ledger(url).close()
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("fork_gate_child.py")), url, case],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr

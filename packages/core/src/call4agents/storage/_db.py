@@ -14,13 +14,15 @@ from sqlalchemy.exc import ArgumentError, InvalidatePoolError, SQLAlchemyError
 
 from call4agents.model.errors import ConfigurationError
 
-from . import _files, _pg, _pgconn, _sqlite
+from . import _files, _forkgate, _pg, _pgconn, _sqlite
 from ._sqlite import DEFAULT_URL, NETWORK_FS, Durability, check_local_fs, mount_fs_type
 
 # What a parsed host may look like: names or IPv4 addresses (a comma-separated list for libpq's
 # several hosts), or empty (a socket given in ?host=). Anything else means the URL was split in
 # the wrong place, nearly always at an "@" of a password that was not percent-encoded; the pieces
 # of that password would then show in every message.
+# Marks a pooled SQLite connection whose write transaction a fork waits for (``_forkgate``).
+_WRITER = "c4a_writer"
 _HOST = re.compile(r"[A-Za-z0-9._~%,-]*")
 _QUERY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENCODE_HINT = (
@@ -108,7 +110,16 @@ def sqlite_engine(
         # with SQLITE_BUSY without waiting, where an immediate one waits its turn. Pure reads
         # stay deferred, so WAL lets them run beside a writer.
         reading = conn.get_execution_options().get("c4a_read", False)
+        if not reading and _WRITER not in conn.connection.info:
+            conn.connection.info[_WRITER] = _forkgate.WRITES.enter()
         conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        # Back in the pool, its transaction has ended: a fork need not wait for it.
+        token = record.info.pop(_WRITER, None)
+        if token is not None:
+            _forkgate.WRITES.leave(token)
 
     return engine
 
