@@ -25,7 +25,7 @@ from call4agents.model.errors import ConfigurationError, LedgerError
 from call4agents.storage import _db, _files, reads, run_rows
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
-from call4agents.storage.store import Store, short_error
+from call4agents.storage.store import Store, cannot_open
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
@@ -240,10 +240,7 @@ class LedgerCore:
             raise
         except Exception as exc:
             self.engine.dispose()
-            raise LedgerError(
-                f"cannot open the ledger at {self.url}: {short_error(exc)}. Check that the "
-                "database is reachable and that you may write to it (`call4agents doctor`)."
-            ) from exc
+            raise cannot_open(self.url, exc) from exc
 
     @property
     def url(self) -> str:

@@ -34,6 +34,15 @@ def database_failed(exc: BaseException) -> LedgerError:
     return LedgerError(f"the ledger database failed: {short_error(exc)}")
 
 
+def cannot_open(url: str, exc: BaseException) -> LedgerError:
+    """A ledger that could not be opened (no server, no file, no rights), ``url`` with its
+    password masked."""
+    return LedgerError(
+        f"cannot open the ledger at {url}: {short_error(exc)}. Check that the database is "
+        "reachable and that you may write to it (`call4agents doctor`)."
+    )
+
+
 _Lean = TypeVar("_Lean", bound="LeanConnection")
 
 

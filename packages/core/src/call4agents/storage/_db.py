@@ -21,10 +21,10 @@ from ._sqlite import DEFAULT_URL, NETWORK_FS, Durability, check_local_fs, mount_
 # several hosts), or empty (a socket given in ?host=). Anything else means the URL was split in
 # the wrong place, nearly always at an "@" of a password that was not percent-encoded; the pieces
 # of that password would then show in every message.
-# Marks a pooled SQLite connection whose write transaction a fork waits for (``_forkgate``).
-_WRITER = "c4a_writer"
 _HOST = re.compile(r"[A-Za-z0-9._~%,-]*")
 _QUERY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Marks a pooled SQLite connection whose write transaction a fork waits for (``_forkgate``).
+_WRITER = "c4a_writer"
 _ENCODE_HINT = (
     "if the password holds characters such as @ : / ? # [ ] %, percent-encode it "
     "(Python: urllib.parse.quote(password, safe=''))"

@@ -54,6 +54,13 @@ class _Gate:
             if self._forking:
                 self._ended.notify_all()
 
+    def __enter__(self) -> None:
+        """``with WRITES:`` around a write transaction that begins and ends in this thread."""
+        self.enter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.leave(threading.get_ident())
+
     def before_fork(self) -> None:
         # Held through the fork: no other thread begins a write transaction meanwhile. The
         # forking thread's own transactions are not waited for (that would never end).

@@ -141,13 +141,10 @@ class HotPath:
             row = cur.execute(self.select_sql, (key,)).fetchone()
             if row is not None:  # a repeat: one read, no write lock
                 return (0, tuple(row))
-        token = _forkgate.WRITES.enter()
-        try:
+        with _forkgate.WRITES:
             cur.execute("BEGIN IMMEDIATE")
             got = cur.execute(self.insert_sql, params).fetchone()
             cur.execute("COMMIT" if got is not None else "ROLLBACK")
-        finally:
-            _forkgate.WRITES.leave(token)
         return (int(got[0]), ()) if got is not None else None  # inserted meanwhile: look again
 
     def finish(
@@ -166,13 +163,10 @@ class HotPath:
         return self._run(lambda cur: self._finish_sqlite(cur, values), busy=False)
 
     def _finish_sqlite(self, cur: Any, values: tuple[Any, ...]) -> bool:
-        token = _forkgate.WRITES.enter()
-        try:
+        with _forkgate.WRITES:
             cur.execute("BEGIN IMMEDIATE")
             done: bool = cur.execute(self.finish_sql, values).rowcount == 1
             cur.execute("COMMIT" if done else "ROLLBACK")
-        finally:
-            _forkgate.WRITES.leave(token)
         return done
 
     def recorded(self, key: str) -> str | None:

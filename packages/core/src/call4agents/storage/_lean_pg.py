@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl, unquote
 from call4agents.model.errors import LedgerError
 
 from . import _libpq, _pgconn, _sqlite
-from ._basics import CURRENT, LeanConnection, database_failed, short_error
+from ._basics import CURRENT, LeanConnection, cannot_open, database_failed
 from ._lean import COLUMNS
 
 _SCHEMES = ("postgresql://", "postgresql+psycopg://")
@@ -205,11 +205,7 @@ def _opened(conn: _libpq.Connection, schema: str | None) -> bool:
 def _unanswered(url: str | None, exc: _libpq.PgError) -> LedgerError:
     """What ``Ledger`` says when it cannot connect, for a server that never answered: the full
     route would wait out the same timeout again only to say so."""
-    masked = re.sub(r"(//[^/@]*?:)[^/]*@", r"\1***@", _sqlite.given_url(url))
-    return LedgerError(
-        f"cannot open the ledger at {masked}: {short_error(exc)}. Check that the database is "
-        "reachable and that you may write to it (`call4agents doctor`)."
-    )
+    return cannot_open(re.sub(r"(//[^/@]*?:)[^/]*@", r"\1***@", _sqlite.given_url(url)), exc)
 
 
 def open_ledger(url: str | None, schema: str | None) -> LeanPgLedger | None:

@@ -45,6 +45,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
+from ._basics import cannot_open as cannot_open  # what the engine says when opening fails
 from ._basics import database_failed
 from ._basics import short_error as short_error  # its old home, which callers import from
 from ._hot import HotPath
