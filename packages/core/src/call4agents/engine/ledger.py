@@ -72,22 +72,28 @@ class _Heartbeat:
         # key -> (attempt, ttl, renewed at, the claim's owner text)
         self._held: dict[str, tuple[int, float, float, str]] = {}
         self._lost: set[str] = set()
-        self._lock = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._new_locks()
+        self._thread: threading.Thread | None = None  # cleared by the thread as it ends
         self._wake_at = float("inf")  # when the thread next looks (monotonic clock)
+
+    def _new_locks(self) -> None:
+        # A plain lock for the tool calls' hold and release (on every action: ``with`` on a
+        # Lock costs no Python frame, on a Condition it does); the thread waits on it.
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
 
     def hold(self, key: str, attempt: int, ttl: float, owner: str) -> None:
         with self._lock:
             now = time.monotonic()
             self._held[key] = (attempt, ttl, now, owner)
             self._lost.discard(key)
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._loop, name="call4agents-heartbeat", daemon=True
+                    target=self._run, name="call4agents-heartbeat", daemon=True
                 )
                 self._thread.start()
             elif now + ttl / 3 < self._wake_at:
-                self._lock.notify()  # due before the thread would next look
+                self._wake.notify()  # due before the thread would next look
 
     def release(self, key: str) -> bool:
         """Stop renewing; True if the lease was lost while the tool ran."""
@@ -101,8 +107,16 @@ class _Heartbeat:
         self._held.clear()
         self._lost.clear()
         self._thread = None
-        self._lock = threading.Condition()
+        self._new_locks()
         self._wake_at = float("inf")
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        finally:  # an unforeseen end too: the next hold starts a new thread
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None
 
     def _loop(self) -> None:
         idle_since = time.monotonic()
@@ -110,15 +124,15 @@ class _Heartbeat:
             with self._lock:
                 if not self._held:
                     if time.monotonic() - idle_since > self._IDLE_EXIT:
-                        self._thread = None
+                        self._thread = None  # in the same hold of the lock as the decision
                         return
                     self._wake_at = float("inf")
-                    self._lock.wait(timeout=self._IDLE_EXIT / 4)
+                    self._wake.wait(timeout=self._IDLE_EXIT / 4)
                     continue
                 # Look again the moment the first lease is a third through: its renewal then
                 # has the other two thirds to land in, however slow a commit is meanwhile.
                 self._wake_at = min(at + ttl / 3 for _, ttl, at, _ in self._held.values())
-                self._lock.wait(timeout=max(0.0, self._wake_at - time.monotonic()))
+                self._wake.wait(timeout=max(0.0, self._wake_at - time.monotonic()))
                 now = time.monotonic()
                 due = {k: (a, t, o) for k, (a, t, at, o) in self._held.items() if now - at >= t / 3}
                 idle_since = now

@@ -68,8 +68,9 @@ def begin(action: Action, *, wait: bool = True, owner: str | None = None) -> Go 
     ``owner``: the claim's owner text, when the caller made it (see ``_in_thread``).
     """
     ledger = action.ledger
-    looked = ledger._likely_repeat(action.run_id)
-    if looked:  # a run met here for the first time, or resumed: its result may be recorded
+    if ledger._likely_repeat(
+        action.run_id
+    ):  # a run met here for the first time, or resumed: its result may be recorded
         text = ledger.store.recorded(action.key)
         if text is not None:  # a repeat needs no claim, gate or new yes: nothing will run
             ledger._recall_run(action.run_id)  # a resume: its next repeats are near
@@ -78,7 +79,7 @@ def begin(action: Action, *, wait: bool = True, owner: str | None = None) -> Go 
             if owner is not None:
                 _owner.finished(owner)
             return Recalled(decode_result(text))
-    return owning(owner, lambda mine: _claim(action, mine, looked=looked, wait=wait))
+    return owning(owner, lambda mine: _claim(action, mine, wait=wait))
 
 
 def owning(owner: str | None, claim: Callable[[str], T]) -> T:
@@ -94,7 +95,7 @@ def owning(owner: str | None, claim: Callable[[str], T]) -> T:
             _owner.finished(owner)
 
 
-def _claim(action: Action, owner: str, *, looked: bool, wait: bool) -> Go | Found:
+def _claim(action: Action, owner: str, *, wait: bool) -> Go | Found:
     ledger = action.ledger
     gate = budget_gate(action, _gate(action))
     digest = action.args_digest
@@ -110,7 +111,6 @@ def _claim(action: Action, owner: str, *, looked: bool, wait: bool) -> Go | Foun
                 ttl=action.ttl,
                 args_digest=digest,
                 gate=gate,
-                read_first=not looked,
             )
         except LedgerError:
             # The intent may have committed with its answer lost: kept, so that a retry of this

@@ -5,18 +5,17 @@ per-transaction and per-statement work (events, result objects, parameter proces
 than the SQLite commit itself. So the claim, the plain outcome write and the keyed read go as
 hand-written SQL on driver connections of their own, in autocommit:
 
-- SQLite: a read first (a repeat needs nothing else), then ``BEGIN IMMEDIATE``, the intent
-  ``INSERT ... ON CONFLICT DO NOTHING RETURNING``, ``COMMIT``.
+- SQLite: ``BEGIN IMMEDIATE``, the intent ``INSERT ... ON CONFLICT DO NOTHING RETURNING``,
+  ``COMMIT``; on a conflict, ``ROLLBACK`` and a read of the row that exists.
 - PostgreSQL: one statement and one round trip. The intent insert and a read of the row it met
   share a snapshot, so a conflict returns the existing row; a conflict with no row in sight (it
   was committed after the snapshot) goes the long way.
 
 When a repeat is likely, the caller first asks ``recorded`` for the result: one plain keyed read
-of one column. An insert
-attempt costs the server far more than a read (it locks the table and opens every index), and a
-succeeded row is final, so finding one settles the call with no write at all. Anything else the
-read finds (no row, or one still open or failed) goes on to the claim, whose insert alone
-decides who runs the tool.
+of one column. An insert attempt costs the server far more than a read (it locks the table and
+opens every index), and a succeeded row is final, so finding one settles the call with no write
+at all. Anything else the read finds (no row, or one still open or failed) goes on to the claim,
+whose insert alone decides who runs the tool.
 
 Anything other than the plain case (a failed row to restart, a fenced-off outcome, a gate to ask)
 returns ``None`` and the caller takes the SQLAlchemy path, where every rule is stated once. An
@@ -43,6 +42,17 @@ T = TypeVar("T")
 
 BUSY = object()  # every connection of the hot path is in use: take the long path
 _INHERITED: list[Any] = []  # a forked child's copies of its parent's connections
+# How many forks this process descends by: compared on every statement instead of the pid
+# (os.getpid is a system call, four an action).
+_forks = 0
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_forked)
 # A driver connection, its cursor, and (PostgreSQL, where select.poll exists) a poll object
 # registered on its socket once, since making one per statement costs more than polling.
 _Conn = tuple[Any, Any, Any]
@@ -73,7 +83,6 @@ class HotPath:
             f"SELECT result FROM {table} WHERE key = {m} AND state = 'succeeded' "
             "AND pruned_at IS NULL AND result IS NOT NULL"
         )
-        self._state_at = columns.index("state")
         self.insert_sql = insert
         # The row the insert met, read in the insert's own snapshot: our own new row is never
         # in it, a committed one always is (unless it committed after the snapshot was taken).
@@ -96,7 +105,7 @@ class HotPath:
         self._idle: deque[_Conn] = deque()
         self._count = 0  # connections open, idle or in use
         self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._forks = _forks
         self._open_for_use = True
 
     @property
@@ -115,18 +124,17 @@ class HotPath:
 
     # -- the statements ---------------------------------------------------------------------
 
-    def claim(
-        self, params: tuple[Any, ...], key: str, *, read_first: bool = True
-    ) -> _Claimed | None:
+    def claim(self, params: tuple[Any, ...], key: str) -> _Claimed | None:
         """Write the intent: ``(1, ())`` when it is ours to run, ``(0, row)`` for the row that
         exists, None when the long path must decide (a race, or no row in sight).
 
-        ``read_first`` (SQLite): look for the row before taking the write lock. False when the
-        caller has just looked. PostgreSQL's insert reads the row it meets in the same
-        statement."""
+        PostgreSQL's insert reads the row it meets in the same statement. SQLite reads it after
+        the insert met it: not before, since a caller expecting a repeat has just asked
+        ``recorded``, and in a run writing new actions that read would find nothing, at about
+        a tenth of a fresh effect's time."""
         if self.postgres:
             return self._run(lambda cur: self._claim_pg(cur, params, key), busy=None)
-        return self._run(lambda cur: self._claim_sqlite(cur, params, key, read_first), busy=None)
+        return self._run(lambda cur: self._claim_sqlite(cur, params, key), busy=None)
 
     def _claim_pg(self, cur: Any, params: tuple[Any, ...], key: str) -> _Claimed | None:
         got = cur.execute(self.claim_sql, (*params, key)).fetchone()
@@ -134,18 +142,15 @@ class HotPath:
             return (int(got[0]), ())
         return (0, tuple(got[1:])) if got[1] is not None else None
 
-    def _claim_sqlite(
-        self, cur: Any, params: tuple[Any, ...], key: str, read_first: bool
-    ) -> _Claimed | None:
-        if read_first:
-            row = cur.execute(self.select_sql, (key,)).fetchone()
-            if row is not None:  # a repeat: one read, no write lock
-                return (0, tuple(row))
+    def _claim_sqlite(self, cur: Any, params: tuple[Any, ...], key: str) -> _Claimed | None:
         with _forkgate.WRITES:
             cur.execute("BEGIN IMMEDIATE")
             got = cur.execute(self.insert_sql, params).fetchone()
             cur.execute("COMMIT" if got is not None else "ROLLBACK")
-        return (int(got[0]), ()) if got is not None else None  # inserted meanwhile: look again
+        if got is not None:
+            return (int(got[0]), ())
+        row = cur.execute(self.select_sql, (key,)).fetchone()  # the row it met, lock released
+        return (0, tuple(row)) if row is not None else None
 
     def finish(
         self, key: str, attempt: int, state: str, result: str | None, error: str | None,
@@ -219,11 +224,11 @@ class HotPath:
 
     def _take(self) -> _Conn | None:
         """An idle connection, a new one while fewer than SIZE exist, else None."""
-        if self._pid != os.getpid():
+        if self._forks != _forks:
             # Forked: those belong to the parent. Kept referenced, never closed or collected
             # here, since closing a copy would say goodbye to the server on the parent's behalf.
             _INHERITED.extend(self._idle)
-            self._idle, self._pid, self._count = deque(), os.getpid(), 0
+            self._idle, self._forks, self._count = deque(), _forks, 0
         while True:
             try:
                 conn = self._idle.pop()
@@ -276,7 +281,7 @@ class HotPath:
             return True
 
     def _give_back(self, conn: _Conn) -> None:
-        if self._open_for_use and self._pid == os.getpid():
+        if self._open_for_use and self._forks == _forks:
             self._idle.append(conn)
         else:
             self._discard(conn)

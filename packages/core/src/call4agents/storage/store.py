@@ -229,7 +229,6 @@ class Store:
         ttl: float,
         args_digest: str | None = None,
         gate: Gate | None = None,
-        read_first: bool = True,
     ) -> Claim:
         """Write the intent (``started``, attempt 1) unless the action exists.
 
@@ -237,13 +236,11 @@ class Store:
         INSERT win; the loser reads the winner's row in the same transaction. A ``failed`` row is
         taken as a new attempt here, inside the same lock, so two retries cannot both run it.
         ``gate`` (approvals, limits) is asked inside the same transaction before a new attempt.
-        ``read_first=False``: the caller has just looked (``recorded``), so SQLite's claim
-        need not read the row again before it takes the write lock.
         """
         if gate is None and self._hot.usable:
             params = (key, run_id, tool, kind, args, args_digest, owner, ttl)
             with db_faults():
-                got = self._hot.claim(params, key, read_first=read_first)
+                got = self._hot.claim(params, key)
             if got is not None:
                 attempt, found = got
                 if attempt:
