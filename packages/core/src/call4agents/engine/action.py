@@ -93,7 +93,7 @@ class EffectOptions:
 # -- one action, prepared --------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(slots=True)
 class Action:
     """Everything known about one call before it runs."""
 

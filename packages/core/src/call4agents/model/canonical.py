@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from ._json import json_writer
 from .errors import ConfigurationError, UnstableArguments
 from .paths import (
     EACH,
@@ -70,46 +71,6 @@ class CanonicalArgs:
 # --- JSON writing -------------------------------------------------------------------------------
 
 
-def _json_writer(default: Callable[[Any], Any] | None) -> Callable[[Any], str]:
-    """A compact, key-sorted, NaN-refusing JSON writer built once and reused on every call."""
-    encoder = json.JSONEncoder(
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-        # The trees written here are built fresh by this module and cannot contain cycles.
-        check_circular=False,
-        default=default,
-    )
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return encoder.encode
-    try:
-        # Reusing the C encoder directly saves about a microsecond per call over
-        # JSONEncoder.encode, which rebuilds it every time; that is most of a small call's cost.
-        iterencode = make(
-            None,
-            encoder.default,
-            json.encoder.encode_basestring,
-            None,
-            ":",
-            ",",
-            True,
-            False,
-            False,
-        )
-        probe: Any = {"b": [1, 1.5, None, True], "a": "é"}
-
-        def write(value: Any) -> str:
-            return "".join(iterencode(value, 0))
-
-        if write(probe) != encoder.encode(probe):
-            return encoder.encode
-    except Exception:  # noqa: BLE001 - any surprise in a private API means: use the public one
-        return encoder.encode
-    return write
-
-
 class _Redacted:
     """Stands in for a redacted value in the encoded tree until the two texts are written."""
 
@@ -131,9 +92,9 @@ def _as_display(value: Any) -> Any:
     raise TypeError(f"unexpected {type(value).__name__} in an encoded tree")
 
 
-_write: Final = _json_writer(None)
-_write_key_material: Final = _json_writer(_as_key_material)
-_write_display: Final = _json_writer(_as_display)
+_write: Final = json_writer(sort_keys=True)
+_write_key_material: Final = json_writer(sort_keys=True, default=_as_key_material)
+_write_display: Final = json_writer(sort_keys=True, default=_as_display)
 
 
 # --- The encoder ----------------------------------------------------------------------------------

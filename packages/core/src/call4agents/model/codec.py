@@ -28,6 +28,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+from ._json import json_writer
+
 __all__ = ["MAX_DEPTH", "ResultEncodingError", "decode_result", "encode_result"]
 
 MAX_DEPTH: Final = 100
@@ -54,21 +56,9 @@ class ResultEncodingError(ValueError):
         self.why = why
 
 
-def _writer(*, ascii_only: bool) -> Callable[[Any], str]:
-    encoder = json.JSONEncoder(
-        ensure_ascii=ascii_only,
-        separators=(",", ":"),
-        allow_nan=False,
-        # Plain values are walked (with a depth cap) before writing and tagged trees are built
-        # fresh, so neither can hold a cycle.
-        check_circular=False,
-    )
-    return encoder.encode
-
-
-_write: Final = _writer(ascii_only=False)
+_write: Final = json_writer(sort_keys=False)
 # For text json can write but UTF-8 cannot (lone surrogates): \u escapes round-trip them.
-_write_ascii: Final = _writer(ascii_only=True)
+_write_ascii: Final = json_writer(sort_keys=False, ascii_only=True)
 
 
 # --- Encoding -------------------------------------------------------------------------------------
