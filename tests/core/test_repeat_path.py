@@ -2,8 +2,9 @@
 
 * Keys kept by value (``_keys``) are the keys the full canonical path computes, for any plain
   arguments; values Python finds equal but JSON does not (``True`` and ``1``) stay two keys.
-* The memo stays bounded, keeps nothing the tool's code or the ledger's secret takes part in,
-  and a ledger's own ``max_args_bytes`` still refuses a call another ledger's memo knows.
+* The results kept in memory and the memo stay bounded (the oldest result goes first); the
+  memo keeps nothing the tool's code or the ledger's secret takes part in, and a ledger's own
+  ``max_args_bytes`` still refuses a call another ledger's memo knows.
 * Results decode as ``json.loads`` decodes them, whatever the text.
 * Repeats noted without a lock are all counted, from many threads at once, and a fork's child
   does not count its parent's.
@@ -96,6 +97,29 @@ def test_the_memo_is_bounded_and_keeps_short_plain_calls_only(
         "t", {"n": 1}, c4a.EffectOptions(ignore=("m",)), run_id="r", ledger=ledger
     )
     assert _keys._kept == {}
+
+
+def test_the_results_kept_in_memory_are_bounded_and_drop_the_oldest_first(
+    sqlite_target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger_module = importlib.import_module("call4agents.engine.ledger")
+    monkeypatch.setattr(ledger_module, "_CACHE_LIMIT", 4)
+    ledger = sqlite_target.open()
+    ran: list[int] = []
+
+    @c4a.effect(name="kept", ledger=ledger)
+    def kept(n: int) -> int:
+        ran.append(n)
+        return n
+
+    with c4a.run("kept-run", ledger=ledger):
+        for n in range(6):
+            kept(n)
+        assert len(ledger._cache) == 4
+        first_kept = [ledger.effects("kept-run")[n].key in ledger._cache for n in range(6)]
+        assert first_kept == [False, False, True, True, True, True]
+        assert [kept(n) for n in range(6)] == list(range(6))  # the dropped ones from the ledger
+    assert ran == list(range(6))
 
 
 def test_a_key_function_runs_on_every_call(ledger: c4a.Ledger) -> None:
