@@ -67,9 +67,8 @@ def begin(action: Action, *, wait: bool = True, owner: str | None = None) -> Go 
     ``owner``: the claim's owner text, when the caller made it (see ``_in_thread``).
     """
     ledger = action.ledger
-    if ledger._likely_repeat(
-        action.run_id
-    ):  # a run met here for the first time, or resumed: its result may be recorded
+    # A run met here for the first time, or resumed: its result may be recorded.
+    if ledger._likely_repeat(action.run_id):
         text = ledger.store.recorded(action.key)
         if text is not None:  # a repeat needs no claim, gate or new yes: nothing will run
             ledger._recall_run(action.run_id)  # a resume: its next repeats are near

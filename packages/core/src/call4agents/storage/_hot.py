@@ -42,8 +42,8 @@ T = TypeVar("T")
 
 BUSY = object()  # every connection of the hot path is in use: take the long path
 _INHERITED: list[Any] = []  # a forked child's copies of its parent's connections
-# How many forks this process descends by: compared on every statement instead of the pid
-# (os.getpid is a system call, four an action).
+# Forks between the process that loaded this module and this one, counted in each child: the
+# hot path compares it on every statement instead of the pid (os.getpid is a system call).
 _forks = 0
 
 
@@ -53,6 +53,7 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
+
 # A driver connection, its cursor, and (PostgreSQL, where select.poll exists) a poll object
 # registered on its socket once, since making one per statement costs more than polling.
 _Conn = tuple[Any, Any, Any]
