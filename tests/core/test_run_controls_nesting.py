@@ -191,3 +191,21 @@ def test_a_sub_agent_is_told_to_wrap_up_when_its_parents_budget_is_nearly_spent(
         step(5)
         assert not c4a.budget_usage().soft_reached  # no enclosing run: its own figures alone
         assert c4a.budget_usage().enclosing == ()
+
+
+def test_runs_left_open_are_bounded_and_the_oldest_goes_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from call4agents.engine import run_notes
+
+    monkeypatch.setattr(run_notes, "_KEPT", 3)
+    monkeypatch.setattr(run_notes, "_open", type(run_notes._open)())
+    for n in range(5):  # never left: a thread that waits forever, say
+        assert run_notes.enter(f"left-open-{n}", None, None) is not None
+    assert [run_notes.is_open(f"left-open-{n}") for n in range(5)] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+    ]

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -89,7 +90,8 @@ class RunSummary:
     escalation_reason: str | None
 
 
-_open: dict[str, Notes] = {}
+# Ordered: dropping the oldest of a full dict scans past every slot emptied before it.
+_open: OrderedDict[str, Notes] = OrderedDict()
 _KEPT = 10_000
 _lock = threading.Lock()
 
@@ -106,7 +108,7 @@ def enter(
             if len(_open) >= _KEPT and run_id not in _open:
                 # Runs that never reached their end (a thread left waiting forever): the oldest
                 # goes, so a long-lived worker's memory stays bounded.
-                _open.pop(next(iter(_open)))
+                _open.popitem(last=False)
             _open[run_id] = found = Notes(run_id, ledger, trigger, by_steps=by_steps)
             return found
         found.depth += 1
