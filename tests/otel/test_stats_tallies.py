@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -381,3 +382,74 @@ def test_irreversible_runs_listed_are_the_top_ones(target: Target) -> None:
     # The 16 runs with 3 or 2, then the last four by run id of those with 1.
     assert [run for run, n in listed.items() if n == 1] == ["r24", "r21", "r18", "r15"]
     assert fast["irreversible_executions"] == sum(1 + run % 3 for run in range(25))
+
+
+@pytest.fixture
+def pg_by_language(pg_target: Target) -> Iterator[Target]:
+    """A ledger (in a schema of its own) in a database whose collation is ICU's en-US, where
+    "runs_trigger:user" sorts after "runs_trigger;" (punctuation is passed over)."""
+    import psycopg
+
+    server = make_url(pg_target.url)
+    name = "c4a_icu_" + uuid.uuid4().hex[:12]
+    admin = server.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE DATABASE {name} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' "
+            "LOCALE 'C.UTF-8'"
+        )
+    target = Target("postgres", server.set(database=name).render_as_string(hide_password=False))
+    try:
+        yield target
+    finally:
+        for ledger in target.opened:
+            ledger.close()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def punctuation_passed_over(ledger: c4a.Ledger) -> bool:
+    with ledger.store.read() as conn:
+        return bool(conn.execute(text("SELECT 'runs_trigger:user' > 'runs_trigger;'")).scalar())
+
+
+@pytest.mark.postgres
+def test_figures_read_by_name_hold_where_the_database_sorts_by_language(
+    pg_by_language: Target,
+) -> None:
+    ledger = c4a.init(pg_by_language.open())
+    assert punctuation_passed_over(ledger)
+    budgeted_work(ledger)
+    figures = stats._every_run(ledger)
+    assert figures.triggers == {"retry": 5, "schedule": 8, "user": 4}
+    assert figures.cost_p99 is not None
+    assert figures.calls_p95 is not None
+
+
+@pytest.mark.postgres
+def test_a_ledger_read_by_language_before_version_11_gets_its_run_figures_back(
+    pg_by_language: Target,
+) -> None:
+    from call4agents.storage import _fold
+    from call4agents.storage.migrations import migrate
+    from call4agents.storage.tables import schema_version
+
+    ledger = c4a.init(pg_by_language.open())
+    budgeted_work(ledger)
+    with ledger.store.tx() as conn:  # as version 10 left it: names in the database's order...
+        _run_tally.drop_triggers(conn)
+        for table, sql_type in (("c4a_run_counters", "text"), ("c4a_tallies", "varchar(64)")):
+            conn.execute(
+                text(
+                    f"ALTER TABLE {_fold.qualified(conn, table)} "
+                    f'ALTER COLUMN name TYPE {sql_type} COLLATE "default"'
+                )
+            )
+        _run_tally.create_triggers(conn)
+        # ...and the figures by trigger its seed could not see.
+        conn.execute(tallies.delete().where(tallies.c.name.startswith(_run_tally.BY_TRIGGER)))
+        conn.execute(schema_version.update().values(version=10))
+    assert stats._every_run(ledger).triggers == {}  # what such a ledger showed
+    assert migrate(ledger.engine) == (10, 11)
+    assert stats._every_run(ledger).triggers == {"retry": 5, "schedule": 8, "user": 4}
+    assert_tallies_match(ledger)

@@ -1,12 +1,13 @@
 """What the two folds share (``_tally`` for actions, ``_run_tally`` for run counters): the batch
-size, table names as the schema in use spells them, and adding rows to a tally table."""
+size, table names as the schema in use spells them, names read by prefix, and adding rows to a
+tally table."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import ColumnElement, Connection, and_, text
 
 # Rows folded per transaction: a SQLite fold holds the write lock while it runs, so a long
 # backlog (a ledger nobody read figures from for a while) goes in short steps.
@@ -26,6 +27,13 @@ FOLDED = (
 def qualified(conn: Connection, name: str) -> str:
     schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
     return f'"{schema}".{name}' if schema else name
+
+
+def prefixed(name: ColumnElement[str], prefix: str) -> ColumnElement[bool]:
+    """The names that start with ``prefix`` (one ending in ":"), as a range of their index: in
+    byte order, which such names sort by on both databases (``tables._RangeName``), ";" comes
+    right after ":"."""
+    return and_(name >= prefix, name < prefix[:-1] + ";")
 
 
 def upsert(

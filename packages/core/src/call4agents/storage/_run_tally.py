@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, or_, select, text
+from sqlalchemy import ColumnElement, Connection, delete, func, or_, select, text
 
 from . import _fold
 from ._fold import BATCH, upsert
@@ -236,11 +236,16 @@ def _read_marks(conn: Connection, run_ids: Iterable[str]) -> dict[str, RunMark]:
 
 def _named(conn: Connection, prefix: str) -> dict[str, int]:
     """The tallies whose names start with ``prefix``: a range of the primary key."""
-    # ";" follows ":" in every collation the two databases use for ASCII.
-    stmt = select(tallies.c.name, tallies.c.value).where(
-        tallies.c.name >= prefix, tallies.c.name < prefix[:-1] + ";"
-    )
+    stmt = select(tallies.c.name, tallies.c.value).where(_fold.prefixed(tallies.c.name, prefix))
     return {str(name)[len(prefix) :]: int(n) for name, n in conn.execute(stmt) if n > 0}
+
+
+def is_run_figure(name: ColumnElement[str]) -> ColumnElement[bool]:
+    """The tallies' names that are run figures (the rest are the actions' figures)."""
+    return or_(
+        name.in_((COMPLETED, WITH_READ)),
+        *(_fold.prefixed(name, prefix) for prefix in (BY_TRIGGER, BY_CALLS, BY_COST)),
+    )
 
 
 def read(conn: Connection) -> RunFigures:
@@ -289,7 +294,7 @@ def recount(conn: Connection) -> Recount:
     """The run figures from every counter they read: ranges of the counters' value index."""
     watched = or_(
         run_counters.c.name.in_((COMPLETED_AT, *_VALUED)),
-        (run_counters.c.name >= TRIGGER) & (run_counters.c.name < TRIGGER[:-1] + ";"),
+        _fold.prefixed(run_counters.c.name, TRIGGER),
     )
     stmt = select(run_counters.c.run_id, run_counters.c.name, run_counters.c.value).where(watched)
     total: Counter[str] = Counter()

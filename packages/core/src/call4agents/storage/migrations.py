@@ -11,12 +11,12 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
-from sqlalchemy import Connection, Engine, inspect, select, text
+from sqlalchemy import Connection, Engine, delete, inspect, select, text
 from sqlalchemy.exc import OperationalError
 
 from call4agents.model.errors import LedgerError
 
-from . import _live, _run_tally, _tally
+from . import _fold, _live, _run_tally, _tally
 from ._basics import CURRENT, refuse_newer
 from .tables import (
     approvals,
@@ -181,6 +181,36 @@ def _run_triggers_afresh(conn: Connection) -> None:
     _run_tally.create_triggers(conn)
 
 
+def _v11(conn: Connection) -> None:
+    # Names read by prefix sort by bytes on PostgreSQL (see tables._RangeName): in a database
+    # whose collation is a language's, the run figures by trigger, by tool calls and by cost
+    # were read empty, and _v10 seeded them without the counters it met by trigger. SQLite's
+    # names always sorted by bytes.
+    if conn.dialect.name != "postgresql":
+        return
+
+    def to_bytes_order() -> None:
+        _run_tally.drop_triggers(conn)  # a trigger's WHEN names the column
+        for table, sql_type in ((run_counters, "text"), (tallies, "varchar(64)")):
+            conn.execute(
+                text(
+                    f"ALTER TABLE {_fold.qualified(conn, table.name)} "
+                    f'ALTER COLUMN name TYPE {sql_type} COLLATE "C"'
+                )
+            )
+        _run_tally.create_triggers(conn)
+
+    # Both tables stay locked until this commits: no counter changes, no fold runs meanwhile.
+    _locking(conn, run_counters.name, to_bytes_order)
+    # The run figures counted again from the counters, as _v10 did: the log and the marks
+    # afresh (the recount holds what the log had yet to fold), the old figures out.
+    for table in (run_changes, run_marks):
+        table.drop(conn)
+        table.create(conn)
+    conn.execute(delete(tallies).where(_run_tally.is_run_figure(tallies.c.name)))
+    _run_tally.seed(conn)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1,
     _v2,
@@ -192,6 +222,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v8,
     _v9,
     _v10,
+    _v11,
 ]
 # Stated in _basics, where the lean route reads it without SQLAlchemy: a new migration raises it.
 assert len(MIGRATIONS) == CURRENT, "a new migration raises _basics.CURRENT"

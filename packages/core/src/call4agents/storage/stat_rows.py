@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import ARRAY, ColumnElement, Float, Select, case, func, literal, or_, select
 
-from . import _tally
+from . import _fold, _tally
 from .run_rows import COMPLETED_AT, ENTERED_AT, PICKED_UP_AT, READS, TRIGGER
 from .store import Conn, Store, clock
 from .tables import (
@@ -410,7 +410,7 @@ def trigger_counts(conn: Conn) -> dict[str, int]:
     """Runs by each trigger they were entered with: a range of the value index's names."""
     rows = conn.execute(
         select(run_counters.c.name, func.count())
-        .where(run_counters.c.name >= TRIGGER, run_counters.c.name < TRIGGER[:-1] + ";")
+        .where(_fold.prefixed(run_counters.c.name, TRIGGER))
         .group_by(run_counters.c.name)
     )
     return {str(name)[len(TRIGGER) :]: int(n) for name, n in rows}

@@ -25,6 +25,13 @@ metadata = MetaData()
 
 # SQLite only makes INTEGER PRIMARY KEY an alias of the rowid (and so auto-incrementing).
 _Id = BigInteger().with_variant(Integer(), "sqlite")
+# Names read by prefix, as a range of their index ("runs_trigger:" up to "runs_trigger;"): such a
+# range holds exactly the names with the prefix only in byte order. PostgreSQL columns take the
+# database's collation, and a language's (an ICU or glibc en_US, say) passes over punctuation:
+# there "runs_trigger:user" sorts after "runs_trigger;". So these sort by bytes on PostgreSQL,
+# as SQLite's do (schema version 11).
+_RangeName = Text().with_variant(Text(collation="C"), "postgresql")
+_ShortRangeName = String(64).with_variant(String(64, collation="C"), "postgresql")
 
 schema_version = Table(
     "c4a_schema",
@@ -156,7 +163,7 @@ run_counters = Table(
     "c4a_run_counters",
     metadata,
     Column("run_id", Text, primary_key=True),
-    Column("name", Text, primary_key=True),
+    Column("name", _RangeName, primary_key=True),
     Column("value", Float, nullable=False),
 )
 
@@ -205,7 +212,7 @@ changes = Table(
 tallies = Table(
     "c4a_tallies",
     metadata,
-    Column("name", String(64), primary_key=True),
+    Column("name", _ShortRangeName, primary_key=True),
     Column("value", BigInteger, nullable=False),
 )
 
