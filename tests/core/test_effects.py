@@ -795,3 +795,42 @@ def test_a_methods_object_is_not_an_argument(ledger: c4a.Ledger) -> None:
         assert Mailer().send(to="ann") == "ann"  # another object, the same action
     [row] = ledger.effects("method-run")
     assert row.args == {"to": "ann", "cc": ""}
+
+
+def test_an_async_call_cancelled_again_while_its_doubt_is_written_is_waited_for(
+    ledger: c4a.Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """anyio cancels a scope's task at each await: a second cancellation while the first one's
+    "in doubt" is being written must not let another caller judge the action before it lands."""
+    import importlib
+
+    effect_module = importlib.import_module("call4agents.engine.effect")
+    real = effect_module.record_error
+    writing = threading.Event()
+
+    def slow_record_error(*args: Any) -> None:
+        writing.set()
+        time.sleep(1.0)
+        real(*args)
+
+    monkeypatch.setattr(effect_module, "record_error", slow_record_error)
+
+    @c4a.effect(name="transfer", ledger=ledger)
+    async def transfer(amount: int) -> str:
+        await asyncio.Event().wait()  # the caller gives up first
+        return "sent"
+
+    async def main() -> c4a.EffectInDoubt:
+        async with c4a.run("cancelled-twice", ledger=ledger):
+            task = asyncio.create_task(transfer(5))
+            await asyncio.sleep(0.3)  # claimed, and waiting in the tool
+            task.cancel()
+            assert await asyncio.to_thread(writing.wait, 10)
+            task.cancel()  # again, while the doubt is written
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            with pytest.raises(c4a.EffectInDoubt) as found:
+                await transfer(5)  # the same action: waits for the write, then is told
+            return found.value
+
+    assert "CancelledError" in asyncio.run(main()).reason

@@ -250,29 +250,53 @@ async def _in_thread(claim: Callable[[str], T]) -> T:
 
 
 async def _aexecute(action: Action, go: Go, call: Callable[[], Awaitable[T]]) -> T:
-    heartbeat, attempt = action.ledger._heartbeat, go.attempt
-    heartbeat.hold(action.key, attempt, action.ttl, go.owner)
+    attempt = go.attempt
+    action.ledger._heartbeat.hold(action.key, attempt, action.ttl, go.owner)
     token = _effect.set(action.context(attempt))
+    # The outcome's write, shielded: a task cancelled again while it runs (anyio cancels a
+    # scope's task at each await) leaves it running, and must leave a durable outcome.
+    writing: asyncio.Future[Any] | None = None
     try:
         try:
             result = await call()
         except BaseException as exc:
             _effect.reset(token)
-            # Cancellation must still leave a durable "in doubt", so shield the write from it.
+            writing = asyncio.ensure_future(asyncio.to_thread(record_error, action, attempt, exc))
             try:
-                await asyncio.shield(asyncio.to_thread(record_error, action, attempt, exc))
+                await asyncio.shield(writing)
             except LedgerError as lost:
                 if isinstance(exc, Exception):  # never turn a cancellation into an error
                     raise _unrecorded(action, attempt, lost) from exc
             raise
         _effect.reset(token)
+        writing = asyncio.ensure_future(asyncio.to_thread(record_result, action, attempt, result))
         try:
-            return cast(T, await asyncio.to_thread(record_result, action, attempt, result))
+            return cast(T, await asyncio.shield(writing))
         except LedgerError as lost:
             raise _unrecorded(action, attempt, lost) from lost
     finally:
-        heartbeat.release(action.key)  # after the outcome is written, as in _execute
+        _once_written(writing, action, go)
+
+
+def _once_written(writing: asyncio.Future[Any] | None, action: Action, go: Go) -> None:
+    """Stop renewing the lease and say the claim's tool is done, after the outcome is written,
+    as ``_execute`` does: until then another caller waits for it rather than judge the action
+    in doubt. Later, if this task was cancelled while the write ran."""
+
+    def done() -> None:
+        action.ledger._heartbeat.release(action.key)
         _owner.finished(go.owner)
+
+    if writing is None or writing.done():
+        done()
+        return
+
+    def later(written: asyncio.Future[Any]) -> None:
+        if not written.cancelled():
+            written.exception()  # retrieved: the cancelled caller cannot be told any more
+        done()
+
+    writing.add_done_callback(later)
 
 
 # -- a person's decision in code ---------------------------------------------------------------
