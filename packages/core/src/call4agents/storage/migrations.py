@@ -191,11 +191,12 @@ def _v11(conn: Connection) -> None:
 
     def to_bytes_order() -> None:
         _run_tally.drop_triggers(conn)  # a trigger's WHEN names the column
-        for table, sql_type in ((run_counters, "text"), (tallies, "varchar(64)")):
+        for table in (run_counters, tallies):
+            as_declared = table.c.name.type.compile(dialect=conn.dialect)  # COLLATE "C" included
             conn.execute(
                 text(
                     f"ALTER TABLE {_fold.qualified(conn, table.name)} "
-                    f'ALTER COLUMN name TYPE {sql_type} COLLATE "C"'
+                    f"ALTER COLUMN name TYPE {as_declared}"
                 )
             )
         _run_tally.create_triggers(conn)
