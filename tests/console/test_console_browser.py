@@ -197,7 +197,9 @@ def test_two_browsers_deciding_one_ticket(
     _, out = agent(sqlite_target, tmp_path, "refund-19", "refund")
     ticket = out["waiting"]
     # An SSO proxy in front names each person; each browser context plays one of them.
-    with console(sqlite_target, "--user-header", "X-User") as address:
+    # The browser connects from 127.0.0.1, the proxy's address here.
+    trusted = ("--user-header", "X-User", "--trusted-proxy", "127.0.0.1")
+    with console(sqlite_target, *trusted) as address:
         olga = signed_in(browser, address, extra_http_headers={"X-User": "olga"})
         pete = signed_in(browser, address, extra_http_headers={"X-User": "pete"})
         olga.locator(f"section#{ticket} button.approve").click()

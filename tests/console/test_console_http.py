@@ -22,10 +22,22 @@ from starlette.testclient import TestClient
 import call4agents as c4a
 from call4agents.console import ConsoleSettings, check_listen, create_app
 from call4agents.console._hooks import Notifier
+from call4agents.controls.webhooks import Delivery, Receiver, Webhooks
 from call4agents.console._serve import app_to_serve
 from tests.console.helpers import field, make_in_doubt, open_ticket
 
 TOKEN = "t0ken-for-tests"
+PROXY = {"proxy_secret_header": "X-Proxy-Secret", "proxy_secret": "from-the-proxy"}
+
+
+def proxied(ledger: c4a.Ledger, **settings: Any) -> TestClient:
+    """Header mode, every request carrying the SSO proxy's shared secret as the proxy adds it."""
+    app = create_app(
+        ledger, ConsoleSettings(operator="x", user_header="X-User", **PROXY, **settings)
+    )
+    return TestClient(
+        app, base_url="http://127.0.0.1", headers={"X-Proxy-Secret": "from-the-proxy"}
+    )
 
 
 def client(ledger: c4a.Ledger, **settings: Any) -> TestClient:
@@ -134,10 +146,7 @@ def test_a_read_only_user_sees_but_cannot_decide(ledger: c4a.Ledger) -> None:
 
 def test_role_header_and_user_header(ledger: c4a.Ledger) -> None:
     request = open_ticket()
-    app = create_app(
-        ledger, ConsoleSettings(operator="x", user_header="X-User", role_header="X-Role")
-    )
-    with TestClient(app, base_url="http://127.0.0.1") as c:
+    with proxied(ledger, role_header="X-Role") as c:
         assert c.get("/").status_code == 401
         viewer = {"X-User": "vic", "X-Role": "viewer"}
         assert "signed in as <b>vic</b> (read-only)" in c.get("/", headers=viewer).text
@@ -156,8 +165,7 @@ def test_role_header_and_user_header(ledger: c4a.Ledger) -> None:
 
 def test_two_operators_deciding_one_ticket(ledger: c4a.Ledger) -> None:
     request = open_ticket()
-    app = create_app(ledger, ConsoleSettings(operator="x", user_header="X-User"))
-    with TestClient(app, base_url="http://127.0.0.1") as c:
+    with proxied(ledger) as c:
         forms = {}
         for who in ("olga", "pete"):  # both open the page while the ticket waits
             page = c.get(f"/approvals/{request.ticket}", headers={"X-User": who}).text
@@ -353,7 +361,7 @@ def test_a_non_loopback_address_needs_a_proxy() -> None:
         check_listen("0.0.0.0", ConsoleSettings(operator="ann", token="t"))
     check_listen("127.0.0.1", ConsoleSettings(operator="ann", token="t"))
     check_listen("::1", ConsoleSettings(operator="ann", token="t"))
-    check_listen("0.0.0.0", ConsoleSettings(operator="ann", user_header="X-User"))
+    check_listen("0.0.0.0", ConsoleSettings(operator="ann", user_header="X-User", **PROXY))
 
 
 class _Hook(BaseHTTPRequestHandler):
@@ -379,14 +387,14 @@ def test_webhooks_are_signed_and_retried(ledger: c4a.Ledger) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _Hook.received, _Hook.fail_first = [], 2
     try:
-        notifier = Notifier(ledger, f"http://127.0.0.1:{server.server_port}/", b"s3cret")
-        notifier.backoff = 0.01
+        receiver = Receiver.parse(f"http://127.0.0.1:{server.server_port}/")
+        notifier = Notifier(ledger, Webhooks([receiver], b"s3cret", Delivery(backoff=0.01)))
         assert notifier.poll() == []  # what is open at start is known, not announced
         request = open_ticket()
         [event] = notifier.poll()
         assert event["event"] == "approval.requested"
         assert event["ticket"] == request.ticket
-        assert notifier.send(event)
+        assert notifier.webhooks.send(receiver, event)
         make_in_doubt()
         [doubt] = notifier.poll()
         assert doubt["event"] == "action.in_doubt"

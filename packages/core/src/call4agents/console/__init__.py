@@ -16,7 +16,14 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     ) from exc
 
 from ._app import create_app
-from ._auth import ConsoleSettings, check_listen
+from ._auth import ConsoleSettings, check_listen, proxy_networks
 from ._serve import address, serve
 
-__all__ = ["ConsoleSettings", "address", "check_listen", "create_app", "serve"]
+__all__ = [
+    "ConsoleSettings",
+    "address",
+    "check_listen",
+    "create_app",
+    "proxy_networks",
+    "serve",
+]

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -14,6 +15,7 @@ from call4agents import Ledger
 
 from . import _doubt, _health, _inbox, _runs
 from ._auth import ConsoleSettings
+from ._guard import Guard
 from ._live import LiveHub, events
 from ._web import Ask, endpoint, static
 
@@ -49,4 +51,6 @@ def create_app(ledger: Ledger, settings: ConsoleSettings) -> Starlette:
         yield
         hub.close()
 
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(
+        routes=routes, lifespan=lifespan, middleware=[Middleware(Guard, settings=settings)]
+    )

@@ -3,7 +3,14 @@
 Token mode (the default, loopback only): a random token printed at start is accepted once in the
 URL, then kept in an HttpOnly cookie; every decision is recorded under the operator name the
 console was started with. Header mode: an SSO proxy in front of the console names the signed-in
-person in a header it sets; the console must then be reachable only through that proxy.
+person in a header it sets. Anyone who can reach the console can send that header too, so it is
+believed only from the proxy: a request must carry the proxy's shared secret header, or come from
+one of the proxy addresses the console was given (both, when both are set).
+
+In both modes a request must name the console by one of its own host names: a page on another
+site whose name was pointed at 127.0.0.1 (DNS rebinding) is refused before anything is read.
+Names are compared as people mean them: case-folded after Unicode NFKC normalization, so
+``Bob``, ``bob`` and a full-width ``ｂｏｂ`` are one user.
 """
 
 from __future__ import annotations
@@ -12,13 +19,50 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+import unicodedata
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
+from call4agents.model.errors import ConfigurationError
+
 COOKIE = "c4a_console"
 LOOPBACK_NAMES = ("localhost",)
-READ_ONLY_ROLES = ("read-only", "readonly", "viewer")
+READ_ONLY_ROLES = frozenset(("read-only", "readonly", "viewer"))
+# The names a console on loopback always answers to.
+LOCAL_HOSTS = frozenset(("127.0.0.1", "localhost", "::1"))
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def fold(name: str) -> str:
+    """A user or role name as compared: NFKC-normalized, case-folded, outer spaces dropped."""
+    return unicodedata.normalize("NFKC", name).strip().casefold()
+
+
+def host_name(host: str) -> str:
+    """A Host header or listen address as compared: no port, no brackets, no trailing dot."""
+    host = host.strip().lower()
+    if host.startswith("["):  # [::1]:8470
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:  # name:port; a bare IPv6 address has several colons
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def proxy_networks(addresses: Iterable[str]) -> tuple[Network, ...]:
+    """``--trusted-proxy`` values (an address or a CIDR range), or ConfigurationError."""
+    found: list[Network] = []
+    for address in addresses:
+        try:
+            found.append(ipaddress.ip_network(address.strip(), strict=False))
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"--trusted-proxy {address!r} is not an IP address or range (e.g. 10.0.0.5 or "
+                "10.0.0.0/24)"
+            ) from exc
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -30,9 +74,33 @@ class ConsoleSettings:
     user_header: str | None = None  # header mode: the SSO proxy's header naming the user
     role_header: str | None = None  # a header whose value "read-only"/"viewer" makes one so
     read_only: bool = False  # nobody decides
-    read_only_users: frozenset[str] = frozenset()
+    read_only_users: frozenset[str] = frozenset()  # compared folded (see ``fold``)
     csrf_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     undo_modules: tuple[str, ...] = ()
+    # Header mode believes the user header only from the proxy: its shared secret in this
+    # header, or a connection from one of these networks.
+    proxy_secret_header: str | None = None
+    proxy_secret: str | None = None
+    trusted_proxies: tuple[Network, ...] = ()
+    # Host names besides the loopback ones that requests may name (the proxy's public name).
+    allowed_hosts: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        folded = frozenset(fold(n) for n in self.read_only_users if fold(n))
+        object.__setattr__(self, "read_only_users", folded)
+        hosts = frozenset(host_name(h) for h in self.allowed_hosts if h.strip())
+        object.__setattr__(self, "allowed_hosts", LOCAL_HOSTS | hosts)
+        if (self.proxy_secret_header is None) != (not self.proxy_secret):
+            raise ConfigurationError(
+                "--proxy-secret-header needs the secret's value ($CALL4AGENTS_PROXY_SECRET), and "
+                "the secret needs the header the proxy sends it in"
+            )
+        if self.user_header is not None and not (self.proxy_secret or self.trusted_proxies):
+            raise ConfigurationError(
+                f"--user-header {self.user_header} would believe anyone who can reach the "
+                "console: name what only the proxy has, --proxy-secret-header NAME (the secret "
+                "in $CALL4AGENTS_PROXY_SECRET) or --trusted-proxy ADDRESS (repeatable)"
+            )
 
 
 @dataclass(frozen=True)
@@ -73,13 +141,46 @@ def check_listen(host: str, settings: ConsoleSettings) -> None:
         )
 
 
+def check_host(given: str, settings: ConsoleSettings) -> None:
+    """The request names this console (DNS rebinding: a foreign name pointed at our address)."""
+    if host_name(given) not in settings.allowed_hosts:
+        raise Refused(
+            421,
+            f"this console does not answer to the host name {given!r}: open it by the address "
+            "it printed, or start it with --allowed-host NAME for the name a proxy forwards",
+        )
+
+
+def check_proxy(headers: Mapping[str, str], client: str | None, settings: ConsoleSettings) -> None:
+    """In header mode, the request came through the proxy: its secret, its address, or both."""
+    if settings.user_header is None:
+        return
+    if settings.proxy_secret_header is not None and settings.proxy_secret:
+        given = headers.get(settings.proxy_secret_header, "")
+        if not hmac.compare_digest(given.encode(), settings.proxy_secret.encode()):
+            raise Refused(401, "this request did not come through the console's sign-in proxy")
+    if settings.trusted_proxies and not _from_proxy(client, settings.trusted_proxies):
+        raise Refused(401, "this request did not come from the console's sign-in proxy")
+
+
+def _from_proxy(client: str | None, networks: tuple[Network, ...]) -> bool:
+    try:
+        address = ipaddress.ip_address(client or "")
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
+
+
 def viewer(request: Request, settings: ConsoleSettings) -> Viewer:
-    """The signed-in person, or Refused(401)."""
+    """The signed-in person, or Refused(401). The proxy was checked before (``check_proxy``)."""
     if settings.user_header is not None:
-        name = (request.headers.get(settings.user_header) or "").strip()
+        name = unicodedata.normalize("NFKC", request.headers.get(settings.user_header) or "")
+        name = name.strip()
         if not name:
             raise Refused(401, f"no signed-in user: the {settings.user_header} header is missing")
-        session = name
+        if any(unicodedata.category(c)[0] == "C" for c in name):
+            raise Refused(400, f"the {settings.user_header} header holds control characters")
+        session = fold(name)
     else:
         given = request.cookies.get(COOKIE) or _bearer(request)
         if not given or not settings.token or not hmac.compare_digest(given, settings.token):
@@ -92,8 +193,8 @@ def viewer(request: Request, settings: ConsoleSettings) -> Viewer:
     role = (request.headers.get(settings.role_header) or "") if settings.role_header else ""
     read_only = (
         settings.read_only
-        or name in settings.read_only_users
-        or role.strip().lower() in READ_ONLY_ROLES
+        or fold(name) in settings.read_only_users
+        or fold(role) in READ_ONLY_ROLES
     )
     return Viewer(name=name, can_decide=not read_only, session=session)
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 
 from starlette.responses import Response
 
 from call4agents import Ledger
 from call4agents.controls import stats
+from call4agents.storage import dead_letters
 
 from ._auth import Refused
 from ._doubt import SHOWN as SHOWN_DOUBT
@@ -22,6 +24,7 @@ DEFAULT_WINDOW = "24h"  # the page costs what the window holds: a week of a busy
 # recorded would read every action).
 BUCKETS = {"1h": 12, "24h": 24, "7d": 28, "all": 28}
 CHARTED_ALL = 604800.0
+DEAD_LETTERS_SHOWN = 50
 
 
 def health(ledger: Ledger, ask: Ask) -> Response:
@@ -57,12 +60,19 @@ def health(ledger: Ledger, ask: Ask) -> Response:
         ["Oldest approval waiting", _age(figures.approvals_oldest_age)],
         ["Escalations nobody picked up", escalations],
         ["Oldest of them", _age(escalation_age)],
+        [
+            h('Webhook events given up (<a href="#dead-letters">listed below</a>)')
+            if figures.webhooks_dead
+            else "Webhook events given up",
+            figures.webhooks_dead,
+        ],
     ]
     charted = "the last 7 days" if since is None else f"the last {window}"
     body = join(
         [
             h('<p class="filters">Actions started in the last: {p}</p>', p=picks),
             table(["Figure", "Value"], rows, "figures"),
+            _dead_letters(ledger) if figures.webhooks_dead else Html(),
             h(
                 '<h2>Over time</h2><p class="note">{when}, in {n} buckets of {b}. Open '
                 "figures are as they stood at each bucket's end.</p>",
@@ -235,3 +245,29 @@ def live(ledger: Ledger, ask: Ask) -> Response:
             "in_doubt_keys": doubt,
         }
     )
+
+
+def _dead_letters(ledger: Ledger) -> Html:
+    """The webhook events given up on, oldest first: what a receiver never got."""
+    letters = dead_letters.waiting(ledger.store, limit=DEAD_LETTERS_SHOWN)
+    rows: list[list[object]] = [
+        [d.id, _event_name(d.event), d.receiver, d.error, d.attempts] for d in letters
+    ]
+    return join(
+        [
+            h(
+                '<h2 id="dead-letters">Webhook events given up</h2><p class="note">Every '
+                "attempt failed or the receiver's queue was full. <code>call4agents webhooks "
+                "--replay</code> posts them again (each keeps its <code>id</code>, so a receiver "
+                "can drop a repeat).</p>"
+            ),
+            table(["Id", "Event", "Receiver", "Why", "Attempts"], rows, "dead-letters"),
+        ]
+    )
+
+
+def _event_name(event: str) -> str:
+    try:
+        return str(json.loads(event).get("event", ""))
+    except (ValueError, AttributeError):
+        return ""

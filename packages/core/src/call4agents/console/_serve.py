@@ -9,6 +9,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from call4agents import Ledger
+from call4agents.controls.webhooks import Webhooks
 from call4agents.model.errors import ConfigurationError
 
 from ._app import create_app
@@ -39,14 +40,14 @@ def serve(
     *,
     host: str,
     port: int,
-    webhook: tuple[str, bytes] | None = None,
+    webhooks: Webhooks | None = None,
 ) -> None:
     """Run the console until interrupted; prints the address to open (with its token)."""
     try:
         check_listen(host, settings)
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from exc
-    notifier = Notifier(ledger, *webhook) if webhook else None
+    notifier = Notifier(ledger, webhooks) if webhooks else None
     if notifier is not None:
         notifier.start()
     mode = (

@@ -76,7 +76,14 @@ def html(body: Html, status: int = 200, *, headers: dict[str, str] | None = None
 
 
 def error_page(status: int, message: str, who: Viewer | None) -> Response:
-    titles = {400: "Not accepted", 401: "Sign in", 403: "Not allowed", 404: "Not found"}
+    titles = {
+        400: "Not accepted",
+        401: "Sign in",
+        403: "Not allowed",
+        404: "Not found",
+        413: "Too large",
+        421: "Wrong address",
+    }
     title = titles.get(status, "Not done" if status < 500 else "Ledger unavailable")
     body = h(
         '<p class="error" role="alert">{m}</p><p><a href="/">Back to the inbox</a></p>', m=message
@@ -137,16 +144,31 @@ def _sign_in(request: Request, settings: ConsoleSettings) -> Response:
 
 
 async def _form(request: Request) -> dict[str, str]:
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
-        raise Refused(400, "the form is too large (over 1 MB): nothing was changed")
     kind = request.headers.get("content-type", "").split(";")[0].strip()
     if kind != "application/x-www-form-urlencoded":
         raise Refused(400, "send the form as application/x-www-form-urlencoded")
+    body = await _body(request)
     try:
         return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
     except UnicodeDecodeError as exc:
         raise Refused(400, "the form is not valid UTF-8: nothing was changed") from exc
+
+
+async def _body(request: Request) -> bytes:
+    """The body, refused (413) as soon as it is known to pass the limit: a declared length over
+    it is never read, and a chunked one is dropped at the chunk that passes it."""
+    too_large = Refused(413, "the form is too large (over 1 MB): nothing was changed")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_FORM_BYTES:
+        raise too_large
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            raise too_large
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 async def static(request: Request) -> Response:

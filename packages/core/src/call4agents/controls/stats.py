@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from call4agents.model.errors import LedgerError
-from call4agents.storage import _run_tally, _tally, stat_rows
+from call4agents.storage import _run_tally, _tally, dead_letters, stat_rows
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.store import Conn
 
@@ -65,6 +65,8 @@ class Stats:
     # The runs with the most irreversible executions, at most IRREVERSIBLE_RUNS, most first.
     irreversible_per_run: dict[str, int] = field(default_factory=dict)
     runs_by_state: dict[str, int] = field(default_factory=dict)
+    # Webhook events given up on and not yet replayed (``call4agents webhooks``), whatever age.
+    webhooks_dead: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -131,6 +133,7 @@ def compute(ledger: LedgerCore, since: float | None = None) -> Stats:
         irreversible_executions=counts.irreversible,
         irreversible_per_run=counts.irreversible_per_run,
         runs_by_state=counts.runs_by_state,
+        webhooks_dead=dead_letters.count_waiting(ledger.store),
     )
 
 
@@ -287,6 +290,10 @@ def render(stats: Stats) -> str:
         + (f" ({per_run})" if per_run else ""),
         f"Runs:                     {runs}",
     ]
+    if stats.webhooks_dead:
+        lines.append(
+            f"Webhooks given up:        {stats.webhooks_dead} (`call4agents webhooks --replay`)"
+        )
     return "\n".join(lines)
 
 

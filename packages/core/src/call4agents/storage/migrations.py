@@ -21,6 +21,7 @@ from ._basics import CURRENT, refuse_newer
 from .tables import (
     approvals,
     changes,
+    dead_letters,
     dedup_hits,
     effects,
     meta,
@@ -212,6 +213,10 @@ def _v11(conn: Connection) -> None:
     _run_tally.seed(conn)
 
 
+def _v12(conn: Connection) -> None:
+    dead_letters.create(conn)  # webhook events given up on, until replayed
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1,
     _v2,
@@ -224,6 +229,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v9,
     _v10,
     _v11,
+    _v12,
 ]
 # Stated in _basics, where the lean route reads it without SQLAlchemy: a new migration raises it.
 assert len(MIGRATIONS) == CURRENT, "a new migration raises _basics.CURRENT"

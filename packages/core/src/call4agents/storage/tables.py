@@ -273,6 +273,20 @@ run_marks = Table(
     Column("has_read", BigInteger, nullable=False),
 )
 
+# Webhook events given up on (schema version 12): every attempt failed, or the receiver's queue
+# was full. Kept until replayed (``call4agents webhooks --replay``), so no event is lost unseen.
+dead_letters = Table(
+    "c4a_dead_letters",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("receiver", Text, nullable=False),  # the URL, without credentials
+    Column("event", Text, nullable=False),  # the event's JSON as it was to be sent
+    Column("error", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("replayed_at", Float),
+)
+
 # Runs by a counter's value (schema version 9): the runs completed in a window, the quantiles of
 # cost and tool calls, runs by trigger, each read as a range of this index.
 Index("c4a_run_counters_value", run_counters.c.name, run_counters.c.value)
@@ -280,3 +294,5 @@ Index("c4a_run_counters_value", run_counters.c.name, run_counters.c.value)
 Index("c4a_run_tallies_irreversible", run_tallies.c.irreversible, run_tallies.c.run_id)
 # Approvals waiting now (`stats`, the gauges, `approvals`): pending and not yet expired.
 Index("c4a_approvals_pending", approvals.c.state, approvals.c.expires_at, approvals.c.requested_at)
+# Dead letters not yet replayed, oldest first (the console, `stats`, `webhooks`).
+Index("c4a_dead_letters_waiting", dead_letters.c.replayed_at, dead_letters.c.id)

@@ -8,6 +8,7 @@
     call4agents migrate
     call4agents doctor
     call4agents console                      # the operator console on http://127.0.0.1:8470
+    call4agents webhooks --replay            # post again the webhook events given up on
 
 Every command takes ``--url`` (default ``$CALL4AGENTS_URL``, else ``sqlite:///.c4a/ledger.db``),
 ``--schema`` (PostgreSQL) and ``--json`` (one JSON document on stdout). Errors are one line on
@@ -54,7 +55,7 @@ from ._commands import (
     cmd_stats,
     cmd_undo,
 )
-from ._doctor import cmd_console, cmd_doctor
+from ._doctor import cmd_console, cmd_doctor, cmd_webhooks
 
 # -- the parser -----------------------------------------------------------------------------
 
@@ -173,6 +174,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_a", help="a run id, or an exported .json file")
     p.add_argument("run_b", help="a run id, or an exported .json file")
 
+    p = command("webhooks", cmd_webhooks, "list webhook events given up on, or --replay them")
+    p.add_argument("--replay", action="store_true", help="post them again, oldest first")
+    p.add_argument(
+        "--webhook-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="with --replay: a receiver's URL with its credentials (user:pass@), for its letters",
+    )
+    p.add_argument(
+        "--to", metavar="URL", help="with --replay: send every letter here instead of its own URL"
+    )
+    p.add_argument(
+        "--webhook-secret-env",
+        metavar="VAR",
+        default="CALL4AGENTS_WEBHOOK_SECRET",
+        help="the environment variable holding the webhook's HMAC secret",
+    )
+
     p = command("console", cmd_console, "serve the operator console in a browser")
     _console_options(p)
 
@@ -189,6 +209,32 @@ def _console_options(p: argparse.ArgumentParser) -> None:
         "--user-header",
         metavar="NAME",
         help="trust this header, set by an SSO proxy in front, to name the signed-in user",
+    )
+    p.add_argument(
+        "--proxy-secret-header",
+        metavar="NAME",
+        help="header mode: a header the proxy adds holding a shared secret (from "
+        "--proxy-secret-env); requests without it are refused",
+    )
+    p.add_argument(
+        "--proxy-secret-env",
+        metavar="VAR",
+        default="CALL4AGENTS_PROXY_SECRET",
+        help="the environment variable holding the proxy's shared secret",
+    )
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDRESS",
+        help="header mode: the proxy's address or CIDR range; others are refused (repeatable)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name requests may use besides loopback's, e.g. the proxy's (repeatable)",
     )
     p.add_argument(
         "--role-header",
@@ -209,7 +255,13 @@ def _console_options(p: argparse.ArgumentParser) -> None:
         metavar="MODULE",
         help="import MODULE first, so its tools' undo= functions are known (repeatable)",
     )
-    p.add_argument("--webhook-url", metavar="URL", help="POST a signed JSON event here")
+    p.add_argument(
+        "--webhook-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="POST a signed JSON event here (repeatable; user:pass@ is sent as Basic auth)",
+    )
     p.add_argument(
         "--webhook-secret-env",
         metavar="VAR",

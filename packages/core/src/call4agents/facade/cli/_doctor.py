@@ -22,6 +22,7 @@ from ._base import (
     EXIT_FAILED,
     EXIT_OK,
     PROG,
+    _ago,
     _db,
     _engine,
     _open,
@@ -29,6 +30,7 @@ from ._base import (
     _schema,
     _sqlalchemy_error,
     _sqlite_path,
+    _table,
     _url,
     diagnose,
     migrations,
@@ -36,6 +38,7 @@ from ._base import (
 )
 
 if TYPE_CHECKING:
+    from call4agents.controls.webhooks import Webhooks
     from call4agents.storage._db import URL, Engine
 
 
@@ -240,7 +243,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def cmd_console(args: argparse.Namespace) -> int:
     try:
-        from call4agents.console import ConsoleSettings, serve
+        from call4agents.console import ConsoleSettings, proxy_networks, serve
     except ImportError as exc:
         raise ConfigurationError(str(exc)) from exc
     for module in args.imports or []:  # their tools' undo= functions, for the Undo button
@@ -252,19 +255,61 @@ def cmd_console(args: argparse.Namespace) -> int:
         role_header=args.role_header,
         read_only=args.read_only,
         read_only_users=frozenset(n.strip() for n in args.read_only_users.split(",") if n.strip()),
+        proxy_secret_header=args.proxy_secret_header,
+        proxy_secret=os.environ.get(args.proxy_secret_env) if args.proxy_secret_header else None,
+        trusted_proxies=proxy_networks(args.trusted_proxy),
+        allowed_hosts=frozenset([*args.allowed_host, *_named(args.host)]),
     )
-    webhook = None
-    if args.webhook_url:
-        secret = os.environ.get(args.webhook_secret_env, "")
-        if not secret:
-            raise ConfigurationError(
-                f"--webhook-url needs an HMAC secret in ${args.webhook_secret_env}: set it to a "
-                "long random value the receiver also knows"
-            )
-        webhook = (args.webhook_url, secret.encode())
+    webhooks = _webhooks(args) if args.webhook_url else None
     with _open(args) as ledger:
-        serve(ledger, settings, host=args.host, port=args.port, webhook=webhook)
+        serve(ledger, settings, host=args.host, port=args.port, webhooks=webhooks)
     return EXIT_OK
+
+
+def _webhooks(args: argparse.Namespace) -> Webhooks:
+    from call4agents.controls.webhooks import Receiver, Webhooks
+
+    secret = os.environ.get(args.webhook_secret_env, "")
+    if not secret:
+        raise ConfigurationError(
+            f"webhooks need an HMAC secret in ${args.webhook_secret_env}: set it to a long random "
+            "value the receiver also knows"
+        )
+    return Webhooks([Receiver.parse(url) for url in args.webhook_url], secret.encode())
+
+
+def cmd_webhooks(args: argparse.Namespace) -> int:
+    """Dead letters: the webhook events given up on, listed, or posted again with --replay."""
+    from call4agents.controls.webhooks import Receiver, replay
+    from call4agents.storage import dead_letters
+
+    if (args.webhook_url or args.to) and not args.replay:
+        raise ConfigurationError("--webhook-url and --to only go with --replay")
+    with _open(args) as ledger:
+        if not args.replay:
+            letters = dead_letters.waiting(ledger.store, limit=1000)
+            if args.json:
+                _print_json([dataclasses.asdict(d) for d in letters])
+            elif not letters:
+                print("No webhook events given up on.")
+            else:
+                rows = [[str(d.id), _ago(d.created_at), d.receiver, d.error] for d in letters]
+                print(_table(["id", "given up", "receiver", "why"], rows))
+            return EXIT_OK
+        if args.to:
+            Receiver.parse(args.to)  # a clear error before anything is sent
+        done = replay(ledger, _webhooks(args), receiver=args.to)
+    if args.json:
+        _print_json([{"id": r.letter.id, "delivered": r.delivered} for r in done])
+    else:
+        sent = sum(r.delivered for r in done)
+        print(f"Replayed {sent} of {len(done)} dead letter(s); the rest stay for a later replay.")
+    return EXIT_OK if all(r.delivered for r in done) else EXIT_FAILED
+
+
+def _named(host: str) -> list[str]:
+    """The listen address, when it is one a browser can name (not 0.0.0.0 or ::)."""
+    return [] if host in ("0.0.0.0", "::", "") else [host]  # noqa: S104 - compared, not bound
 
 
 def _operator(args: argparse.Namespace) -> str:
