@@ -22,8 +22,8 @@ from starlette.testclient import TestClient
 import call4agents as c4a
 from call4agents.console import ConsoleSettings, check_listen, create_app
 from call4agents.console._hooks import Notifier
-from call4agents.controls.webhooks import Delivery, Receiver, Webhooks
 from call4agents.console._serve import app_to_serve
+from call4agents.controls.webhooks import Delivery, Receiver, Webhooks
 from tests.console.helpers import field, make_in_doubt, open_ticket
 
 TOKEN = "t0ken-for-tests"

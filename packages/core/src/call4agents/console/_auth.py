@@ -174,8 +174,7 @@ def _from_proxy(client: str | None, networks: tuple[Network, ...]) -> bool:
 def viewer(request: Request, settings: ConsoleSettings) -> Viewer:
     """The signed-in person, or Refused(401). The proxy was checked before (``check_proxy``)."""
     if settings.user_header is not None:
-        name = unicodedata.normalize("NFKC", request.headers.get(settings.user_header) or "")
-        name = name.strip()
+        name = unicodedata.normalize("NFKC", _header(request, settings.user_header)).strip()
         if not name:
             raise Refused(401, f"no signed-in user: the {settings.user_header} header is missing")
         if any(unicodedata.category(c)[0] == "C" for c in name):
@@ -190,13 +189,22 @@ def viewer(request: Request, settings: ConsoleSettings) -> Viewer:
                 "token)",
             )
         name, session = settings.operator, hashlib.sha256(given.encode()).hexdigest()
-    role = (request.headers.get(settings.role_header) or "") if settings.role_header else ""
+    role = _header(request, settings.role_header) if settings.role_header else ""
     read_only = (
         settings.read_only
         or fold(name) in settings.read_only_users
         or fold(role) in READ_ONLY_ROLES
     )
     return Viewer(name=name, can_decide=not read_only, session=session)
+
+
+def _header(request: Request, name: str) -> str:
+    """A header's text: proxies send names as UTF-8 bytes, which Starlette reads as Latin-1."""
+    value = request.headers.get(name) or ""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
 
 
 def _bearer(request: Request) -> str | None:

@@ -43,7 +43,7 @@ class Delivery:
     attempts: int = 6
     backoff: float = 1.0  # then doubled: 1, 2, 4, 8, 16 seconds between attempts
     timeout: float = 10.0  # seconds one post may take
-    workers: int = 4  # posts in flight to one receiver at once
+    workers: int = 4  # posts in flight to one receiver at once (0: events only queue)
     queue_size: int = 1000  # events waiting for one receiver; past it, dead letters
 
 
