@@ -438,3 +438,29 @@ def test_the_health_page_lists_dead_letters(ledger: c4a.Ledger) -> None:
     assert Receiver.parse(stuck).url in page
     assert "approval.requested" in page
     assert "queue was full" in page
+
+
+def test_a_hung_receiver_delays_neither_a_tool_call_nor_a_page(
+    sqlite_target: Target, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real console posting to a receiver that never answers (each post would wait 10 s)."""
+    import urllib.request
+
+    monkeypatch.setenv("CALL4AGENTS_WEBHOOK_SECRET", "s3cret")
+    c4a.init(sqlite_target.open())
+    with hung_receiver() as stuck, console(sqlite_target, "--webhook-url", stuck) as address:
+        token = _token(address)
+        base = address.split("?")[0]
+        for i in range(6):  # each one an event for the stuck receiver
+            started = time.monotonic()
+            open_ticket(run_id=f"refund-{i}")
+            assert time.monotonic() - started < 5  # against 10 s a post, times 6 attempts
+            time.sleep(0.5)  # the console polls every 2 s: events keep arriving
+        for path in ("", "doubt", "health"):
+            started = time.monotonic()
+            with urllib.request.urlopen(
+                urllib.request.Request(base + path, headers={"Authorization": f"Bearer {token}"}),
+                timeout=10,
+            ) as answer:
+                assert answer.status == 200
+            assert time.monotonic() - started < 5

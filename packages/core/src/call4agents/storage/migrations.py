@@ -214,7 +214,7 @@ def _v11(conn: Connection) -> None:
 
 
 def _v12(conn: Connection) -> None:
-    dead_letters.create(conn)  # webhook events given up on, until replayed
+    dead_letters.create(conn, checkfirst=True)  # webhook events given up on, until replayed
 
 
 MIGRATIONS: list[Callable[[Connection], None]] = [
