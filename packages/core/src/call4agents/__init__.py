@@ -55,12 +55,14 @@ if TYPE_CHECKING:
     from .engine.verdicts import DidNotHappen, Happened
     from .facade.ledger import Ledger, default_ledger, init
     from .model.errors import BudgetExceeded
+    from .storage.audit_rows import AuditEntry
 
 # Everything that needs SQLAlchemy is imported on first use (PEP 562), so a process that only
 # imports the package, or a command that needs little of it, does not pay for all of it.
 _LAZY = {
     "run": "engine.scope",
     "ApprovalRequest": "engine.approvals",
+    "AuditEntry": "storage.audit_rows",
     "Budget": "engine.budgets",
     "BudgetExceeded": "model.errors",
     "BudgetUsage": "engine.budgets",
@@ -130,6 +132,7 @@ __all__ = [
     "ApprovalDenied",
     "ApprovalRequest",
     "ApprovalRequired",
+    "AuditEntry",
     "Budget",
     "BudgetExceeded",
     "BudgetUsage",

@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from call4agents import Ledger
 
-from . import _doubt, _health, _inbox, _runs
+from . import _audit, _doubt, _health, _inbox, _runs
 from ._auth import ConsoleSettings
 from ._guard import Guard
 from ._live import LiveHub, events
@@ -40,6 +40,7 @@ def create_app(ledger: Ledger, settings: ConsoleSettings) -> Starlette:
         route("/run", _runs.run_page),
         route("/run/undo", _runs.undo_confirm),
         route("/run/undo", _runs.undo, post=True, decides=True),
+        route("/audit", _audit.audit),
         route("/health", _health.health),
         route("/api/live", _health.live),
         route("/api/events", partial(events, hub)),

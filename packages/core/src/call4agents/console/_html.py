@@ -98,6 +98,7 @@ def page(title: str, user: str, role: str, body: Html, *, live: bool = False) ->
             ("/", "Approvals"),
             ("/doubt", "In doubt"),
             ("/runs", "Runs"),
+            ("/audit", "Audit"),
             ("/health", "Health"),
         )
     )

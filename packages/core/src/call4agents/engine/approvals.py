@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from call4agents.model.errors import ApprovalDenied, ApprovalRequired, Call4AgentsError, LedgerError
 from call4agents.storage import approval_rows as rows
+from call4agents.storage import audit_rows
 from call4agents.storage.store import Conn, clock
 
 if TYPE_CHECKING:
@@ -403,6 +404,16 @@ def decide(
         signature = signer.sign(_fields(decided))
         was = row["state"]
         rows.decide(conn, ticket, was=was, state=wanted, by=by, reason=reason, signature=signature)
+        audit_rows.write(
+            conn,
+            actor=by,
+            action=wanted,
+            run_id=row["run_id"],
+            tool=row["tool"],
+            key=row["key"],
+            ticket=ticket,
+            reason=reason,
+        )
         return _request({**decided, "reason": reason})
 
 

@@ -23,7 +23,7 @@ from call4agents.engine.records import EffectRecord, record_of
 from call4agents.engine.records import idempotency_key as idempotency_key  # its old home
 from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
-from call4agents.storage import _db, _files, reads, run_rows
+from call4agents.storage import _db, _files, audit_rows, reads, run_rows
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
 from call4agents.storage.store import Store, cannot_open
@@ -446,7 +446,10 @@ class LedgerCore:
         encoded = encode_result(result, max_bytes=self.max_result_bytes) if happened else None
         what = "happened" if happened else "did not happen"
         text = f"resolved by {by}: {what}" + (f" ({note})" if note else "")
-        if not self.store.resolve(record.key, happened=happened, result=encoded, by=by, note=text):
+        settled = self.store.resolve(
+            record.key, happened=happened, result=encoded, by=by, note=text, reason=note
+        )
+        if not settled:
             raise LedgerError(
                 f"{record.tool} in run {record.run_id!r} is still being run by a live worker "
                 f"({_owner.describe(record.owner)}); wait for it, or for its lease to expire"
@@ -519,6 +522,37 @@ class LedgerCore:
     ) -> list[ApprovalRequest]:
         """Approval tickets, oldest first; ``state="pending"`` for those waiting on a person."""
         return approvals.list_requests(self, run_id=run_id, state=state, key=key)
+
+    def audit(
+        self,
+        *,
+        by: str | None = None,
+        action: str | None = None,
+        run_id: str | None = None,
+        tool: str | None = None,
+        since: float | None = None,
+        before: int | None = None,
+        limit: int = 100,
+    ) -> list[audit_rows.AuditEntry]:
+        """Every decision and settlement, newest first: who said yes or no to which ticket, who
+        settled which in-doubt action and how, with the reason or note. Kept whatever happens to
+        the ticket or action afterwards, and by ``gc``. ``action``: ``approved``, ``denied``,
+        ``happened`` or ``did_not_happen``; ``since``: epoch seconds; ``before``: an entry's
+        id, for the next page."""
+        if action is not None and action not in audit_rows.ACTIONS:
+            raise ConfigurationError(
+                f"unknown audit action {action!r}: pick one of {', '.join(audit_rows.ACTIONS)}"
+            )
+        return audit_rows.entries(
+            self.store,
+            actor=by,
+            action=action,
+            run_id=run_id,
+            tool=tool,
+            since=since,
+            before=before,
+            limit=limit,
+        )
 
     # -- forgetting -----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from . import _fold, _live, _run_tally, _tally
 from ._basics import CURRENT, refuse_newer
 from .tables import (
     approvals,
+    audit,
     changes,
     dead_letters,
     dedup_hits,
@@ -214,6 +215,7 @@ def _v11(conn: Connection) -> None:
 
 
 def _v12(conn: Connection) -> None:
+    audit.create(conn, checkfirst=True)  # every decision and settlement, kept
     dead_letters.create(conn, checkfirst=True)  # webhook events given up on, until replayed
 
 

@@ -50,7 +50,7 @@ from ._basics import database_failed
 from ._basics import short_error as short_error  # its old home, which callers import from
 from ._hot import HotPath
 from .dialects import dialect_of
-from .tables import effects
+from .tables import audit, effects
 
 OPEN_STATES = ("started", "in_doubt")
 
@@ -633,9 +633,11 @@ class Store:
         result: str | None,
         by: str,
         note: str,
+        reason: str | None = None,
         expect_attempt: int | None = None,
     ) -> bool:
-        """Settle an open action: ``succeeded`` with ``result`` if it happened, else ``failed``.
+        """Settle an open action: ``succeeded`` with ``result`` if it happened, else ``failed``;
+        the audit keeps who, how and ``reason`` (the note as given; ``note`` by default).
 
         A ``failed`` action runs again as a new attempt when it is next called, which is what
         "it did not happen" means. Refuses (False) unless the action is in doubt, or started with
@@ -663,9 +665,24 @@ class Store:
                     lease_expires_at=None,
                     updated_at=self._now,
                 )
-            )
-            if done.rowcount != 1:
+                .returning(effects.c.run_id, effects.c.tool, effects.c.attempt)
+            ).first()
+            if done is None:
                 return False
+            # In the same transaction: a settlement that committed is always in the audit,
+            # whatever the action's row says after its next attempt.
+            conn.execute(
+                audit.insert().values(
+                    at=self._now,
+                    actor=by,
+                    action="happened" if happened else "did_not_happen",
+                    run_id=done.run_id,
+                    tool=done.tool,
+                    key=key,
+                    attempt=done.attempt,
+                    reason=note if reason is None else (reason or None),
+                )
+            )
             self._announce(conn, key)
             return True
 

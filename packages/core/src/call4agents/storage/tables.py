@@ -273,6 +273,26 @@ run_marks = Table(
     Column("has_read", BigInteger, nullable=False),
 )
 
+# What people and reconcilers decided, one row each, written in the decision's own transaction
+# (schema version 12): a yes or no to a ticket, an in-doubt action settled. The ticket and the
+# action rows change afterwards (a ticket is spent, a settled action runs again and succeeds);
+# these rows do not, and `gc` leaves them, so no decision is lost from the audit.
+audit = Table(
+    "c4a_audit",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("actor", Text, nullable=False),
+    # approved | denied | happened | did_not_happen
+    Column("action", String(16), nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("tool", Text, nullable=False),
+    Column("key", String(64), nullable=False),  # the action's key
+    Column("ticket", String(64)),  # the ticket decided, for approved and denied
+    Column("attempt", Integer),  # the attempt settled, for happened and did_not_happen
+    Column("reason", Text),  # the decision's reason or the settlement's note
+)
+
 # Webhook events given up on (schema version 12): every attempt failed, or the receiver's queue
 # was full. Kept until replayed (``call4agents webhooks --replay``), so no event is lost unseen.
 dead_letters = Table(
@@ -296,3 +316,6 @@ Index("c4a_run_tallies_irreversible", run_tallies.c.irreversible, run_tallies.c.
 Index("c4a_approvals_pending", approvals.c.state, approvals.c.expires_at, approvals.c.requested_at)
 # Dead letters not yet replayed, oldest first (the console, `stats`, `webhooks`).
 Index("c4a_dead_letters_waiting", dead_letters.c.replayed_at, dead_letters.c.id)
+# The audit read newest first, whole or by who decided or by run (keyset pages by id).
+Index("c4a_audit_actor", audit.c.actor, audit.c.id)
+Index("c4a_audit_run", audit.c.run_id, audit.c.id)

@@ -42,6 +42,7 @@ from ._base import (
 from ._commands import (
     cmd_alerts,
     cmd_approvals,
+    cmd_audit,
     cmd_decide,
     cmd_diff,
     cmd_doubt,
@@ -173,6 +174,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("diff", cmd_diff, "show the first action where two runs differ")
     p.add_argument("run_a", help="a run id, or an exported .json file")
     p.add_argument("run_b", help="a run id, or an exported .json file")
+
+    p = command("audit", cmd_audit, "every decision and settlement, newest first (kept by gc)")
+    p.add_argument("--by", metavar="WHO", help="only what this person (or `check`) decided")
+    p.add_argument(
+        "--action",
+        choices=("approved", "denied", "happened", "did_not_happen"),
+        help="only this kind of decision",
+    )
+    p.add_argument("--run", metavar="RUN", help="only this run")
+    p.add_argument("--tool", metavar="TOOL", help="only this tool")
+    p.add_argument("--since", metavar="AGE", help="only the last AGE (30d, 12h, ...)")
+    p.add_argument("--before", type=int, metavar="ID", help="the next page: entries before ID")
+    p.add_argument("--limit", type=int, default=100, metavar="N", help="at most N (default 100)")
+    p.add_argument("--csv", action="store_true", help="CSV with a header row, for a spreadsheet")
 
     p = command("webhooks", cmd_webhooks, "list webhook events given up on, or --replay them")
     p.add_argument("--replay", action="store_true", help="post them again, oldest first")

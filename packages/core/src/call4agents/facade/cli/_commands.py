@@ -521,3 +521,40 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     else:
         print(f"Ledger at {safe}: schema version {before} -> {after}")
     return EXIT_OK
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Every decision and settlement, newest first; ``--csv`` for a spreadsheet."""
+    from call4agents.storage.audit_rows import as_csv
+
+    since = time.time() - parse_age(args.since) if args.since else None
+    with _open(args) as ledger:
+        found = ledger.audit(
+            by=args.by,
+            action=args.action,
+            run_id=args.run,
+            tool=args.tool,
+            since=since,
+            before=args.before,
+            limit=args.limit,
+        )
+    if args.csv:
+        print(as_csv(found), end="")
+    elif args.json:
+        _print_json([entry.as_dict() for entry in found])
+    elif not found:
+        print("No decisions or settlements recorded" + (" that match." if _filtered(args) else "."))
+    else:
+        rows = [
+            [str(e.id), _ago(e.at), e.actor, e.action, e.run_id, e.tool, e.ticket or e.key[:12]]
+            for e in found
+        ]
+        below = {i: [f"reason: {_trim(e.reason, 90)}"] for i, e in enumerate(found) if e.reason}
+        print(_table(["id", "when", "who", "what", "run", "tool", "ticket/key"], rows, below))
+        if len(found) == args.limit:
+            print(f"More: add --before {found[-1].id}")
+    return EXIT_OK
+
+
+def _filtered(args: argparse.Namespace) -> bool:
+    return any((args.by, args.action, args.run, args.tool, args.since, args.before))

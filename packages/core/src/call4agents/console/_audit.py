@@ -1,0 +1,108 @@
+"""The audit: every decision and settlement, newest first, filtered, paged, exported."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from starlette.responses import Response
+
+from call4agents import AuditEntry, Ledger
+from call4agents.storage.audit_rows import ACTIONS, as_csv
+
+from ._auth import Refused
+from ._html import Html, clock, h, join, page, table
+from ._web import SECURITY_HEADERS, Ask, html, json_response
+
+PAGE = 50
+FILTERS = ("by", "action", "run", "tool")
+EXPORTED = 10_000  # one export's rows at most; page with before= for more
+
+
+def audit(ledger: Ledger, ask: Ask) -> Response:
+    chosen = {name: ask.query.get(name, "").strip() for name in FILTERS}
+    if chosen["action"] and chosen["action"] not in ACTIONS:
+        raise Refused(400, f"unknown action {chosen['action']!r}: pick one of {', '.join(ACTIONS)}")
+    before = _before(ask.query.get("before", ""))
+    export = ask.query.get("format", "")
+    if export not in ("", "csv", "json"):
+        raise Refused(400, "format is csv or json")
+    found = ledger.audit(
+        by=chosen["by"] or None,
+        action=chosen["action"] or None,
+        run_id=chosen["run"] or None,
+        tool=chosen["tool"] or None,
+        before=before,
+        limit=EXPORTED if export else PAGE,
+    )
+    if export == "json":
+        return json_response([e.as_dict() for e in found])
+    if export == "csv":
+        headers = {**SECURITY_HEADERS, "Content-Disposition": 'attachment; filename="audit.csv"'}
+        return Response(as_csv(found), media_type="text/csv", headers=headers)
+    query = {k: v for k, v in chosen.items() if v}
+    body = join([_filters(chosen), _exports(query), _entries(found), _next(found, query)])
+    return html(page("Audit", ask.who.name, ask.who.role, body))
+
+
+def _before(raw: str) -> int | None:
+    if not raw:
+        return None
+    if not raw.isdigit():
+        raise Refused(400, f"before={raw!r} is not an entry id")
+    return int(raw)
+
+
+def _filters(chosen: dict[str, str]) -> Html:
+    options = join(
+        h(
+            '<option value="{v}"{sel}>{t}</option>',
+            v=a,
+            t=a.replace("_", " ") or "any decision",
+            sel=Html(" selected") if a == chosen["action"] else Html(),
+        )
+        for a in ("", *ACTIONS)
+    )
+    return h(
+        '<form method="get" action="/audit" class="filters">'
+        '<label>Who <input name="by" value="{by}"></label>'
+        '<label>What <select name="action">{options}</select></label>'
+        '<label>Run <input name="run" value="{run}"></label>'
+        '<label>Tool <input name="tool" value="{tool}"></label>'
+        "<button>Filter</button></form>",
+        options=options,
+        **{k: chosen[k] for k in ("by", "run", "tool")},
+    )
+
+
+def _exports(query: dict[str, str]) -> Html:
+    links = join(
+        h('<a href="/audit?{q}">{t}</a>', q=urlencode({**query, "format": f}), t=t)
+        for f, t in (("csv", "CSV"), ("json", "JSON"))
+    )
+    return h('<p class="note">Export what this filter selects: {l}</p>', l=links)
+
+
+def _entries(found: list[AuditEntry]) -> Html:
+    if not found:
+        return h('<p class="empty">No decisions or settlements recorded that match.</p>')
+    rows: list[list[object]] = [
+        [
+            clock(e.at),
+            e.actor,
+            e.action.replace("_", " "),
+            h('<a href="/run?{q}">{r}</a>', q=urlencode({"id": e.run_id}), r=e.run_id),
+            h("<code>{t}</code>", t=e.tool),
+            e.ticket or h("<code>{k}</code> attempt {a}", k=e.key[:12], a=e.attempt),
+            e.reason or "",
+        ]
+        for e in found
+    ]
+    headers = ["When", "Who", "What", "Run", "Tool", "Ticket or action", "Reason"]
+    return table(headers, rows, "audit")
+
+
+def _next(found: list[AuditEntry], query: dict[str, str]) -> Html:
+    if len(found) < PAGE:
+        return Html()
+    after = urlencode({**query, "before": found[-1].id})
+    return h('<p><a href="/audit?{q}" rel="next">Older entries</a></p>', q=after)

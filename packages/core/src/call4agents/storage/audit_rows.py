@@ -1,0 +1,85 @@
+"""The audit: every decision and settlement, written in its own transaction, read newest first.
+
+A row is only ever inserted, in the same transaction as the decision it records, so a decision
+that committed always has its row, and one that rolled back never does. ``gc`` and
+``delete_run`` leave the audit alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import select
+
+from .store import Conn, Store, now_sql
+from .tables import audit
+
+ACTIONS = ("approved", "denied", "happened", "did_not_happen")
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One decision: a yes or no to a ticket, or an in-doubt action settled."""
+
+    id: int
+    at: float
+    actor: str  # who decided: the person, or "check" for a reconciler
+    action: str  # approved | denied | happened | did_not_happen
+    run_id: str
+    tool: str
+    key: str  # the action's key
+    ticket: str | None  # the ticket, for approved and denied
+    attempt: int | None  # the attempt settled, for happened and did_not_happen
+    reason: str | None  # the reason given, or the settlement's note
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def write(conn: Conn, **values: Any) -> None:
+    """Record one decision inside the transaction that makes it."""
+    assert values["action"] in ACTIONS, values["action"]
+    conn.execute(audit.insert().values(at=now_sql(conn.dialect.name), **values))
+
+
+def entries(
+    store: Store,
+    *,
+    actor: str | None = None,
+    action: str | None = None,
+    run_id: str | None = None,
+    tool: str | None = None,
+    since: float | None = None,
+    before: int | None = None,
+    limit: int = 100,
+) -> list[AuditEntry]:
+    """Newest first; ``before`` an id to page on from (keyset paging: each page costs the same)."""
+    query = select(audit).order_by(audit.c.id.desc()).limit(limit)
+    for column, value in ((audit.c.actor, actor), (audit.c.action, action)):
+        if value is not None:
+            query = query.where(column == value)
+    for column, value in ((audit.c.run_id, run_id), (audit.c.tool, tool)):
+        if value is not None:
+            query = query.where(column == value)
+    if since is not None:
+        query = query.where(audit.c.at >= since)
+    if before is not None:
+        query = query.where(audit.c.id < before)
+    with store.read() as conn:
+        return [AuditEntry(**row) for row in conn.execute(query).mappings()]
+
+
+def as_csv(found: list[AuditEntry]) -> str:
+    """The entries as CSV with a header row, times in ISO 8601 (UTC): for a spreadsheet."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, [f.name for f in fields(AuditEntry)], lineterminator="\n")
+    writer.writeheader()
+    for entry in found:
+        row = entry.as_dict()
+        row["at"] = datetime.fromtimestamp(entry.at, tz=timezone.utc).isoformat()
+        writer.writerow(row)
+    return out.getvalue()
