@@ -92,8 +92,11 @@ def outcome(result: CallToolResult) -> str | None:
 
 
 def structured(result: CallToolResult) -> dict[str, Any]:
-    assert isinstance(result.structured_content, dict)
-    info = result.structured_content["call4agents"]
+    """The ledger's details of an error result: in _meta, never in structuredContent (which
+    must match the tool's outputSchema)."""
+    assert result.is_error, result
+    assert result.structured_content is None, result
+    info = (result.meta or {})["io.call4agents/outcome"]
     assert isinstance(info, dict)
     return info
 
