@@ -48,8 +48,7 @@ def outcome(result: CallToolResult) -> str:
     marker = (result.meta or {}).get("io.call4agents/outcome")
     if not result.is_error:
         return marker["outcome"] if marker else "ok"
-    assert isinstance(result.structured_content, dict)
-    info = result.structured_content["call4agents"]
+    info = (result.meta or {})["io.call4agents/outcome"]
     return f"{info['outcome']}:{info.get('reason')}"
 
 

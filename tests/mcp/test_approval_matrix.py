@@ -57,7 +57,7 @@ def send(urls: tuple[str, ...], args: dict[str, Any]) -> list[Any]:
 
 def ticket_of(result: Any) -> str:
     assert result.is_error, result
-    info = result.structured_content["call4agents"]
+    info = result.meta["io.call4agents/outcome"]
     assert info["outcome"] == "approval_required", info
     return str(info["approval"]["ticket"])
 
@@ -112,5 +112,5 @@ def test_a_later_no_wins_over_a_yes_not_yet_spent(
             assert cli(["deny", shown, "--by", "lead", *where]) == 0
         refused = send((a, b), BOB)
     assert all(r.is_error for r in refused)
-    assert {r.structured_content["call4agents"]["outcome"] for r in refused} == {"denied"}
+    assert {r.meta["io.call4agents/outcome"]["outcome"] for r in refused} == {"denied"}
     assert sent_to(tmp_path) == []

@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
 import pytest
+from mcp import Client, StdioServerParameters
+from mcp.types import CallToolResult
 
 from tests.conftest import Target
 
@@ -71,3 +74,30 @@ def test_http_server_and_client_examples(sqlite_target: Target, tmp_path: Path) 
     assert first.startswith("first call: message #1 to bob@example.com (idempotency key c4a-")
     assert retry == first.replace("first call:", "retry:     ") + " (replayed)"
     assert sent == "emails sent: 1"
+
+
+def test_stdio_server_example_without_a_key(sqlite_target: Target, tmp_path: Path) -> None:
+    """The Inspector's case: one client over stdio, no key and no session id. The call runs
+    outside the ledger (with a warning) and the tool, which reads c4a.current(), still works."""
+    env = dict(sqlite_target.env(), CALL4AGENTS_URL=sqlite_target.url)
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(EXAMPLES / "server.py"), "--stdio"], env=env, cwd=tmp_path
+    )
+
+    async def main() -> list[CallToolResult]:
+        async with Client(params) as client:
+            args = {"to": "bob@example.com", "body": "hi"}
+            return [
+                await client.call_tool("send_email", args),
+                await client.call_tool("send_email", args),
+                await client.call_tool("sent_count", {}),
+            ]
+
+    first, second, count = anyio.run(main)
+    assert not first.is_error, first
+    assert not second.is_error, second
+    assert first.structured_content is not None
+    assert str(first.structured_content["result"]).startswith("message #1 to bob@example.com")
+    assert second.structured_content is not None
+    assert str(second.structured_content["result"]).startswith("message #2 to bob@example.com")
+    assert count.structured_content == {"result": 2}  # both ran: nothing could tell them apart

@@ -128,7 +128,7 @@ def test_client_timeout_then_retry(sqlite_target: Target, tmp_path: Path, grace:
         assert text(retried) == "message #1 to bob@example.com (by A)"
     else:  # stopped half way: honest, but a person must now settle it
         assert len(emails(outbox)) == 0
-        assert retried.structured_content["call4agents"]["outcome"] == "in_doubt"
+        assert retried.meta["io.call4agents/outcome"]["outcome"] == "in_doubt"
 
 
 def test_lost_response_without_call4agents_sends_twice(

@@ -108,8 +108,8 @@ def outcome(result: CallToolResult) -> str:
 
 
 def info(result: CallToolResult) -> dict[str, Any]:
-    assert isinstance(result.structured_content, dict), result
-    found = result.structured_content["call4agents"]
+    assert result.structured_content is None, result  # it would have to match the outputSchema
+    found = (result.meta or {})["io.call4agents/outcome"]
     assert isinstance(found, dict)
     return found
 
@@ -148,9 +148,13 @@ def test_tool_call_limit_ends_the_run(target: Target, world: World) -> None:
     assert info(cut)["run_id"] == "mcp:job-1"
     assert "hit its step limit" in text(cut)
     assert "do not call more tools" in text(cut)
-    assert (cut.meta or {})["io.call4agents/outcome"] == {
-        "outcome": "budget_exceeded",
-        "ends_run": True,
+    assert info(cut)["outcome"] == "budget_exceeded"
+    assert cut.structured_content is None  # the tool's outputSchema describes its results only
+    # The same details follow the text for clients that hand on only an error's content.
+    block = cut.content[1]
+    assert isinstance(block, TextContent)
+    assert json.loads(block.text)["call4agents"] == {
+        k: v for k, v in info(cut).items() if k != "message"
     }
     status = ledger.run_status("mcp:job-1")
     assert status is not None

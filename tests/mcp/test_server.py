@@ -65,16 +65,13 @@ def mail_server(outbox: Outbox, *, once: OnceOnly | None = None, **server: Any) 
 
     @app.tool()
     def send_email(to: str, body: str) -> str:
-        try:
-            key: str | None = c4a.current().idempotency_key  # to forward to a mail provider
-        except c4a.Call4AgentsError:
-            key = None  # run without the ledger (scope="call" and no client key)
-        n = outbox.deliver(to=to, key=key)
+        now = c4a.current()  # also in a call run without the ledger, where it says so
+        n = outbox.deliver(to=to, key=now.idempotency_key, covered=now.covered)
         return f"message #{n} to {to}"
 
     @app.tool(annotations=ToolAnnotations(read_only_hint=True))
     def count_messages(folder: str) -> int:
-        outbox.deliver(read=folder)
+        outbox.deliver(read=folder, covered=c4a.current().covered)
         return outbox.count()
 
     return app
@@ -92,8 +89,11 @@ def outcome(result: CallToolResult) -> str | None:
 
 
 def structured(result: CallToolResult) -> dict[str, Any]:
-    assert isinstance(result.structured_content, dict)
-    info = result.structured_content["call4agents"]
+    """The ledger's details of an error result: in _meta, never in structuredContent (which
+    must match the tool's outputSchema)."""
+    assert result.is_error, result
+    assert result.structured_content is None, result
+    info = (result.meta or {})["io.call4agents/outcome"]
     assert isinstance(info, dict)
     return info
 
@@ -585,6 +585,42 @@ def test_without_key_or_identity_calls_are_not_merged(ledger: c4a.Ledger, outbox
     anyio.run(main)  # warns once per process that such calls run without the ledger
     assert outbox.count() == 2
     assert ledger.effects() == []
+
+
+def test_a_call_outside_the_ledger_runs_and_current_says_so(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    """A keyless call from a caller with no identity (the Inspector over stdio) runs without the
+    ledger; a tool that reads c4a.current() keeps working and learns the call is not covered."""
+    server = mail_server(outbox)
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client:
+            return [
+                await client.call_tool("send_email", {"to": "bob", "body": "hi"}),
+                await client.call_tool("send_email", {"to": "bob", "body": "hi"}),
+                await client.call_tool("count_messages", {"folder": "in"}),
+                await client.call_tool(
+                    "send_email", {"to": "ann", "body": "hi"}, meta={KEY_META: "k"}
+                ),
+            ]
+
+    results = anyio.run(main)
+    assert [r.is_error for r in results] == [False] * 4, results
+    lines = [json.loads(line) for line in outbox.path.read_text().splitlines()]
+    assert [line["covered"] for line in lines] == [False, False, False, True]
+    # Each uncovered call has a key of its own: forwarded to a provider, it merges nothing.
+    first, second, _, keyed = (line.get("key") for line in lines)
+    assert first != second
+    assert isinstance(first, str)
+    assert first.startswith("c4a-")
+    [record] = ledger.effects()
+    assert keyed == record.idempotency_key
+
+
+def test_current_outside_any_tool_still_raises() -> None:
+    with pytest.raises(c4a.Call4AgentsError, match="only available inside a tool"):
+        c4a.current()
 
 
 def test_without_key_a_call_after_the_window_runs_again(ledger: c4a.Ledger, outbox: Outbox) -> None:

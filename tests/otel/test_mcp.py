@@ -179,8 +179,7 @@ def test_approval_required_then_denied(target: Target, telemetry: Telemetry) -> 
             return await client.call_tool("wire", {"amount": 900}, meta={KEY_META: "w-1"})
 
     asked = anyio.run(ask)
-    assert isinstance(asked.structured_content, dict)
-    ticket = asked.structured_content["call4agents"]["approval"]["ticket"]
+    ticket = (asked.meta or {})["io.call4agents/outcome"]["approval"]["ticket"]
     ledger.deny(ticket, by="ann@example.com", reason="not today")
     anyio.run(ask)
     waiting, denied = telemetry.spans()
@@ -225,8 +224,7 @@ def test_in_progress_while_the_same_call_still_runs(target: Target, telemetry: T
 
     busy, done = anyio.run(main)
     assert busy.is_error
-    assert isinstance(busy.structured_content, dict)
-    assert busy.structured_content["call4agents"]["outcome"] == "in_progress"
+    assert (busy.meta or {})["io.call4agents/outcome"]["outcome"] == "in_progress"
     assert not done.is_error
     by_outcome = {attrs(s)["call4agents.outcome"]: s for s in telemetry.spans()}
     assert sorted(by_outcome) == ["in_progress", "ok"]

@@ -22,6 +22,7 @@ from .engine.action import Action, EffectOptions, prepare
 from .engine.approvals import ApprovalRequest, first_shown
 from .engine.budgets import count_model_request, record_model_usage
 from .engine.context import RunContext, Trigger, check_run_id, current_run
+from .engine.context import uncovered as uncovered_call
 from .engine.effect import aperform, perform
 from .engine.ledger import LedgerCore, idempotency_key
 from .engine.observe import (
@@ -284,6 +285,7 @@ __all__ = [
     "semconv",
     "shown_other_args",
     "step",
+    "uncovered_call",
     "warn_once",
 ]
 

@@ -10,7 +10,8 @@ Server, one line::
 Client: send a stable idempotency key in ``_meta`` with :func:`call_tool`, or plug
 :func:`tool_meta_resolver` (Agents SDK) or :func:`process_tool_call` (Pydantic AI) into the
 framework's MCP client. :func:`ending_of` reads a result that says the run ended (a budget cut,
-an escalation) as ``c4a.BudgetExceeded`` / ``c4a.Escalated``; ``call_tool`` raises it.
+an escalation) as ``c4a.BudgetExceeded`` / ``c4a.Escalated``; ``call_tool`` raises it. What the
+ledger decided about a call travels in the result's ``_meta[OUTCOME_META]``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._endings import ending_of
     from ._keys import KEY_META, call_tool, idempotency_key, process_tool_call, tool_meta_resolver
+    from ._outcomes import OUTCOME_META
     from ._server import OnceOnly
 
 # Names load on first use, so a process that only decodes recorded results (the CLI, through
 # the ``_payload`` entry point) does not import the MCP SDK.
 _WHERE = {
     "KEY_META": "._keys",
+    "OUTCOME_META": "._outcomes",
     "OnceOnly": "._server",
     "call_tool": "._keys",
     "ending_of": "._endings",
@@ -36,6 +39,7 @@ _WHERE = {
 }
 __all__ = [
     "KEY_META",
+    "OUTCOME_META",
     "OnceOnly",
     "call_tool",
     "ending_of",

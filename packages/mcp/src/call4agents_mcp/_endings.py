@@ -2,12 +2,16 @@
 
 An MCP server cannot stop its client's agent; what it can do, in MCP's own way, is answer the
 ``tools/call`` with an ``isError`` result that says the run has ended and why, in words for the
-model and in ``structuredContent`` for code::
+model and in ``_meta["io.call4agents/outcome"]`` for code::
 
-    {"call4agents": {"outcome": "escalated", "ends_run": true, "reason": ..., "run_id": ...,
-                     "handoff": {...}, ...}}
-    {"call4agents": {"outcome": "budget_exceeded", "ends_run": true, "reason": "step_limit",
-                     "detail": "3 tool calls", "run_id": ..., ...}}
+    {"outcome": "escalated", "ends_run": true, "reason": ..., "run_id": ..., "handoff": {...}, ...}
+    {"outcome": "budget_exceeded", "ends_run": true, "reason": "step_limit",
+     "detail": "3 tool calls", "run_id": ..., ...}
+
+The same details follow the text as a second text block, ``{"call4agents": {...}}`` in JSON: some
+clients hand on only an error result's content (Pydantic AI's ``MCPToolset`` raises it as the
+message of a ``ModelRetry``), and an error result has no ``structuredContent`` to carry them (it
+would have to match the tool's ``outputSchema``).
 
 On the client, :func:`ending_of` turns such a result back into the ``c4a.Escalated`` or
 ``c4a.BudgetExceeded`` the server raised, so an agent host can end its own run with it.
@@ -64,7 +68,9 @@ def answer(exc: BudgetExceeded | Escalated, tool: str, action: Action | None) ->
             run_id=exc.run_id,
             **key,
         )
-    found["_meta"][OUTCOME_META]["ends_run"] = True
+    details = {k: v for k, v in found["_meta"][OUTCOME_META].items() if k != "message"}
+    block = json.dumps({"call4agents": details}, default=str)
+    found["content"].append({"type": "text", "text": block})
     return found
 
 
@@ -88,8 +94,36 @@ def ending_of(result: Any) -> BudgetExceeded | Escalated | None:
     data = _as_dict(result)
     if data.get("isError") is not True:
         return None
-    structured = data.get("structuredContent")
-    info = structured.get("call4agents") if isinstance(structured, Mapping) else None
+    meta = data.get("_meta")
+    found = _ending(meta.get(OUTCOME_META) if isinstance(meta, Mapping) else None)
+    if found is None:  # an earlier development build put them in structuredContent
+        structured = data.get("structuredContent")
+        found = _ending(structured.get("call4agents") if isinstance(structured, Mapping) else None)
+    return found
+
+
+def ending_in_error(exc: BaseException) -> BudgetExceeded | Escalated | None:
+    """The ending carried by a client's tool-error exception, if its message is our answer.
+
+    Pydantic AI's ``MCPToolset`` raises ``ModelRetry`` for an ``isError`` result, with the
+    result's content as JSON in the message: the text, then the ``{"call4agents": ...}`` block.
+    """
+    message = getattr(exc, "message", None)
+    text = message if isinstance(message, str) else str(exc)
+    if '"call4agents"' not in text:
+        return None
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return None
+    for part in parsed if isinstance(parsed, list) else [parsed]:
+        found = _ending(part.get("call4agents") if isinstance(part, Mapping) else None)
+        if found is not None:
+            return found
+    return None
+
+
+def _ending(info: Any) -> BudgetExceeded | Escalated | None:
     if not isinstance(info, Mapping) or info.get("ends_run") is not True:
         return None
     if info.get("outcome") == ESCALATED and isinstance(info.get("handoff"), Mapping):
@@ -102,23 +136,6 @@ def ending_of(result: Any) -> BudgetExceeded | Escalated | None:
             detail=str(info.get("detail", "")),
         )
     return None
-
-
-def ending_in_error(exc: BaseException) -> BudgetExceeded | Escalated | None:
-    """The ending carried by a client's tool-error exception, if its message is our answer.
-
-    Pydantic AI's ``MCPToolset`` raises ``ModelRetry`` for an ``isError`` result, with the
-    result's ``structuredContent`` as JSON in the message.
-    """
-    message = getattr(exc, "message", None)
-    text = message if isinstance(message, str) else str(exc)
-    if '"call4agents"' not in text:
-        return None
-    try:
-        structured = json.loads(text)
-    except ValueError:
-        return None
-    return ending_of({"isError": True, "structuredContent": structured})
 
 
 def _as_dict(result: Any) -> dict[str, Any]:

@@ -1,8 +1,12 @@
 """What a ``tools/call`` answers when it is not simply the tool's fresh result.
 
 Every answer here is a ``CallToolResult``-shaped dict: a replayed first result, or an ``isError``
-result whose text says what happened (for the model) and whose ``structuredContent`` says the same
-for code: ``{"call4agents": {"outcome": ..., "retryable": ..., ...}}``.
+result whose text says what happened (for the model) and whose ``_meta["io.call4agents/outcome"]``
+says the same for code: ``{"outcome": ..., "tool": ..., "retryable": ..., "message": ..., ...}``.
+
+An error result carries no ``structuredContent``: a tool's ``outputSchema`` describes its results,
+and a client that validates (the TypeScript SDK, the MCP Inspector) rejects an error result whose
+``structuredContent`` does not match it. ``_meta`` is where MCP lets a server add its own fields.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from call4agents import (
 from call4agents.integration import Action, ends_run, message_for_model
 
 OUTCOME_META: Final = "io.call4agents/outcome"
-"""``_meta`` field of an answer the ledger gave: ``{"outcome": "replayed" | "in_doubt" | ...}``."""
+"""``_meta`` field of an answer the ledger gave: ``{"outcome": "replayed" | "in_doubt" | ...}``,
+with the details of an error result (``tool``, ``retryable``, ``message``, ...) beside it."""
 
 
 class KeyReused(Call4AgentsError):
@@ -148,8 +153,7 @@ def error_result(
     return {
         "content": [{"type": "text", "text": text}],
         "isError": True,
-        "structuredContent": {"call4agents": details},
-        "_meta": {OUTCOME_META: {"outcome": outcome}},
+        "_meta": {OUTCOME_META: details},
     }
 
 
@@ -195,23 +199,16 @@ def first_in_doubt(action: Action, cause: BaseException) -> dict[str, Any]:
 
 
 def mark_failed(result: Mapping[str, Any], action: Action) -> dict[str, Any]:
-    """A tool's own error result, with structured content saying it did not act (safe retry)."""
-    marked = dict(result)
-    text = error_text(result)
-    marked.setdefault(
-        "structuredContent",
-        {
-            "call4agents": {
-                "outcome": "failed",
-                "tool": action.tool,
-                "retryable": True,
-                "message": text,
-                "action": action.key[:16],
-            }
-        },
-    )
-    marked["_meta"] = {**(result.get("_meta") or {}), OUTCOME_META: {"outcome": "failed"}}
-    return marked
+    """A tool's own error result, its ``_meta`` saying it did not act (a safe retry); the rest is
+    the tool's, as it sent it."""
+    details = {
+        "outcome": "failed",
+        "tool": action.tool,
+        "retryable": True,
+        "message": error_text(result),
+        "action": action.key[:16],
+    }
+    return {**result, "_meta": {**(result.get("_meta") or {}), OUTCOME_META: details}}
 
 
 def replayed(stored: Mapping[str, Any], action: Action) -> dict[str, Any]:

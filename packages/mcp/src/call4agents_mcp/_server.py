@@ -71,6 +71,7 @@ from call4agents.integration import (
     register_tool_payload_shape,
     run_entered,
     run_part,
+    uncovered_call,
     warn_once,
 )
 
@@ -273,12 +274,16 @@ class OnceOnly(Extension):
         caller: str | None,
     ) -> HandlerResult:
         """A call run without the ledger (a read, or nothing to key it by), still in its run:
-        ``c4a.escalate()`` and ``@c4a.effect`` calls inside find the run and its budget."""
+        ``c4a.escalate()`` and ``@c4a.effect`` calls inside find the run and its budget, and
+        ``c4a.current()`` says the call is not covered (``covered=False``)."""
         run_id = _run_id(caller or "anonymous")
         await self._enter(run_id, self._ledger)
         seen, token = out.watch()
         try:
-            with self._run(run_id, self._ledger):
+            with (
+                self._run(run_id, self._ledger),
+                uncovered_call(run_id, call.tool, _request_id(ctx)),
+            ):
                 result = await call_next(ctx)
         except Exception as exc:
             if ends_run(exc):  # raised by a low-level server's handler

@@ -6,13 +6,16 @@ Both live in ``contextvars``: asyncio tasks inherit them, and so does code run t
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
-from collections.abc import Callable
+import secrets
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 
+from call4agents.engine.records import idempotency_key
 from call4agents.model.errors import Call4AgentsError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -40,7 +43,16 @@ class RunContext:
 
 @dataclass(frozen=True)
 class EffectContext:
-    """What ``c4a.current()`` returns inside a running tool."""
+    """What ``c4a.current()`` returns inside a running tool.
+
+    ``covered`` is True when the ledger records this call: ``key`` names its action and
+    ``idempotency_key`` (the key to forward to a provider) is the same on every attempt, in every
+    process. It is False for a call an integration runs outside the ledger (an MCP call with no
+    client key and no caller identity, a read-only tool): nothing records it, so nothing could tell
+    its retry from a new call, and ``key`` and ``idempotency_key`` are fresh for this one call
+    (never another call's, so forwarding it stays safe: the provider sees a new request, which is
+    all anyone can know of it).
+    """
 
     run_id: str
     tool: str
@@ -48,6 +60,7 @@ class EffectContext:
     idempotency_key: str
     attempt: int
     call_id: str | None = None
+    covered: bool = True
 
 
 _run: ContextVar[RunContext | None] = ContextVar("call4agents_run", default=None)
@@ -105,7 +118,12 @@ def current_run() -> RunContext | None:
 
 
 def current() -> EffectContext:
-    """Inside a tool run through Call4Agents: its run, key, idempotency key and attempt."""
+    """Inside a tool run through Call4Agents: its run, key, idempotency key and attempt.
+
+    Inside a tool that an integration runs without the ledger, it says so: ``covered`` is False
+    and the keys are fresh for this call (see :class:`EffectContext`). Outside any tool it raises
+    ``Call4AgentsError``.
+    """
     found = _effect.get()
     if found is None:
         raise Call4AgentsError(
@@ -113,6 +131,19 @@ def current() -> EffectContext:
             "(or called through an integration's OnceOnly)"
         )
     return found
+
+
+@contextlib.contextmanager
+def uncovered(run_id: str, tool: str, call_id: str | None = None) -> Iterator[EffectContext]:
+    """Within it, ``c4a.current()`` describes a tool call run outside the ledger
+    (``covered=False``), with keys that are this call's alone."""
+    key = secrets.token_hex(32)  # the shape of an action key, shared with no other call
+    ctx = EffectContext(run_id, tool, key, idempotency_key(key), 1, call_id, covered=False)
+    token = _effect.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _effect.reset(token)
 
 
 def bind(fn: Callable[P, T]) -> Callable[P, T]:

@@ -209,7 +209,8 @@ def escalate(
     # Escalating from inside a tool: that tool hands over instead of acting, and the engine
     # records it as failed once Escalated leaves it, so list it as such already.
     inside = _effect.get()
-    found = handoff(ledger, run_id, escalating=inside.key if inside else None)
+    escalating = inside.key if inside is not None and inside.covered else None
+    found = handoff(ledger, run_id, escalating=escalating)
     assert found is not None  # just recorded
     raise Escalated(found)
 
