@@ -17,7 +17,7 @@ from . import _audit, _doubt, _health, _inbox, _runs
 from ._auth import ConsoleSettings
 from ._guard import Guard
 from ._live import LiveHub, events
-from ._web import Ask, endpoint, static
+from ._web import Ask, endpoint, not_routed, static
 
 Page = Callable[[Ledger, Ask], Response]
 
@@ -52,6 +52,11 @@ def create_app(ledger: Ledger, settings: ConsoleSettings) -> Starlette:
         yield
         hub.close()
 
-    return Starlette(
-        routes=routes, lifespan=lifespan, middleware=[Middleware(Guard, settings=settings)]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(Guard, settings=settings)],
+        exception_handlers={404: not_routed, 405: not_routed},
     )
+    app.state.settings = settings
+    return app

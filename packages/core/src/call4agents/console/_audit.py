@@ -41,7 +41,7 @@ def audit(ledger: Ledger, ask: Ask) -> Response:
         return Response(as_csv(found), media_type="text/csv", headers=headers)
     query = {k: v for k, v in chosen.items() if v}
     body = join([_filters(chosen), _exports(query), _entries(found), _next(found, query)])
-    return html(page("Audit", ask.who.name, ask.who.role, body))
+    return html(page("Audit", ask.who.name, ask.who.role, body, here="/audit"))
 
 
 def _before(raw: str) -> int | None:

@@ -33,7 +33,7 @@ def queue(ledger: Ledger, ask: Ask) -> Response:
         body = join([notice, h("<p>{n} in doubt.</p>", n=len(found)), cards])
     ids = ",".join(r.key for r in found[:SHOWN])
     marked = h('<div id="live-list" data-ids="{ids}">{b}</div>', ids=ids, b=body)
-    return html(page("In doubt", ask.who.name, ask.who.role, marked, live=True))
+    return html(page("In doubt", ask.who.name, ask.who.role, marked, live=True, here="/doubt"))
 
 
 def _card(record: EffectRecord, ask: Ask, now: float) -> Html:

@@ -81,12 +81,12 @@ def health(ledger: Ledger, ask: Ask) -> Response:
                 b=_age(over_time.bucket_seconds),
             ),
             _charts(over_time),
-            h("<h2>Runs by state</h2>{c}", c=bars(figures.runs_by_state)),
-            h("<h2>Actions by state</h2>{c}", c=bars(figures.actions_by_state)),
+            h("<h2>Runs by state</h2>{c}", c=bars(figures.runs_by_state, "Runs by state")),
+            h("<h2>Actions by state</h2>{c}", c=bars(figures.actions_by_state, "Actions by state")),
             h('<p class="note">{n}</p>', n=stats.DEDUP_NOTE),
         ]
     )
-    return html(page("Health", ask.who.name, ask.who.role, body))
+    return html(page("Health", ask.who.name, ask.who.role, body, here="/health"))
 
 
 Chart = tuple[str, str, Sequence[float | None], Callable[[float], str]]
@@ -171,13 +171,15 @@ def columns(
             )
         )
     latest = next((v for v in reversed(values) if v is not None), None)
+    alarm = name == "unapproved" and any(present)
     return h(
         '<figure class="chart" id="chart-{name}"><figcaption>{title}: <b>{now}</b> '
         '<span class="peak">(highest {peak})</span></figcaption>'
-        '<svg role="img" aria-label="{title}" width="{w}" height="{hh}" '
+        '<svg role="img" aria-label="{title} over time, from {a} to {b}: latest {now}, '
+        'highest {peak}" width="{w}" height="{hh}" '
         'viewBox="0 0 {w} {hh}" xmlns="http://www.w3.org/2000/svg">'
         '<line x1="0" y1="{hg}" x2="{w}" y2="{hg}" stroke="#8893a2"></line>'
-        '<g fill="{fill}">{cols}</g>'
+        '<g class="{cls}" fill="{fill}">{cols}</g>'
         '<text x="0" y="{ty}" font-size="11">{a}</text>'
         '<text x="{w}" y="{ty}" font-size="11" text-anchor="end">{b}</text></svg></figure>',
         name=name,
@@ -188,7 +190,8 @@ def columns(
         hh=height + 16,
         hg=height,
         ty=height + 13,
-        fill="#c62828" if name == "unapproved" and any(present) else "#3b6ea5",
+        fill="#c62828" if alarm else "#3b6ea5",
+        cls="alarm" if alarm else "bar",
         cols=join(cols),
         a=clock(first)[:16],
         b=clock(last)[:16],
@@ -204,7 +207,7 @@ def _age(seconds: float | None) -> str:
     return f"{seconds:.0f}s"
 
 
-def bars(counts: dict[str, int]) -> Html:
+def bars(counts: dict[str, int], title: str) -> Html:
     """A horizontal bar chart as inline SVG (no script, no style attribute: the CSP allows it)."""
     if not counts:
         return h('<p class="empty">Nothing yet.</p>')
@@ -215,7 +218,7 @@ def bars(counts: dict[str, int]) -> Html:
         rows.append(
             h(
                 '<text x="0" y="{ty}" font-size="13">{name}</text>'
-                '<rect x="140" y="{y}" width="{w}" height="18" fill="#3b6ea5"></rect>'
+                '<rect class="bar" x="140" y="{y}" width="{w}" height="18" fill="#3b6ea5"></rect>'
                 '<text x="{tx}" y="{ty}" font-size="13">{n}</text>',
                 ty=y + 14,
                 y=y + 1,
@@ -225,8 +228,12 @@ def bars(counts: dict[str, int]) -> Html:
                 n=n,
             )
         )
+    # The picture's text alternative says every bar's figure, for a screen reader.
+    said = ", ".join(f"{name.replace('_', ' ')} {n}" for name, n in sorted(counts.items()))
     return h(
-        '<svg class="chart" role="img" width="520" height="{hgt}" xmlns="http://www.w3.org/2000/svg">{rows}</svg>',
+        '<svg class="chart" role="img" aria-label="{label}" width="520" height="{hgt}" '
+        'viewBox="0 0 520 {hgt}" xmlns="http://www.w3.org/2000/svg">{rows}</svg>',
+        label=f"{title}: {said}",
         hgt=len(counts) * 26,
         rows=join(rows),
     )

@@ -43,7 +43,8 @@ def json_block(value: Any) -> Html:
         esc(json.dumps(REDACTED)),
         '<mark title="redacted: the tool gets the real value">"***"</mark>',
     )
-    return Html(f'<pre class="json">{shown}</pre>')
+    # Focusable: a long value scrolls inside the block, and a keyboard must reach it too.
+    return Html(f'<pre class="json" tabindex="0">{shown}</pre>')
 
 
 def count_redacted(value: Any) -> int:
@@ -74,9 +75,20 @@ def clock(at: float | None) -> str:
 
 
 def table(headers: Iterable[str], rows: Iterable[Iterable[object]], cls: str = "") -> Html:
-    head = join(h("<th>{x}</th>", x=x) for x in headers)
+    """A table; on a phone each row stacks into a card, each cell labelled by its header (the
+    ``data-label`` the style sheet shows), so no page scrolls sideways."""
+    names = list(headers)
+    head = join(h('<th scope="col">{x}</th>', x=x) for x in names)
     body = join(
-        Html("<tr>" + join(h("<td>{x}</td>", x=cell) for cell in row) + "</tr>") for row in rows
+        Html(
+            "<tr>"
+            + join(
+                h('<td data-label="{label}">{x}</td>', label=label, x=cell)
+                for label, cell in zip(names, row, strict=False)
+            )
+            + "</tr>"
+        )
+        for row in rows
     )
     return h(
         '<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>',
@@ -90,35 +102,58 @@ def hidden(name: str, value: str) -> Html:
     return h('<input type="hidden" name="{n}" value="{v}">', n=name, v=value)
 
 
-def page(title: str, user: str, role: str, body: Html, *, live: bool = False) -> Html:
-    """The whole document: navigation, who is signed in, and the page's content."""
+NAV = (
+    ("/", "Approvals"),
+    ("/doubt", "In doubt"),
+    ("/runs", "Runs"),
+    ("/audit", "Audit"),
+    ("/health", "Health"),
+)
+
+
+def page(
+    title: str, user: str | None, role: str, body: Html, *, live: bool = False, here: str = ""
+) -> Html:
+    """The whole document: a skip link, navigation, who is signed in, and the page's content.
+
+    With no ``user`` (nobody signed in) there is no navigation: every link would only lead to
+    the same refusal."""
     nav = join(
-        h('<a href="{href}">{text}</a>', href=href, text=text)
-        for href, text in (
-            ("/", "Approvals"),
-            ("/doubt", "In doubt"),
-            ("/runs", "Runs"),
-            ("/audit", "Audit"),
-            ("/health", "Health"),
+        h(
+            '<a href="{href}"{cur}>{text}</a>',
+            href=href,
+            text=text,
+            cur=Html(' aria-current="page"') if href == here else Html(),
         )
+        for href, text in NAV
+    )
+    top = (
+        h(
+            '<nav aria-label="Console">{nav}</nav>'
+            '<span class="who">signed in as <b>{user}</b> ({role})</span>',
+            nav=nav,
+            user=user,
+            role=role,
+        )
+        if user is not None
+        else Html()
     )
     return h(
         """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<meta name="color-scheme" content="light dark">
 <title>{title} - Call4Agents console</title>
 <link rel="stylesheet" href="/static/console.css">
 <script src="/static/console.js" defer></script>
 </head><body data-live="{live}">
-<header><strong>Call4Agents</strong><nav>{nav}</nav>
-<span class="who">signed in as <b>{user}</b> ({role})</span></header>
+<a class="skip" href="#main">Skip to the content</a>
+<header><strong>Call4Agents</strong>{top}</header>
 <div id="live-note" hidden></div>
-<main><h1>{title}</h1>{body}</main>
+<main id="main" tabindex="-1"><h1>{title}</h1>{body}</main>
 </body></html>""",
         title=title,
-        nav=nav,
-        user=user,
-        role=role,
+        top=top,
         body=body,
         live="1" if live else "",
     )

@@ -40,7 +40,9 @@ def inbox(ledger: Ledger, ask: Ask) -> Response:
             ]
         )
     ids = ",".join(r.ticket for r in live)
-    return html(page("Approvals", ask.who.name, ask.who.role, _marked(body, ids), live=True))
+    return html(
+        page("Approvals", ask.who.name, ask.who.role, _marked(body, ids), live=True, here="/")
+    )
 
 
 def ticket_page(ledger: Ledger, ask: Ask) -> Response:

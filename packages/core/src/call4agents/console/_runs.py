@@ -90,7 +90,7 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
             else h('<p class="empty">No runs match.</p>'),
         ]
     )
-    return html(page("Runs", ask.who.name, ask.who.role, body))
+    return html(page("Runs", ask.who.name, ask.who.role, body, here="/runs"))
 
 
 def _with_waiting_runs(

@@ -76,21 +76,36 @@ def html(body: Html, status: int = 200, *, headers: dict[str, str] | None = None
 
 
 def error_page(status: int, message: str, who: Viewer | None) -> Response:
+    """A refusal in the console's own layout. Nobody signed in: no navigation and no link
+    back, since every page would refuse them the same way."""
     titles = {
         400: "Not accepted",
         401: "Sign in",
         403: "Not allowed",
         404: "Not found",
+        405: "Not accepted",
         413: "Too large",
         421: "Wrong address",
     }
     title = titles.get(status, "Not done" if status < 500 else "Ledger unavailable")
-    body = h(
-        '<p class="error" role="alert">{m}</p><p><a href="/">Back to the inbox</a></p>', m=message
-    )
+    back = h('<p><a href="/">Back to the inbox</a></p>') if who is not None else Html()
+    body = h('<p class="error" role="alert">{m}</p>{back}', m=message, back=back)
     if who is None:
-        return html(h("<!doctype html><title>{t}</title><h1>{t}</h1>{b}", t=title, b=body), status)
+        return html(page(title, None, "", body), status)
     return html(page(title, who.name, who.role, body), status)
+
+
+async def not_routed(request: Request, exc: Exception) -> Response:
+    """An address the console has no page for (404) or a method it does not take (405)."""
+    settings: ConsoleSettings = request.app.state.settings
+    status = getattr(exc, "status_code", 404)
+    try:
+        who: Viewer | None = viewer(request, settings)
+    except Refused:
+        who = None
+    if status == 405:
+        return error_page(405, f"{request.method} is not taken at {request.url.path}", who)
+    return error_page(404, f"the console has no page at {request.url.path}", who)
 
 
 def endpoint(
