@@ -10,6 +10,7 @@ import gc
 import hashlib
 import hmac
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -254,6 +255,9 @@ def test_settle_in_doubt_validates_the_json(ann: TestClient, ledger: c4a.Ledger)
     page = ann.get("/doubt").text
     assert record.idempotency_key in page
     assert "the mail server did not answer" in page or "TimeoutError" in page
+    # The timed-out attempt left no lease: the card says so instead of "until" and no time.
+    assert "lease until )" not in page
+    assert "none (no worker holds it)" in page
     csrf = field(page, "csrf")
     bad = ann.post(
         f"/doubt/{record.key}",
@@ -309,6 +313,47 @@ def test_runs_list_filters_and_run_page(ann: TestClient, ledger: c4a.Ledger) -> 
     assert "lookup" in run
     assert "&quot;order&quot;: 1" in run
     assert ann.get("/run?id=nope").status_code == 404
+
+
+def test_a_settled_then_retried_action_keeps_its_settlement_and_no_false_duration(
+    ann: TestClient, ledger: c4a.Ledger
+) -> None:
+    answered = threading.Event()
+
+    @c4a.effect(name="console.mail", kind="write")
+    def mail(to: str) -> str:
+        if not answered.is_set():
+            raise TimeoutError("the mail server did not answer")
+        return f"sent to {to}"
+
+    @c4a.effect(name="console.lookup", kind="write")
+    def lookup(order: int) -> int:
+        return order
+
+    with c4a.run("retry-1"), pytest.raises(TimeoutError):
+        mail("bob@example.com")
+    [record] = ledger.in_doubt()
+    open_ticket("other-run")  # a page with a form, for the CSRF token
+    csrf = field(ann.get("/doubt").text, "csrf")
+    form = {"csrf": csrf, "outcome": "did_not_happen", "note": "no trace at the provider"}
+    assert ann.post(f"/doubt/{record.key}", data=form).status_code == 200
+    time.sleep(0.3)  # time in doubt, which must not read as the tool's own
+    answered.set()
+    with c4a.run("retry-1"):
+        assert mail("bob@example.com") == "sent to bob@example.com"
+        lookup(7)
+    [done, read] = ledger.effects("retry-1")
+    assert (done.state, done.attempt, done.resolved_by) == ("succeeded", 2, None)
+    page = ann.get("/run?id=retry-1").text
+    rows = page.split("<tr>")[2:]
+    mail_row = next(r for r in rows if "console.mail" in r)
+    assert "attempt 1: it did not happen, said ann at" in mail_row
+    assert "no trace at the provider" in mail_row
+    took = re.search(r'data-label="Took">([^<]*)<', mail_row)
+    assert took is not None
+    assert took.group(1) == ""  # no duration that is really time in doubt
+    read_row = next(r for r in rows if "console.lookup" in r)
+    assert re.search(r'data-label="Took">\d+\.\d{3}s<', read_row), read_row
 
 
 def test_undo_from_the_run_page_with_a_confirmation(ann: TestClient, ledger: c4a.Ledger) -> None:

@@ -58,7 +58,7 @@ def _card(record: EffectRecord, ask: Ask, now: float) -> Html:
         '<dl><dt>Run</dt><dd><a href="/run?id={run_q}">{run}</a></dd>'
         "<dt>Why in doubt</dt><dd>{why}</dd>"
         "<dt>Attempts</dt><dd>{attempt}</dd>"
-        "<dt>Lease holder</dt><dd>{owner} (lease until {lease})</dd>"
+        "<dt>Lease holder</dt><dd>{lease}</dd>"
         "<dt>In doubt since</dt><dd>{since} ({ago} ago)</dd>"
         "<dt>Idempotency key</dt><dd><code>{ikey}</code>: look it up at the provider</dd>"
         "<dt>Action key</dt><dd><code>{key}</code></dd></dl>"
@@ -71,8 +71,7 @@ def _card(record: EffectRecord, ask: Ask, now: float) -> Html:
         run_q=_quote(record.run_id),
         why=record.note or record.error or "its attempt ended without a result",
         attempt=record.attempt,
-        owner=details["owner"] or "unknown",
-        lease=clock(record.lease_expires_at),
+        lease=_lease(details["owner"], record.lease_expires_at),
         since=clock(record.updated_at),
         ago=ago(record.updated_at, now),
         ikey=record.idempotency_key,
@@ -81,6 +80,13 @@ def _card(record: EffectRecord, ask: Ask, now: float) -> Html:
         evidence=h("<h3>Late evidence</h3><ul>{e}</ul>", e=evidence) if record.evidence else Html(),
         form=form,
     )
+
+
+def _lease(owner: str | None, until: float | None) -> str:
+    # A timeout or an orphaned attempt leaves no live lease; "until" with no time reads as a bug.
+    if until is None:
+        return f"{owner} (lease released)" if owner else "none (no worker holds it)"
+    return f"{owner or 'unknown worker'} (lease until {clock(until)})"
 
 
 def _form(record: EffectRecord, ask: Ask) -> Html:

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 from starlette.responses import Response
 
-from call4agents import EffectRecord, Ledger, RunSummary
+from call4agents import AuditEntry, EffectRecord, Ledger, RunSummary
 from call4agents.engine.approvals import ApprovalRequest
 from call4agents.engine.budgets import spending_text
 from call4agents.engine.undos import undo_for
@@ -32,6 +32,7 @@ LISTED = 200
 WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
 DEFAULT_WINDOW = "7d"
 ENDINGS_READ = 5000
+SETTLEMENTS_READ = 1000
 STATE_WORDS = {
     "succeeded": "done",
     "failed": "failed",
@@ -155,6 +156,7 @@ def run_page(ledger: Ledger, ask: Ask) -> Response:
     run_id = ask.query.get("id", "")
     ledger.sweep()
     actions = ledger.effects(run_id)
+    settled = _settlements(ledger, run_id)
     tickets = ledger.approvals(run_id)
     status = ledger.run_status(run_id)
     if not (actions or tickets or status):
@@ -167,7 +169,7 @@ def run_page(ledger: Ledger, ask: Ask) -> Response:
     spent = spending_text(ledger, run_id)
     parts = [
         h("<h2>Actions, in order</h2>"),
-        _actions(actions),
+        _actions(actions, settled),
         h("<h2>Approvals</h2>"),
         _tickets(tickets) if tickets else h('<p class="empty">None asked.</p>'),
         h("<h2>Budget</h2><p>{s}</p>", s=spent or "No budget recorded for this run."),
@@ -184,7 +186,35 @@ def run_page(ledger: Ledger, ask: Ask) -> Response:
     return html(page(f"Run {run_id}", ask.who.name, ask.who.role, join(parts)))
 
 
-def _actions(actions: list[EffectRecord]) -> Html:
+def _settlements(ledger: Ledger, run_id: str) -> dict[str, AuditEntry]:
+    """Each action's latest settlement by a person or a reconciler, from the audit: the action's
+    own row forgets it once a retry after "did not happen" succeeds; the audit does not."""
+    latest: dict[str, AuditEntry] = {}
+    for entry in ledger.audit(run_id=run_id, limit=SETTLEMENTS_READ):  # newest first
+        if entry.action in ("happened", "did_not_happen"):
+            latest.setdefault(entry.key, entry)
+    return latest
+
+
+def _settled_text(r: EffectRecord, entry: AuditEntry | None) -> str:
+    if entry is None:
+        return (r.note or r.resolved_by or "") if r.resolved_by else ""
+    said = "it happened" if entry.action == "happened" else "it did not happen"
+    reason = f": {entry.reason}" if entry.reason else ""
+    return f"attempt {entry.attempt}: {said}, said {entry.actor} at {clock(entry.at)}{reason}"
+
+
+def _took(r: EffectRecord, entry: AuditEntry | None) -> str:
+    # The ledger keeps when the first attempt began, not each attempt: after a settlement the
+    # span from the first attempt to the end is mostly time in doubt, not the tool's, so none is
+    # shown. A settled "it happened" never ran to its end here, so it has no time either.
+    if r.state not in ("succeeded", "failed") or r.resolved_by or entry is not None:
+        return ""
+    took = f"{max(0.0, r.updated_at - r.created_at):.3f}s"
+    return took if r.attempt == 1 else f"{took} over {r.attempt} attempts"
+
+
+def _actions(actions: list[EffectRecord], settled: dict[str, AuditEntry]) -> Html:
     if not actions:
         return h('<p class="empty">No actions.</p>')
     rows = []
@@ -192,9 +222,7 @@ def _actions(actions: list[EffectRecord]) -> Html:
         outcome = r.result_json if r.state == "succeeded" else (r.error or r.note or "")
         if r.pruned_at is not None:
             outcome = "(result pruned by gc)"
-        # First attempt to last update: the tool's own time only when it ended by itself.
-        timed = r.state in ("succeeded", "failed") and not r.resolved_by
-        latency = f"{max(0.0, r.updated_at - r.created_at):.3f}s" if timed else ""
+        entry = settled.get(r.key)
         rows.append(
             [
                 i,
@@ -204,8 +232,8 @@ def _actions(actions: list[EffectRecord]) -> Html:
                 r.attempt,
                 json_block(r.args),
                 h('<span class="result">{o}</span>', o=outcome or ""),
-                (r.note or r.resolved_by or "") if r.resolved_by else "",
-                latency,
+                _settled_text(r, entry),
+                _took(r, entry),
             ]
         )
     return table(
