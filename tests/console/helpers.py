@@ -9,16 +9,25 @@ import pytest
 
 import call4agents as c4a
 
+CARD = "4242-4242-4242-4242"
 
-def open_ticket(run_id: str = "refund-7", amount: int = 40, **options: Any) -> c4a.ApprovalRequest:
-    """A pending ticket for ``pay``, which charges a redacted card."""
+
+def pay_tool(**options: Any) -> Any:
+    """``pay``, which charges a redacted card and needs a person's yes."""
 
     @c4a.effect(name="pay", kind="irreversible", approval=True, redact=("card",), **options)
-    def pay(amount: int, to: str, card: str = "4242-4242-4242-4242") -> str:
+    def pay(amount: int, to: str, card: str = CARD) -> str:
         return f"paid {amount} to {to}"
 
+    return pay
+
+
+def open_ticket(
+    run_id: str = "refund-7", amount: int = 40, card: str = CARD, **options: Any
+) -> c4a.ApprovalRequest:
+    """A pending ticket for ``pay``."""
     with c4a.run(run_id), pytest.raises(c4a.ApprovalRequired) as info:
-        pay(amount, "alice")
+        pay_tool(**options)(amount, "alice", card)
     request = info.value.request
     assert isinstance(request, c4a.ApprovalRequest)
     return request

@@ -25,7 +25,8 @@ from call4agents.console import ConsoleSettings, check_listen, create_app
 from call4agents.console._hooks import Notifier
 from call4agents.console._serve import app_to_serve
 from call4agents.controls.webhooks import Delivery, Receiver, Webhooks
-from tests.console.helpers import field, make_in_doubt, open_ticket
+from call4agents.storage.tables import approvals
+from tests.console.helpers import field, make_in_doubt, open_ticket, pay_tool
 
 TOKEN = "t0ken-for-tests"
 PROXY = {"proxy_secret_header": "X-Proxy-Secret", "proxy_secret": "from-the-proxy"}
@@ -249,6 +250,53 @@ def test_unknown_ticket_and_bad_decision_give_a_clear_page(ann: TestClient) -> N
     assert "say approve or deny" in odd.text
 
 
+def changes_row(page: str, argument: str) -> str:
+    table = page.split('<table class="changes">', 1)[1].split("</table>", 1)[0]
+    return next(r for r in table.split("<tr>") if f"<code>{argument}</code>" in r)
+
+
+def test_a_redacted_value_that_changed_is_marked_without_being_shown(
+    ann: TestClient, ledger: c4a.Ledger
+) -> None:
+    first = open_ticket("refund-1", amount=40)
+    page = ann.get(f"/approvals/{first.ticket}").text
+    assert "The first time this run asks about this tool." in page
+    assert decide(ann, first.ticket, "approve").status_code == 200
+    # The refund runs on its yes, then the agent asks again: same amount, another card.
+    with c4a.run("refund-1"):
+        assert pay_tool()(40, "alice") == "paid 40 to alice"  # spends the yes
+    assert ledger.approval(first.ticket).state == "spent"  # type: ignore[union-attr]
+    other_card = open_ticket("refund-1", amount=40, card="9999-9999-9999-9999")
+    page = ann.get(f"/approvals/{other_card.ticket}").text
+    assert "What changed since this run last asked" in page
+    assert "vs the last ticket, approved (approved by ann)" in page
+    assert "differs (redacted: the value is not shown)" in changes_row(page, "card")
+    assert ">same<" in changes_row(page, "amount")
+    assert ">same<" in changes_row(page, "to")
+    for secret in ("9999", "4242", *(other_card.redacted_marks or {}).values()):
+        assert secret not in page  # neither card nor its digest reaches the page
+    # Now the first card again with another amount, beside a denial and the approved one.
+    ledger.deny(other_card.ticket, by="bob", reason="wrong card")
+    back = open_ticket("refund-1", amount=45)
+    page = ann.get(f"/approvals/{back.ticket}").text
+    assert "vs the last ticket (denied by bob)" in page
+    assert "vs the last approved (approved by ann)" in page
+    card = changes_row(page, "card")
+    assert card.count("same (redacted: the value is not shown)") == 1  # as approved
+    assert card.count("differs (redacted: the value is not shown)") == 1  # unlike the denied
+    assert changes_row(page, "amount").count(">differs<") == 2
+    # A ticket from before schema version 13 kept no digest (the one approved, spent long ago,
+    # stands in for it): the page says it cannot tell.
+    with ledger.store.tx() as conn:
+        conn.execute(
+            approvals.update().where(approvals.c.ticket == first.ticket).values(redacted_marks=None)
+        )
+    ledger.deny(back.ticket, by="ann")
+    again = open_ticket("refund-1", amount=40, card="4242-0000-0000-0000")
+    page = ann.get(f"/approvals/{again.ticket}").text
+    assert "cannot tell: redacted, and not comparable" in changes_row(page, "card")
+
+
 def test_settle_in_doubt_validates_the_json(ann: TestClient, ledger: c4a.Ledger) -> None:
     open_ticket()  # a page with a form, for the CSRF token
     record = make_in_doubt()
@@ -342,7 +390,7 @@ def test_a_settled_then_retried_action_keeps_its_settlement_and_no_false_duratio
     with c4a.run("retry-1"):
         assert mail("bob@example.com") == "sent to bob@example.com"
         lookup(7)
-    [done, read] = ledger.effects("retry-1")
+    [done, _] = ledger.effects("retry-1")
     assert (done.state, done.attempt, done.resolved_by) == ("succeeded", 2, None)
     page = ann.get("/run?id=retry-1").text
     rows = page.split("<tr>")[2:]

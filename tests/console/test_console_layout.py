@@ -65,6 +65,7 @@ def seed(ledger: c4a.Ledger) -> dict[str, str]:
         c4a.escalate("customer asked for a person", what_remains=["call them back"])
     approved = open_ticket("refund-9", amount=12)
     ledger.approve(approved.ticket, by="ann", reason="known customer")
+    open_ticket("refund-9", amount=12, card="9999-9999-9999-9999")  # "differs" beside the yes
     dead_letters.record(
         ledger.store, "https://hooks.example.com/x", json.dumps({"event": "ticket"}), "timeout", 5
     )

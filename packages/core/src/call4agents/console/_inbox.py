@@ -11,6 +11,7 @@ from call4agents.controls import stats
 from call4agents.engine.approvals import ApprovalRequest
 
 from ._auth import Refused
+from ._changes import changes
 from ._html import Html, ago, clock, count_redacted, esc, h, hidden, join, json_block, page
 from ._web import Ask, fingerprint, html, redirect
 
@@ -175,7 +176,7 @@ def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
         '<dt>Ticket</dt><dd><a href="/approvals/{t}"><code>{t}</code></a> (attempt {attempt})</dd>'
         '<dt>Asked by</dt><dd class="asked">{policy}</dd>'
         "<dt>Waiting</dt><dd>{waited} (asked {asked}, expires {expires})</dd></dl>"
-        "<h3>Exact arguments, as they will run</h3>{args}{redacted}"
+        "<h3>Exact arguments, as they will run</h3>{args}{redacted}{changes}"
         "<h3>What this run already did</h3>{done}",
         tool=request.tool,
         kind=kind,
@@ -189,6 +190,7 @@ def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
         expires=clock(request.expires_at),
         args=json_block(request.args),
         redacted=redacted if masked else Html(),
+        changes=changes(request, ledger.approvals(request.run_id)),
         done=finished_actions(actions),
     )
 

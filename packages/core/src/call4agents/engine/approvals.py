@@ -56,6 +56,9 @@ class ApprovalRequest:
     # tickets from before schema version 8.
     asked_by: str | None = None
     kind: str | None = None
+    # Per argument holding a redacted value, a digest of it (never the value); None when nothing
+    # was redacted or on tickets from before schema version 13. See ``masked_changes``.
+    redacted_marks: dict[str, str] | None = None
 
     def covers(self, action: Action) -> bool:
         """Whether this ticket asked about exactly this call's arguments. One action key can
@@ -128,14 +131,17 @@ _SIGNED = (
 def _fields(row: Mapping[str, Any]) -> list[Any]:
     digest, call_id = row.get("args_digest"), row.get("call_id")
     asked_by, kind = row.get("asked_by"), row.get("kind")
+    marks = row.get("redacted_marks")
     # Signed when present; a ticket from before digests (or call ids, or who asked) keeps the
-    # fields it was signed with. What the inbox shows of who asked cannot be edited unseen.
+    # fields it was signed with. What the inbox shows of who asked, or of whether a masked value
+    # changed, cannot be edited unseen.
     return (
         [row[name] for name in _SIGNED]
         + ([digest] if digest is not None else [])
         + ([f"call:{call_id}"] if call_id is not None else [])
         + ([f"asked:{asked_by}"] if asked_by is not None else [])
         + ([f"kind:{kind}"] if kind is not None else [])
+        + ([f"marks:{marks}"] if marks is not None else [])
     )
 
 
@@ -160,7 +166,23 @@ def _request(row: Mapping[str, Any]) -> ApprovalRequest:
         args_digest=row.get("args_digest"),
         asked_by=row.get("asked_by"),
         kind=row.get("kind"),
+        redacted_marks=json.loads(marks) if (marks := row.get("redacted_marks")) else None,
     )
+
+
+def redacted_marks(action: Action) -> str | None:
+    """For each argument in which something was redacted, a digest of that argument's key
+    material, where every redacted value already stands as an HMAC under the ledger's salt: equal
+    marks mean equal values, and no mark can be turned back into a value without the salt."""
+    if action.args_material == action.args_display:  # nothing was redacted
+        return None
+    material, shown = json.loads(action.args_material), json.loads(action.args_display)
+    marks = {
+        name: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:32]
+        for name, value in material.items()
+        if value != shown.get(name)
+    }
+    return json.dumps(marks, sort_keys=True) if marks else None
 
 
 def asked_by(action: Action, *, framework: bool = False) -> str:
@@ -283,6 +305,7 @@ def _new_ticket(
         "call_id": action.call_id,
         "asked_by": asked,
         "kind": action.options.kind,
+        "redacted_marks": redacted_marks(action),
         "state": state,
         "expires_at": float(stamp) + ttl,
         "decided_by": by,

@@ -219,6 +219,12 @@ def _v12(conn: Connection) -> None:
     dead_letters.create(conn, checkfirst=True)  # webhook events given up on, until replayed
 
 
+def _v13(conn: Connection) -> None:
+    # Which masked values a ticket holds, by digest (see c4a_approvals.redacted_marks). Older
+    # tickets keep NULL: the inbox says it cannot compare them.
+    _add_column(conn, approvals.name, "redacted_marks", "TEXT")
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1,
     _v2,
@@ -232,6 +238,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v10,
     _v11,
     _v12,
+    _v13,
 ]
 # Stated in _basics, where the lean route reads it without SQLAlchemy: a new migration raises it.
 assert len(MIGRATIONS) == CURRENT, "a new migration raises _basics.CURRENT"

@@ -138,6 +138,11 @@ approvals = Table(
     # tool has ever run, when there is no action row to read the kind from.
     Column("asked_by", Text),
     Column("kind", String(16)),
+    # Schema version 13: for each argument holding a redacted value, a digest of its key
+    # material (where the value is already an HMAC under the ledger's salt), as JSON; NULL when
+    # nothing was redacted. The inbox tells a person whether a masked value differs from the one
+    # approved before without ever showing it.
+    Column("redacted_marks", Text),
 )
 
 Index("c4a_approvals_key", approvals.c.key, approvals.c.for_attempt)
