@@ -320,3 +320,53 @@ def test_on_sqlite_the_page_polls(browser: Any, sqlite_target: Target, tmp_path:
         with page.expect_request(lambda r: "/api/live" in r.url, timeout=15_000):
             pass  # the stream answered 204: the 2-second poll carries on
         assert page.evaluate("document.body.dataset.liveMode") == "poll"
+
+
+def test_keys_move_between_tickets_and_decide_only_after_a_confirm(
+    browser: Any, sqlite_target: Target
+) -> None:
+    import call4agents as c4a
+    from tests.console.helpers import open_ticket
+
+    ledger = c4a.init(sqlite_target.open())
+    first, second = open_ticket("keys-1", amount=10), open_ticket("keys-2", amount=20)
+    asked: list[str] = []
+    accept: list[bool] = []  # the answer to each confirm, in turn
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept() if accept.pop(0) else dialog.dismiss()
+
+    def state(ticket: str) -> str:
+        found = ledger.approval(ticket)
+        assert found is not None
+        return found.state
+
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address)
+        page.on("dialog", answer)
+        assert "approves it, " in page.locator("p.keys").inner_text()
+
+        def focused() -> str:
+            return str(page.evaluate("document.activeElement.id"))
+
+        for key, card in (("j", first), ("j", second), ("j", second), ("k", first)):
+            page.keyboard.press(key)
+            assert focused() == card.ticket
+        accept.append(False)  # d asks first; saying no decides nothing
+        page.keyboard.press("d")
+        assert asked == ["Deny pay in run keys-1, with the arguments shown?"]
+        assert state(first.ticket) == "pending"
+        # Letters typed into a reason are text, not keys: no confirm, no decision.
+        page.locator(f"section#{second.ticket} textarea[name=reason]").press_sequentially("ad")
+        assert len(asked) == 1
+        page.locator(f"section#{first.ticket}").focus()
+        accept.append(True)
+        with page.expect_navigation():
+            page.keyboard.press("a")
+        assert asked[-1] == "Approve pay in run keys-1, with the arguments shown?"
+        assert "Approved pay in run keys-1" in page.locator("p.ok").inner_text()
+    decided = ledger.approval(first.ticket)
+    assert decided is not None
+    assert (decided.state, decided.decided_by) == ("approved", "ann")
+    assert state(second.ticket) == "pending"

@@ -30,7 +30,8 @@ def queue(ledger: Ledger, ask: Ask) -> Response:
         body = join([notice, h('<p class="empty">Nothing is in doubt.</p>')])
     else:
         cards = join(_card(r, ask, now) for r in found[:SHOWN])
-        body = join([notice, h("<p>{n} in doubt.</p>", n=len(found)), cards])
+        keys = h('<p class="keys"><kbd>j</kbd> and <kbd>k</kbd> go to the next and previous.</p>')
+        body = join([notice, h("<p>{n} in doubt.</p>", n=len(found)), keys, cards])
     ids = ",".join(r.key for r in found[:SHOWN])
     marked = h('<div id="live-list" data-ids="{ids}">{b}</div>', ids=ids, b=body)
     return html(page("In doubt", ask.who.name, ask.who.role, marked, live=True, here="/doubt"))
@@ -53,7 +54,7 @@ def _card(record: EffectRecord, ask: Ask, now: float) -> Html:
         else h('<p class="ro">Read-only: you cannot settle it.</p>')
     )
     return h(
-        '<section class="doubt" id="k{key12}"><div class="what">'
+        '<section class="doubt" id="k{key12}" tabindex="-1"><div class="what">'
         '<h2><code>{tool}</code> <span class="kind">{kind}</span></h2>'
         '<dl><dt>Run</dt><dd><a href="/run?id={run_q}">{run}</a></dd>'
         "<dt>Why in doubt</dt><dd>{why}</dd>"

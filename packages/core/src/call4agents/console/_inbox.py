@@ -19,6 +19,10 @@ SHOWN_TICKETS = 25  # the oldest first; the count says how many more wait
 SHOWN_ACTIONS = 20  # of the run's finished actions beside a ticket
 DECISIONS = {"approve": "approved", "deny": "denied"}
 NOT_RECORDED = "not recorded (a ticket opened before the ledger kept it)"
+KEYS = Html(
+    '<p class="keys">Keys: <kbd>j</kbd> and <kbd>k</kbd> go to the next and previous ticket; '
+    "<kbd>a</kbd> approves it, <kbd>d</kbd> denies it, each after you confirm.</p>"
+)
 
 
 def inbox(ledger: Ledger, ask: Ask) -> Response:
@@ -36,6 +40,7 @@ def inbox(ledger: Ledger, ask: Ask) -> Response:
             [
                 notice,
                 h("<p>{n} waiting.</p>", n=max(total, len(live))),
+                KEYS if ask.who.can_decide else Html(),
                 cards,
                 tail if more > 0 else Html(),
             ]
@@ -149,7 +154,7 @@ def _card(ledger: Ledger, request: ApprovalRequest, ask: Ask, now: float) -> Htm
         else h('<p class="ro">Read-only: you see this ticket but cannot decide it.</p>')
     )
     return h(
-        '<section class="ticket" id="{t}"><div class="what">{details}</div>'
+        '<section class="ticket" id="{t}" tabindex="-1"><div class="what">{details}</div>'
         '<div class="decide">{form}</div></section>',
         t=request.ticket,
         details=_details(ledger, request, now),
@@ -217,8 +222,9 @@ def _form(request: ApprovalRequest, ask: Ask) -> Html:
     return h(
         '<form method="post" action="/approvals/{t}">{csrf}{fp}'
         '<label>Reason <textarea name="reason" rows="2"></textarea></label>'
-        '<button name="decision" value="approve" class="approve">Approve</button> '
-        '<button name="decision" value="deny" class="deny">Deny</button>'
+        '<button name="decision" value="approve" class="approve" aria-keyshortcuts="a">'
+        "Approve</button> "
+        '<button name="decision" value="deny" class="deny" aria-keyshortcuts="d">Deny</button>'
         '<p class="as">Recorded as {who}.</p></form>',
         t=request.ticket,
         csrf=hidden("csrf", ask.csrf),

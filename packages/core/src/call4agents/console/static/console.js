@@ -66,3 +66,48 @@
   }
   setInterval(poll, 2000);
 })();
+
+// Keyboard: j and k move between cards (tickets, in-doubt actions); on a ticket, a approves and
+// d denies, each only after a confirm that names the tool and the run, through the card's own
+// form, so the yes stays bound to the arguments that card shows. Keys typed into a field, or
+// with a modifier held, are left alone.
+(function () {
+  function cards() {
+    return Array.from(document.querySelectorAll("section.ticket, section.doubt"));
+  }
+
+  function current() {
+    return document.activeElement && document.activeElement.closest("section.ticket, section.doubt");
+  }
+
+  function move(step) {
+    const all = cards();
+    if (!all.length) return;
+    const at = all.indexOf(current());
+    const next = all[Math.min(all.length - 1, Math.max(0, at < 0 ? 0 : at + step))];
+    next.tabIndex = -1;
+    next.focus();
+    next.scrollIntoView({ block: "nearest" });
+  }
+
+  function decide(card, decision) {
+    const button = card && card.querySelector(`button[name=decision][value=${decision}]`);
+    if (!button) return;
+    const tool = card.querySelector("h2 code").textContent;
+    const run = card.querySelector("dd a").textContent;
+    const verb = decision === "approve" ? "Approve" : "Deny";
+    if (window.confirm(`${verb} ${tool} in run ${run}, with the arguments shown?`)) button.click();
+  }
+
+  document.addEventListener("keydown", (e) => {
+    if (e.ctrlKey || e.metaKey || e.altKey || e.defaultPrevented) return;
+    if (e.target.closest && e.target.closest("input, textarea, select, [contenteditable]")) return;
+    const actions = { j: () => move(1), k: () => move(-1) };
+    actions.a = () => decide(current(), "approve");
+    actions.d = () => decide(current(), "deny");
+    const act = actions[e.key];
+    if (!act) return;
+    e.preventDefault();
+    act();
+  });
+})();
