@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from .engine.verdicts import DidNotHappen, Happened
     from .facade.ledger import Ledger, default_ledger, init
     from .model.errors import BudgetExceeded
+    from .storage.approval_rows import WaitingFilter
     from .storage.audit_rows import AuditEntry
 
 # Everything that needs SQLAlchemy is imported on first use (PEP 562), so a process that only
@@ -81,6 +82,7 @@ _LAZY = {
     "RunSummary": "engine.ledger",
     "UndoItem": "controls.undo",
     "UndoReport": "controls.undo",
+    "WaitingFilter": "storage.approval_rows",
     "approve": "engine.effect",
     "budget_usage": "engine.budgets",
     "count_model_request": "engine.budgets",
@@ -161,6 +163,7 @@ __all__ = [
     "UndoItem",
     "UndoReport",
     "UnstableArguments",
+    "WaitingFilter",
     "approve",
     "bind",
     "budget_usage",

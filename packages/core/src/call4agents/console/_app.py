@@ -32,6 +32,7 @@ def create_app(ledger: Ledger, settings: ConsoleSettings) -> Starlette:
 
     routes = [
         route("/", _inbox.inbox),
+        route("/approvals/bulk", _inbox.bulk_decide, post=True, decides=True),
         route("/approvals/{ticket}", _inbox.ticket_page),
         route("/approvals/{ticket}", _inbox.decide, post=True, decides=True),
         route("/doubt", _doubt.queue),

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import time
+from urllib.parse import urlencode
 
 from starlette.responses import Response
 
-from call4agents import EffectRecord, Ledger
-from call4agents.controls import stats
+from call4agents import EffectRecord, Ledger, WaitingFilter
+from call4agents.engine.action import KINDS
 from call4agents.engine.approvals import ApprovalRequest
+from call4agents.storage.approval_rows import SORTS
 
 from ._auth import Refused
 from ._changes import changes
 from ._html import Html, ago, clock, count_redacted, esc, h, hidden, join, json_block, page
 from ._web import Ask, fingerprint, html, redirect
 
-SHOWN_TICKETS = 25  # the oldest first; the count says how many more wait
+SHOWN_TICKETS = 25  # to a page, the oldest first unless sorted otherwise
+MAX_BULK = 100
+PICK = "pick."  # a ticked ticket's field: pick.<ticket> = the fingerprint its card showed
+FILTERS = ("tool", "run", "kind", "asked", "q", "waited", "sort")
+WAITED = {"": None, "5m": 300.0, "1h": 3600.0, "24h": 86400.0}
+SORT_WORDS = {"oldest": "oldest first", "newest": "newest first", "expiring": "expiring first"}
 SHOWN_ACTIONS = 20  # of the run's finished actions beside a ticket
 DECISIONS = {"approve": "approved", "deny": "denied"}
 NOT_RECORDED = "not recorded (a ticket opened before the ledger kept it)"
@@ -26,29 +33,164 @@ KEYS = Html(
 
 
 def inbox(ledger: Ledger, ask: Ask) -> Response:
-    live = ledger.waiting(limit=SHOWN_TICKETS)
-    total = stats.open_figures(ledger).approvals_waiting
+    where, after = _where(ask.query), ask.query.get("after") or None
+    live, total = ledger.waiting_page(where, after=after, limit=SHOWN_TICKETS)
+    filtered = where != WaitingFilter() or after is not None
     now = time.time()
     notice = _notice(ledger, ask)
     if not live:
-        body = h('{n}<p class="empty">No approvals waiting.</p>', n=notice)
+        empty = "No approvals waiting match." if filtered else "No approvals waiting."
+        body = h('{n}{f}<p class="empty">{e}</p>', n=notice, f=_filters(where), e=empty)
     else:
-        more = total - len(live)
-        cards = join(_card(ledger, r, ask, now) for r in live)
-        tail = h('<p class="more">{n} more waiting (oldest shown first).</p>', n=more)
+        cards = join(_card(ledger, r, ask, now, pick=True) for r in live)
         body = join(
             [
                 notice,
-                h("<p>{n} waiting.</p>", n=max(total, len(live))),
+                _filters(where),
+                h("<p>{n} waiting{m}.</p>", n=total, m=" match" if filtered else ""),
                 KEYS if ask.who.can_decide else Html(),
+                _bulk(ask) if ask.who.can_decide else Html(),
                 cards,
-                tail if more > 0 else Html(),
+                _pages(ask.query, live, total, after),
             ]
         )
     ids = ",".join(r.ticket for r in live)
+    # Live updates only on the first page unfiltered: elsewhere news would replace what a
+    # person is paging through.
     return html(
-        page("Approvals", ask.who.name, ask.who.role, _marked(body, ids), live=True, here="/")
+        page(
+            "Approvals", ask.who.name, ask.who.role, _marked(body, ids), live=not filtered, here="/"
+        )
     )
+
+
+def _where(query: dict[str, str]) -> WaitingFilter:
+    text = {k: query.get(k, "").strip() or None for k in ("tool", "run", "kind", "asked", "q")}
+    waited = query.get("waited", "")
+    if waited not in WAITED:
+        raise Refused(400, f"unknown wait {waited!r}: pick one of {', '.join(WAITED)}")
+    sort = query.get("sort") or "oldest"
+    if sort not in SORTS:
+        raise Refused(400, f"unknown sort {sort!r}: pick one of {', '.join(SORTS)}")
+    if text["kind"] is not None and text["kind"] not in KINDS:
+        raise Refused(400, f"unknown kind {text['kind']!r}: pick one of {', '.join(KINDS)}")
+    return WaitingFilter(
+        tool=text["tool"],
+        run_id=text["run"],
+        kind=text["kind"],
+        asked_by=text["asked"],
+        search=text["q"],
+        older_than=WAITED[waited],
+        sort=sort,
+    )
+
+
+def _filters(where: WaitingFilter) -> Html:
+    waited = next(k for k, v in WAITED.items() if v == where.older_than)
+    return h(
+        '<form method="get" action="/" class="filters">'
+        '<label>Tool <input name="tool" value="{tool}"></label>'
+        '<label>Run id contains <input name="run" value="{run}"></label>'
+        '<label>Kind <select name="kind">{kinds}</select></label>'
+        '<label>Who asked contains <input name="asked" value="{asked}"></label>'
+        '<label>Search <input name="q" type="search" value="{q}"></label>'
+        '<label>Waiting longer than <select name="waited">{waits}</select></label>'
+        '<label>Order <select name="sort">{sorts}</select></label>'
+        "<button>Filter</button></form>",
+        tool=where.tool or "",
+        run=where.run_id or "",
+        asked=where.asked_by or "",
+        q=where.search or "",
+        kinds=_options({"": "any kind", **{k: k for k in KINDS}}, where.kind or ""),
+        waits=_options({w: w or "any time" for w in WAITED}, waited),
+        sorts=_options(SORT_WORDS, where.sort),
+    )
+
+
+def _options(choices: dict[str, str], chosen: str) -> Html:
+    return join(
+        h(
+            '<option value="{v}"{sel}>{t}</option>',
+            v=v,
+            t=t,
+            sel=Html(" selected") if v == chosen else Html(),
+        )
+        for v, t in choices.items()
+    )
+
+
+def _pages(
+    query: dict[str, str], shown: list[ApprovalRequest], total: int, after: str | None
+) -> Html:
+    """Keyset links: the next page starts after this page's last ticket."""
+    kept = {k: v for k, v in query.items() if k in FILTERS and v}
+    links = []
+    if after is not None:
+        links.append(h('<a href="/?{q}">First page</a>', q=urlencode(kept)))
+    if len(shown) == SHOWN_TICKETS and total > SHOWN_TICKETS:
+        q = urlencode({**kept, "after": shown[-1].ticket})
+        links.append(h('<a href="/?{q}" rel="next">Next {n}</a>', q=q, n=SHOWN_TICKETS))
+    if not links:
+        return Html()
+    return h('<nav class="pages" aria-label="Pages">{l}</nav>', l=join(links))
+
+
+def _bulk(ask: Ask) -> Html:
+    """One form for the tickets ticked on this page; each tick carries its own card's
+    fingerprint, so each decision is bound to the arguments that card shows."""
+    return h(
+        '<form method="post" action="/approvals/bulk" id="bulk" class="bulk">{csrf}'
+        "<fieldset><legend>Decide the tickets you tick below, each as its card shows it"
+        "</legend>"
+        '<label>Reason, for each <input name="reason"></label>'
+        '<button name="decision" value="approve" class="approve">Approve ticked</button> '
+        '<button name="decision" value="deny" class="deny">Deny ticked</button></fieldset>'
+        "</form>",
+        csrf=hidden("csrf", ask.csrf),
+    )
+
+
+def bulk_decide(ledger: Ledger, ask: Ask) -> Response:
+    """Each ticked ticket decided on its own, with the same checks as one decision; the page
+    says what became of each."""
+    wanted = DECISIONS.get(ask.form.get("decision", ""))
+    if wanted is None:
+        raise Refused(400, "say approve or deny: nothing was decided")
+    picked = {k[len(PICK) :]: v for k, v in ask.form.items() if k.startswith(PICK)}
+    if not picked:
+        raise Refused(400, "tick at least one ticket: nothing was decided")
+    if len(picked) > MAX_BULK:
+        raise Refused(400, f"tick at most {MAX_BULK} tickets at once: nothing was decided")
+    reason = ask.form.get("reason", "").strip() or None
+    lines = []
+    for ticket, shown in picked.items():
+        try:
+            done = _decide_one(ledger, ticket, shown, wanted, ask.who.name, reason)
+            word = "Approved" if wanted == "approved" else "Denied"
+            lines.append(
+                h(
+                    '<li class="done">{w} <code>{tool}</code> in run {run} '
+                    '(<a href="/approvals/{t}">{t}</a>).</li>',
+                    w=word,
+                    tool=done.tool,
+                    run=done.run_id,
+                    t=ticket,
+                )
+            )
+        except Refused as refused:
+            lines.append(
+                h(
+                    '<li class="error"><a href="/approvals/{t}">{t}</a>: {m}</li>',
+                    t=ticket,
+                    m=refused.message,
+                )
+            )
+    body = h(
+        '<h2>Each ticket you ticked</h2><ul class="bulk-result">{l}</ul>'
+        '<p><a href="/">Back to the inbox</a></p>',
+        l=join(lines),
+    )
+    return html(page("Bulk decision", ask.who.name, ask.who.role, body, here="/"))
 
 
 def ticket_page(ledger: Ledger, ask: Ask) -> Response:
@@ -72,8 +214,16 @@ def decide(ledger: Ledger, ask: Ask) -> Response:
     wanted = DECISIONS.get(ask.form.get("decision", ""))
     if wanted is None:
         raise Refused(400, "say approve or deny: nothing was decided")
+    reason = ask.form.get("reason", "").strip() or None
+    _decide_one(ledger, ticket, ask.form.get("fingerprint"), wanted, ask.who.name, reason)
+    return redirect(f"/?decided={ticket}")
+
+
+def _decide_one(
+    ledger: Ledger, ticket: str, shown: str | None, wanted: str, me: str, reason: str | None
+) -> ApprovalRequest:
     request = _ticket(ledger, ticket)
-    if ask.form.get("fingerprint") != fingerprint(request):
+    if shown != fingerprint(request):
         raise Refused(
             409,
             f"ticket {ticket}'s arguments are not the ones your page showed: nothing was "
@@ -81,7 +231,7 @@ def decide(ledger: Ledger, ask: Ask) -> Response:
         )
     now = time.time()
     if request.state != "pending":
-        raise Refused(409, _too_late(request, wanted, ask.who.name, now))
+        raise Refused(409, _too_late(request, wanted, me, now))
     if request.expires_at <= now:
         raise Refused(
             409,
@@ -89,11 +239,10 @@ def decide(ledger: Ledger, ask: Ask) -> Response:
             "the agent's next call opens a new ticket",
         )
     act = ledger.approve if wanted == "approved" else ledger.deny
-    reason = ask.form.get("reason", "").strip() or None
-    out = act(ticket, by=ask.who.name, reason=reason, only_if_pending=True)
-    if out.state != wanted or out.decided_by != ask.who.name:
-        raise Refused(409, _too_late(out, wanted, ask.who.name, now))
-    return redirect(f"/?decided={ticket}")
+    out = act(ticket, by=me, reason=reason, only_if_pending=True)
+    if out.state != wanted or out.decided_by != me:
+        raise Refused(409, _too_late(out, wanted, me, now))
+    return out
 
 
 def _too_late(request: ApprovalRequest, wanted: str, me: str, now: float) -> str:
@@ -147,9 +296,11 @@ def _marked(body: Html, ids: str) -> Html:
     return h('<div id="live-list" data-ids="{ids}">{b}</div>', ids=ids, b=body)
 
 
-def _card(ledger: Ledger, request: ApprovalRequest, ask: Ask, now: float) -> Html:
+def _card(
+    ledger: Ledger, request: ApprovalRequest, ask: Ask, now: float, *, pick: bool = False
+) -> Html:
     form = (
-        _form(request, ask)
+        join([_form(request, ask), _pick(request) if pick else Html()])
         if ask.who.can_decide
         else h('<p class="ro">Read-only: you see this ticket but cannot decide it.</p>')
     )
@@ -233,10 +384,19 @@ def _form(request: ApprovalRequest, ask: Ask) -> Html:
     )
 
 
+def _pick(request: ApprovalRequest) -> Html:
+    return h(
+        '<label class="pick"><input type="checkbox" form="bulk" name="{n}" value="{fp}"> '
+        "Tick for the decision on ticked tickets</label>",
+        n=PICK + request.ticket,
+        fp=fingerprint(request),
+    )
+
+
 def _q(value: str) -> str:
     from urllib.parse import quote
 
     return quote(value, safe="")
 
 
-__all__ = ["decide", "esc", "finished_actions", "inbox", "ticket_page"]
+__all__ = ["bulk_decide", "decide", "esc", "finished_actions", "inbox", "ticket_page"]

@@ -519,6 +519,14 @@ def waiting_requests(
     return [_request(r) for r in found]
 
 
+def waiting_page(
+    ledger: LedgerCore, f: rows.WaitingFilter, *, after: str | None, limit: int
+) -> tuple[list[ApprovalRequest], int]:
+    """A page of the waiting tickets ``f`` selects, and how many it selects in all."""
+    found = rows.waiting_page(ledger.store, f, after=after, limit=limit)
+    return [_request(r) for r in found], rows.waiting_total(ledger.store, f)
+
+
 def waiting_counts(ledger: LedgerCore, run_ids: Sequence[str]) -> dict[str, int]:
     if not run_ids:
         return {}

@@ -25,6 +25,7 @@ from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
 from call4agents.storage import _db, _files, audit_rows, reads, run_rows
 from call4agents.storage._hits import DedupCounter
+from call4agents.storage.approval_rows import SORTS, WaitingFilter
 from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
 from call4agents.storage.store import Store, cannot_open
 
@@ -489,6 +490,27 @@ class LedgerCore:
         from call4agents.storage._live import listen
 
         return listen(self.engine)
+
+    def waiting_page(
+        self,
+        where: WaitingFilter | None = None,
+        *,
+        after: str | None = None,
+        limit: int = 25,
+    ) -> tuple[list[ApprovalRequest], int]:
+        """A page of the tickets waiting for a person, filtered and sorted by ``where`` (a
+        :class:`WaitingFilter`), and how many wait that it selects. ``after``: the last ticket
+        of the page before, for the next one."""
+        where = where or WaitingFilter()
+        if where.sort not in SORTS:
+            raise ConfigurationError(f"unknown sort {where.sort!r}: pick one of {', '.join(SORTS)}")
+        from call4agents.engine.action import KINDS  # action imports this module
+
+        if where.kind is not None and where.kind not in KINDS:
+            raise ConfigurationError(f"unknown kind {where.kind!r}: pick one of {', '.join(KINDS)}")
+        if where.older_than is not None and not where.older_than >= 0:
+            raise ConfigurationError("older_than is seconds waited: 0 or more")
+        return approvals.waiting_page(self, where, after=after, limit=limit)
 
     def waiting_by_run(self, run_ids: Sequence[str]) -> dict[str, int]:
         """How many tickets wait for a person (pending, not expired) in each of these runs."""

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, and_, func, or_, select, update
 
 from .dialects import dialect_of
 from .store import Conn, Store, now_sql
@@ -128,6 +129,70 @@ def waiting(store: Store, *, limit: int, newest_first: bool) -> list[Ticket]:
     )
     with store.read() as conn:
         return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+@dataclass(frozen=True)
+class WaitingFilter:
+    """Which waiting tickets a person wants to see, and in what order. Text filters match
+    anywhere in the value (``search``: in the run id, the tool or the arguments as shown, where a
+    redacted value is ``***``, so it finds no secret)."""
+
+    tool: str | None = None
+    run_id: str | None = None
+    kind: str | None = None
+    asked_by: str | None = None
+    search: str | None = None
+    older_than: float | None = None  # seconds waited at least, by the database clock
+    sort: str = "oldest"  # oldest | newest | expiring
+
+
+SORTS = ("oldest", "newest", "expiring")
+
+
+def _waiting_conds(store: Store, f: WaitingFilter) -> list[ColumnElement[bool]]:
+    now = now_sql(store.dialect)
+    c = approvals.c
+    conds: list[ColumnElement[bool]] = [c.state == "pending", c.expires_at > now]
+    if f.tool:
+        conds.append(c.tool == f.tool)
+    if f.kind:
+        conds.append(c.kind == f.kind)
+    for column, text in ((c.run_id, f.run_id), (c.asked_by, f.asked_by)):
+        if text:
+            conds.append(column.contains(text, autoescape=True))
+    if f.search:
+        conds.append(
+            or_(*(col.contains(f.search, autoescape=True) for col in (c.run_id, c.tool, c.args)))
+        )
+    if f.older_than is not None:
+        conds.append(c.requested_at <= now - f.older_than)
+    return conds
+
+
+def waiting_page(store: Store, f: WaitingFilter, *, after: str | None, limit: int) -> list[Ticket]:
+    """One page of the waiting tickets ``f`` selects, in its order, starting after the ticket
+    ``after`` (keyset paging: by that ticket's sort value, then ticket id for ties, so a page is
+    served by the index however deep it is). An ``after`` that is no ticket gives []."""
+    by = approvals.c.expires_at if f.sort == "expiring" else approvals.c.requested_at
+    down = f.sort == "newest"
+    conds = _waiting_conds(store, f)
+    with store.read() as conn:
+        if after is not None:
+            mark = conn.execute(select(by).where(approvals.c.ticket == after)).scalar()
+            if mark is None:
+                return []
+            beyond = (by < mark) if down else (by > mark)
+            tie = (approvals.c.ticket < after) if down else (approvals.c.ticket > after)
+            conds.append(or_(beyond, and_(by == mark, tie)))
+        order = (by.desc(), approvals.c.ticket.desc()) if down else (by, approvals.c.ticket)
+        stmt = select(approvals).where(*conds).order_by(*order).limit(limit)
+        return [dict(r) for r in conn.execute(stmt).mappings()]
+
+
+def waiting_total(store: Store, f: WaitingFilter) -> int:
+    with store.read() as conn:
+        found = conn.execute(select(func.count()).where(*_waiting_conds(store, f))).scalar_one()
+    return int(found)
 
 
 def waiting_counts(store: Store, run_ids: Sequence[str]) -> dict[str, int]:

@@ -13,8 +13,9 @@
 
   function busy() {
     // Never replace a form someone is filling in: say there is news instead.
-    const typed = Array.from(list.querySelectorAll("textarea, input[name=note]")).some((f) => f.value);
-    return typed || list.contains(document.activeElement);
+    const typed = Array.from(list.querySelectorAll("textarea, input[name=note], input[name=reason]")).some((f) => f.value);
+    const ticked = list.querySelector("input[type=checkbox]:checked");
+    return typed || ticked !== null || list.contains(document.activeElement);
   }
 
   async function refresh() {
@@ -111,3 +112,14 @@
     act();
   });
 })();
+
+// The decision on ticked tickets asks first, with how many: each is still decided on its own,
+// bound to the arguments its card shows (the server checks each card's fingerprint).
+document.addEventListener("submit", (e) => {
+  if (e.target.id !== "bulk") return;
+  const ticked = document.querySelectorAll("input[type=checkbox][form=bulk]:checked").length;
+  const verb = e.submitter && e.submitter.value === "deny" ? "Deny" : "Approve";
+  if (!window.confirm(`${verb} ${ticked} ticked ticket(s), each with the arguments its card shows?`)) {
+    e.preventDefault();
+  }
+});
