@@ -372,3 +372,36 @@ def test_keys_move_between_tickets_and_decide_only_after_a_confirm(
     assert decided is not None
     assert (decided.state, decided.decided_by) == ("approved", "ann")
     assert state(second.ticket) == "pending"
+
+
+def test_ticked_tickets_are_decided_after_one_confirm_at_phone_width(
+    browser: Any, sqlite_target: Target
+) -> None:
+    import call4agents as c4a
+    from tests.console.helpers import open_ticket
+
+    ledger = c4a.init(sqlite_target.open())
+    tickets = [open_ticket(f"tick-{i}", amount=i).ticket for i in range(3)]
+    asked: list[str] = []
+    accept = [False, True]
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept() if accept.pop(0) else dialog.dismiss()
+
+    def states() -> list[str]:
+        return [ledger.approval(t).state for t in tickets]  # type: ignore[union-attr]
+
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address, viewport={"width": 390, "height": 844})
+        page.on("dialog", answer)
+        for t in tickets[:2]:
+            page.locator(f"section#{t} input[type=checkbox]").check()
+        page.locator("#bulk button.approve").click()
+        assert asked == ["Approve 2 ticked ticket(s), each with the arguments its card shows?"]
+        assert states() == ["pending"] * 3  # said no: nothing decided
+        with page.expect_navigation():
+            page.locator("#bulk button.approve").click()
+        assert page.locator("ul.bulk-result li.done").count() == 2
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert states() == ["approved", "approved", "pending"]

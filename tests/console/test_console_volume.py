@@ -173,3 +173,19 @@ def test_bulk_refusals(ann: TestClient, ledger: c4a.Ledger) -> None:
         assert 'id="bulk"' not in page
         assert bulk(bob, "approve", picks_on(ann.get("/").text)).startswith("403 ")
     assert ledger.approval(t.ticket).state == "pending"  # type: ignore[union-attr]
+
+
+def test_waiting_page_in_code_checks_what_it_is_given(ledger: c4a.Ledger) -> None:
+    first, second = open_ticket("code-1"), open_ticket("code-2")
+    page, total = ledger.waiting_page(c4a.WaitingFilter(tool="pay"), limit=1)
+    assert ([t.ticket for t in page], total) == ([first.ticket], 2)
+    page, _ = ledger.waiting_page(c4a.WaitingFilter(tool="pay"), after=first.ticket, limit=1)
+    assert [t.ticket for t in page] == [second.ticket]
+    assert ledger.waiting_page(after="apr_not_a_ticket") == ([], 2)
+    for bad, said in (
+        (c4a.WaitingFilter(sort="up"), "unknown sort 'up'"),
+        (c4a.WaitingFilter(kind="big"), "unknown kind 'big'"),
+        (c4a.WaitingFilter(older_than=-1), "older_than is seconds waited"),
+    ):
+        with pytest.raises(c4a.ConfigurationError, match=said):
+            ledger.waiting_page(bad)

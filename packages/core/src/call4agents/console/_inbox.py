@@ -8,8 +8,8 @@ from urllib.parse import urlencode
 from starlette.responses import Response
 
 from call4agents import EffectRecord, Ledger, WaitingFilter
-from call4agents.engine.action import KINDS
 from call4agents.engine.approvals import ApprovalRequest
+from call4agents.model.kinds import KINDS
 from call4agents.storage.approval_rows import SORTS
 
 from ._auth import Refused

@@ -20,6 +20,8 @@ from call4agents.model.canonical import (
 from call4agents.model.errors import (
     ConfigurationError,
 )
+from call4agents.model.kinds import KINDS as KINDS
+from call4agents.model.kinds import Kind as Kind
 
 from . import _keys
 from .approvals import needs_approval
@@ -31,8 +33,6 @@ from .undos import register_undo
 
 P = ParamSpec("P")
 T = TypeVar("T")
-Kind = Literal["none", "read", "write", "irreversible"]
-KINDS: tuple[str, ...] = ("none", "read", "write", "irreversible")
 
 
 @dataclass(frozen=True)

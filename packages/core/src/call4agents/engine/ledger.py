@@ -23,6 +23,7 @@ from call4agents.engine.records import EffectRecord, record_of
 from call4agents.engine.records import idempotency_key as idempotency_key  # its old home
 from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
+from call4agents.model.kinds import KINDS
 from call4agents.storage import _db, _files, audit_rows, reads, run_rows
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.approval_rows import SORTS, WaitingFilter
@@ -504,8 +505,6 @@ class LedgerCore:
         where = where or WaitingFilter()
         if where.sort not in SORTS:
             raise ConfigurationError(f"unknown sort {where.sort!r}: pick one of {', '.join(SORTS)}")
-        from call4agents.engine.action import KINDS  # action imports this module
-
         if where.kind is not None and where.kind not in KINDS:
             raise ConfigurationError(f"unknown kind {where.kind!r}: pick one of {', '.join(KINDS)}")
         if where.older_than is not None and not where.older_than >= 0:
