@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 import call4agents as c4a
 from call4agents.console import ConsoleSettings, create_app
-from call4agents.storage.tables import approvals
+from call4agents.storage.tables import approvals, effects
 from tests.console.helpers import field, open_ticket
 
 TOKEN = "t0ken-for-volume"
@@ -39,8 +39,8 @@ def shown(page: str) -> list[str]:
     return re.findall(r'<section class="ticket" id="(apr_\w+)"', page)
 
 
-def next_link(page: str) -> str | None:
-    found = re.search(r'<a href="(/\?[^"]*)" rel="next">', page)
+def next_link(page: str, where: str = "/") -> str | None:
+    found = re.search(rf'<a href="({re.escape(where)}\?[^"]*)" rel="next">', page)
     return found.group(1).replace("&amp;", "&") if found else None
 
 
@@ -189,3 +189,49 @@ def test_waiting_page_in_code_checks_what_it_is_given(ledger: c4a.Ledger) -> Non
     ):
         with pytest.raises(c4a.ConfigurationError, match=said):
             ledger.waiting_page(bad)
+
+
+def test_runs_page_by_keyset_through_every_run_once(ann: TestClient, ledger: c4a.Ledger) -> None:
+    @c4a.effect(name="lookup", kind="write")
+    def lookup(order: int) -> int:
+        return order
+
+    for i in range(230):
+        with c4a.run(f"run-{i:03d}"):
+            lookup(i)
+    newest_first = [f"run-{i:03d}" for i in range(229, -1, -1)]
+    seen: list[str] = []
+    address: str | None = "/runs?active=all"
+    pages = 0
+    while address is not None and pages < 5:
+        page = ann.get(address).text
+        seen += re.findall(r'<a href="/run\?id=(run-\d+)">', page)
+        address = next_link(page, "/runs")
+        pages += 1
+    assert (pages, seen) == (3, newest_first)  # 100, 100, 30: each once, in order
+    assert "First page" in page
+    bad = ann.get("/runs?before_at=yesterday&before_run=x")
+    assert bad.status_code == 400
+    assert "is not a time" in bad.text
+
+
+def test_runs_at_the_same_moment_are_paged_by_id(ledger: c4a.Ledger) -> None:
+    @c4a.effect(name="lookup", kind="write")
+    def lookup(order: int) -> int:
+        return order
+
+    for i in range(7):
+        with c4a.run(f"tie-{i}"):
+            lookup(i)
+            lookup(i + 100)
+    with ledger.store.tx() as conn:  # every action of every run at one moment
+        conn.execute(update(effects).values(updated_at=1_700_000_000.25))
+    seen: list[str] = []
+    last = None
+    for _ in range(5):
+        found = ledger.runs(limit=3, before=last)
+        if not found:
+            break
+        seen += [r.run_id for r in found]
+        last = found[-1]
+    assert seen == [f"tie-{i}" for i in range(6, -1, -1)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from starlette.responses import Response
 
@@ -27,7 +27,7 @@ STATES = (
     "undone",
     "partly_undone",
 )
-LISTED = 200
+LISTED = 100  # runs to a page
 # How recently a listed run was active; counting every run ever recorded is slow on a large ledger.
 WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
 DEFAULT_WINDOW = "7d"
@@ -48,11 +48,17 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
         raise Refused(400, f"unknown state {state!r}: pick one of {', '.join(STATES)}")
     if window not in WINDOWS:
         raise Refused(400, f"unknown window {window!r}: pick one of {', '.join(WINDOWS)}")
+    before = _cursor(ask.query)
     ledger.sweep()  # a dead worker's action shows as in doubt, not running
     found = ledger.runs(
-        limit=LISTED, tool=tool or None, search=text or None, active_within=WINDOWS[window]
+        limit=LISTED,
+        tool=tool or None,
+        search=text or None,
+        active_within=WINDOWS[window],
+        before=before,
     )
-    found = _with_waiting_runs(ledger, found, tool, text, WINDOWS[window])
+    full = len(found) == LISTED
+    found = _with_waiting_runs(ledger, found, tool, text, WINDOWS[window], before)
     waiting = Counter(ledger.waiting_by_run([r.run_id for r in found]))
     # One read of the endings, not one per run listed.
     endings = {s.run_id: s.status for s in ledger.endings(limit=ENDINGS_READ)}
@@ -89,13 +95,42 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
             )
             if rows
             else h('<p class="empty">No runs match.</p>'),
+            _pages(ask.query, found[-1] if full and found else None, before is not None),
         ]
     )
     return html(page("Runs", ask.who.name, ask.who.role, body, here="/runs"))
 
 
+def _cursor(query: dict[str, str]) -> tuple[float, str] | None:
+    at, run = query.get("before_at"), query.get("before_run")
+    if at is None and run is None:
+        return None
+    try:
+        return float(at or ""), run or ""
+    except ValueError:
+        raise Refused(
+            400, f"before_at={at!r} is not a time: follow the Next link, or start at /runs"
+        ) from None
+
+
+def _pages(query: dict[str, str], last: RunSummary | None, paged: bool) -> Html:
+    """Keyset links: the next page starts after the last run of this one (its last active time,
+    then its id), so a page is as fast at the thousandth run as at the first."""
+    kept = {k: v for k, v in query.items() if k in ("state", "tool", "q", "active") and v}
+    links = [h('<a href="/runs?{q}">First page</a>', q=urlencode(kept))] if paged else []
+    if last is not None:
+        q = urlencode({**kept, "before_at": repr(last.last_at), "before_run": last.run_id})
+        links.append(h('<a href="/runs?{q}" rel="next">Older runs</a>', q=q))
+    return h('<nav class="pages" aria-label="Pages">{l}</nav>', l=join(links)) if links else Html()
+
+
 def _with_waiting_runs(
-    ledger: Ledger, found: list[RunSummary], tool: str, text: str, within: float | None
+    ledger: Ledger,
+    found: list[RunSummary],
+    tool: str,
+    text: str,
+    within: float | None,
+    before: tuple[float, str] | None,
 ) -> list[RunSummary]:
     """The runs with actions, and those whose only record is a ticket waiting for a person (an
     agent stopped at its first tool call): the newest waiting tickets, filtered as the list is."""
@@ -108,7 +143,16 @@ def _with_waiting_runs(
         if cutoff is None or t.requested_at >= cutoff:
             asked.setdefault(t.run_id, []).append(t.requested_at)
     extra = [RunSummary(run, 0, 0, 0, 0, 0, min(at), max(at)) for run, at in asked.items()]
-    return sorted(found + extra, key=lambda r: r.last_at, reverse=True)[:LISTED]
+    if before is not None:
+        extra = [r for r in extra if (r.last_at, r.run_id) < before]
+    merged = sorted(found + extra, key=lambda r: (r.last_at, r.run_id), reverse=True)
+    # A page of runs with actions decides where the next page starts; runs that only wait
+    # for a person fill in among them, and all of the rest on the last page.
+    if len(found) == LISTED:
+        merged = [
+            r for r in merged if (r.last_at, r.run_id) >= (found[-1].last_at, found[-1].run_id)
+        ]
+    return merged
 
 
 def _state(r: RunSummary, waiting: int) -> str:

@@ -402,14 +402,21 @@ class LedgerCore:
         tool: str | None = None,
         search: str | None = None,
         active_within: float | None = None,
+        before: RunSummary | tuple[float, str] | None = None,
     ) -> list[RunSummary]:
         """The most recently active runs, newest first; ``tool`` keeps the runs that called that
         tool, ``search`` those whose run id contains the text, ``active_within`` (seconds) those
-        with an action updated that recently. Each run's counts cover all of its actions."""
+        with an action updated that recently. Each run's counts cover all of its actions.
+        ``before``: the last run of the page before (or its ``(last_at, run_id)``), for the
+        next page; runs active at the same moment are ordered by run id, descending."""
+        if isinstance(before, RunSummary):
+            before = (before.last_at, before.run_id)
         # By the database clock; the scan stops at it rather than filtering on it, so it reads
         # the index on updated_at in order and nothing older.
         cutoff = None if active_within is None else self.store.now() - active_within
-        found = reads.latest_runs(self.store, limit=limit, tool=tool, search=search, cutoff=cutoff)
+        found = reads.latest_runs(
+            self.store, limit=limit, tool=tool, search=search, cutoff=cutoff, before=before
+        )
         return [RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7])) for r in found]
 
     # -- settling -------------------------------------------------------------------------------

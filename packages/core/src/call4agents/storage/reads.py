@@ -98,30 +98,44 @@ _RUN_SCAN = 2000  # actions read per step while looking for the most recent runs
 
 
 def latest_runs(
-    store: Store, *, limit: int, tool: str | None, search: str | None, cutoff: float | None
+    store: Store,
+    *,
+    limit: int,
+    tool: str | None,
+    search: str | None,
+    cutoff: float | None,
+    before: tuple[float, str] | None = None,
 ) -> list[Any]:
     """The most recently active runs with their counts: run id, actions, succeeded, failed, in
-    doubt, started, first created, last updated; newest first."""
+    doubt, started, first created, last updated; newest first (then by run id, descending).
+    ``before``: the last active time and id of the last run of the page before, for the next."""
     conds: list[ColumnElement[bool]] = []
     if tool is not None:
         conds.append(effects.c.tool == tool)
     if search:
         conds.append(effects.c.run_id.contains(search, autoescape=True))
     with store.read() as conn:
-        ids = _latest_run_ids(conn, conds, limit, cutoff)
+        ids = _latest_run_ids(conn, conds, limit, cutoff, before)
         return list(conn.execute(_run_counts(ids)).all()) if ids else []
 
 
 def _latest_run_ids(
-    conn: Connection, conds: Sequence[ColumnElement[bool]], limit: int, cutoff: float | None
+    conn: Connection,
+    conds: Sequence[ColumnElement[bool]],
+    limit: int,
+    cutoff: float | None,
+    before: tuple[float, str] | None,
 ) -> list[str]:
     """The ``limit`` runs updated most recently (and not before ``cutoff``), read newest action
     first through the index on updated_at: a run's first action met is its latest, so the scan
     stops once enough are found instead of grouping every action of the ledger. Each step goes
     on from the last row read (its time, then its ``seq`` for ties), not by an offset the
-    database would have to count through again."""
+    database would have to count through again. After ``before`` the scan starts at that time,
+    and a run met there that was active later belongs to an earlier page: it is skipped."""
     found: dict[str, None] = {}
     after: ColumnElement[bool] | None = None
+    if before is not None:
+        after = effects.c.updated_at <= before[0]
     while len(found) < limit:
         rows = conn.execute(
             select(effects.c.run_id, effects.c.updated_at, effects.c.seq)
@@ -130,13 +144,15 @@ def _latest_run_ids(
             .order_by(effects.c.updated_at.desc(), effects.c.seq.desc())
             .limit(_RUN_SCAN)
         ).all()
-        for run_id, updated_at, _seq in rows:
-            if cutoff is not None and updated_at < cutoff:
-                return list(found)
-            found.setdefault(run_id, None)
-            if len(found) == limit:
-                break
-        if len(rows) < _RUN_SCAN:
+        met = [r for r in rows if cutoff is None or r.updated_at >= cutoff]
+        fresh = list(dict.fromkeys(r.run_id for r in met if r.run_id not in found))
+        while fresh and len(found) < limit:
+            # No more candidates checked at once than the page still needs: each check reads
+            # every action of its runs.
+            step, fresh = fresh[: limit - len(found)], fresh[limit - len(found) :]
+            for run_id in step if before is None else _active_before(conn, step, before):
+                found.setdefault(run_id, None)
+        if len(met) < len(rows) or len(rows) < _RUN_SCAN:
             break
         _run, last_at, last_seq = rows[-1]
         # The range on updated_at is what the index serves; the tie-break filters the few
@@ -146,6 +162,22 @@ def _latest_run_ids(
             or_(effects.c.updated_at < last_at, effects.c.seq < last_seq),
         )
     return list(found)
+
+
+def _active_before(conn: Connection, run_ids: list[str], before: tuple[float, str]) -> list[str]:
+    """Those of ``run_ids`` (in their order) whose latest action comes after ``before`` in the
+    list's order: earlier in time, or at the same time with a smaller run id."""
+    if not run_ids:
+        return []
+    at, run = before
+    last = dict(
+        conn.execute(
+            select(effects.c.run_id, func.max(effects.c.updated_at))
+            .where(effects.c.run_id.in_(run_ids))
+            .group_by(effects.c.run_id)
+        ).all()
+    )
+    return [r for r in run_ids if last[r] < at or (last[r] == at and r < run)]
 
 
 def _run_counts(run_ids: list[str]) -> Any:
@@ -165,7 +197,7 @@ def _run_counts(run_ids: list[str]) -> Any:
         )
         .where(effects.c.run_id.in_(run_ids))
         .group_by(effects.c.run_id)
-        .order_by(func.max(effects.c.updated_at).desc())
+        .order_by(func.max(effects.c.updated_at).desc(), effects.c.run_id.desc())
     )
 
 
