@@ -413,7 +413,7 @@ def test_a_webhook_url_that_cannot_be_posted_to_is_refused_at_start(
     where = ["--url", ledger.url] + (["--schema", target.schema] if target.schema else [])
     assert cli.main(["console", *where, "--webhook-url", url]) == cli.EXIT_ERROR
     err = capsys.readouterr().err
-    assert "is not an http:// or https:// address" in err
+    assert "is not an http(s)://, slack+https:// or smtp:// address" in err
     assert "Traceback" not in err
 
 

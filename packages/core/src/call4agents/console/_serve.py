@@ -17,10 +17,13 @@ from ._auth import ConsoleSettings, check_listen
 from ._hooks import Notifier
 
 
-def address(host: str, port: int, settings: ConsoleSettings) -> str:
+def listening(host: str, port: int) -> str:
     shown = f"[{host}]" if ":" in host else host
-    base = f"http://{shown}:{port}/"
-    return base + (f"?token={settings.token}" if settings.token else "")
+    return f"http://{shown}:{port}/"
+
+
+def address(host: str, port: int, settings: ConsoleSettings) -> str:
+    return listening(host, port) + (f"?token={settings.token}" if settings.token else "")
 
 
 def app_to_serve(ledger: Ledger, settings: ConsoleSettings) -> Starlette:
@@ -41,13 +44,16 @@ def serve(
     host: str,
     port: int,
     webhooks: Webhooks | None = None,
+    public_url: str | None = None,
 ) -> None:
-    """Run the console until interrupted; prints the address to open (with its token)."""
+    """Run the console until interrupted; prints the address to open (with its token).
+    Notifications link to ``public_url`` (by default the address it listens on)."""
     try:
         check_listen(host, settings)
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from exc
-    notifier = Notifier(ledger, webhooks) if webhooks else None
+    links = public_url or listening(host, port)
+    notifier = Notifier(ledger, webhooks, links) if webhooks else None
     if notifier is not None:
         notifier.start()
     mode = (

@@ -19,14 +19,16 @@ import hashlib
 import hmac
 import json
 import queue
+import smtplib
 import sys
 import threading
 import time
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit, urlunsplit
 
+from call4agents.controls import notices
 from call4agents.engine.ledger import LedgerCore
 from call4agents.model.errors import Call4AgentsError, ConfigurationError
 from call4agents.storage import dead_letters
@@ -49,18 +51,31 @@ class Delivery:
 
 @dataclass(frozen=True)
 class Receiver:
-    """A webhook URL; credentials in it (``user:pass@``) are sent as HTTP Basic auth."""
+    """Where events go, from one ``--webhook-url``: an ``http(s)://`` URL gets the signed JSON
+    event, credentials in it (``user:pass@``) sent as HTTP Basic auth; ``slack+https://...`` a
+    Slack incoming-webhook message; ``smtp://[user:pass@]host[:port]?from=A&to=B[&to=C]
+    [&starttls=1]`` an email to each ``to``."""
 
-    url: str  # without credentials: what logs, dead letters and pages show
+    url: str  # what logs, dead letters and pages show: no password, no Slack hook secret
     authorization: str | None = None
+    style: str = "json"  # json | slack | email
+    target: str = ""  # the Slack hook's real URL (it is a secret), or the SMTP host:port
+    sender: str = ""
+    to: tuple[str, ...] = ()
+    starttls: bool = False
+    login: tuple[str, str] | None = None
 
     @classmethod
     def parse(cls, url: str) -> Receiver:
         parts = urlsplit(url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if parts.scheme == "smtp":
+            return _smtp(url, parts)
+        slack = parts.scheme in ("slack+http", "slack+https")
+        scheme = parts.scheme.removeprefix("slack+")
+        if scheme not in ("http", "https") or not parts.hostname:
             raise ConfigurationError(
-                f"--webhook-url {_shown(url)!r} is not an http:// or https:// address with a "
-                "host name"
+                f"--webhook-url {_shown(url)!r} is not an http(s)://, slack+https:// or smtp:// "
+                "address with a host name"
             )
         auth = None
         if parts.username is not None or parts.password is not None:
@@ -68,8 +83,29 @@ class Receiver:
             auth = "Basic " + base64.b64encode(pair.encode()).decode()
         host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
         netloc = host + (f":{parts.port}" if parts.port else "")
-        plain = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+        plain = urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+        if slack:
+            # The hook's path is its credential: shown by a digest that tells hooks apart.
+            mark = hashlib.sha256(plain.encode()).hexdigest()[:10]
+            return cls(f"slack+{scheme}://{netloc}/...{mark}", auth, "slack", plain)
         return cls(plain, auth)
+
+
+def _smtp(url: str, parts: SplitResult) -> Receiver:
+    query = parse_qs(parts.query)
+    sender, to = (query.get("from") or [""])[0], tuple(query.get("to") or ())
+    if not parts.hostname or not sender or not to:
+        raise ConfigurationError(
+            f"--webhook-url {_shown(url)!r}: an smtp:// address needs a host, from= and at least "
+            "one to=, as in smtp://mail.example.com:587?from=c4a@example.com&to=ops@example.com"
+        )
+    port = parts.port or 25
+    login = None
+    if parts.username is not None:
+        login = (unquote(parts.username), unquote(parts.password or ""))
+    starttls = (query.get("starttls") or ["0"])[0] in ("1", "true", "yes")
+    shown = f"smtp://{parts.hostname}:{port}?to={','.join(to)}"
+    return Receiver(shown, None, "email", f"{parts.hostname}:{port}", sender, to, starttls, login)
 
 
 def _shown(url: str) -> str:
@@ -158,23 +194,38 @@ class Webhooks:
             print(f"call4agents: the dead letter could not be written: {exc}", file=sys.stderr)
 
     def _post(self, receiver: Receiver, event: Event) -> None:
-        body = json.dumps({**event, "sent_at": time.time()}, default=str).encode()
+        if receiver.style == "email":
+            self._mail(receiver, event)
+            return
+        sent = {**event, "sent_at": time.time()}
+        body = json.dumps(notices.slack(sent) if receiver.style == "slack" else sent, default=str)
         stamp = str(int(time.time()))
         headers = {
             "Content-Type": "application/json",
             "X-Call4Agents-Timestamp": stamp,
-            "X-Call4Agents-Signature": sign(self._secret, stamp, body),
+            "X-Call4Agents-Signature": sign(self._secret, stamp, body.encode()),
         }
         if receiver.authorization:
             headers["Authorization"] = receiver.authorization
         request = urllib.request.Request(  # noqa: S310 - parse() allowed http(s) only
-            receiver.url, data=body, method="POST", headers=headers
+            receiver.target or receiver.url, data=body.encode(), method="POST", headers=headers
         )
         with urllib.request.urlopen(  # noqa: S310
             request, timeout=self.delivery.timeout
         ) as answer:
             if answer.status >= 300:
                 raise OSError(f"the webhook answered {answer.status}")
+
+    def _mail(self, receiver: Receiver, event: Event) -> None:
+        # smtplib's errors are OSErrors: retried and kept as dead letters like a failed post.
+        host, _, port = receiver.target.rpartition(":")
+        message = notices.email(event, receiver.sender, list(receiver.to))
+        with smtplib.SMTP(host, int(port), timeout=self.delivery.timeout) as server:
+            if receiver.starttls:
+                server.starttls()
+            if receiver.login is not None:
+                server.login(*receiver.login)
+            server.send_message(message)
 
 
 @dataclass(frozen=True)

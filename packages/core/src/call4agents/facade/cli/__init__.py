@@ -275,13 +275,20 @@ def _console_options(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="URL",
-        help="POST a signed JSON event here (repeatable; user:pass@ is sent as Basic auth)",
+        help="notify here (repeatable): http(s):// gets a signed JSON event (user:pass@ is sent "
+        "as Basic auth), slack+https:// a Slack message, smtp://host:port?from=A&to=B an email",
     )
     p.add_argument(
         "--webhook-secret-env",
         metavar="VAR",
         default="CALL4AGENTS_WEBHOOK_SECRET",
         help="the environment variable holding the webhook's HMAC secret",
+    )
+    p.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="the console's address as people open it (behind a proxy), for the links in "
+        "notifications; by default the address it listens on",
     )
 
 

@@ -262,20 +262,32 @@ def cmd_console(args: argparse.Namespace) -> int:
     )
     webhooks = _webhooks(args) if args.webhook_url else None
     with _open(args) as ledger:
-        serve(ledger, settings, host=args.host, port=args.port, webhooks=webhooks)
+        serve(
+            ledger,
+            settings,
+            host=args.host,
+            port=args.port,
+            webhooks=webhooks,
+            public_url=args.public_url,
+        )
     return EXIT_OK
 
 
-def _webhooks(args: argparse.Namespace) -> Webhooks:
+def _webhooks(args: argparse.Namespace, also: list[str] | None = None) -> Webhooks:
+    """The receivers of ``--webhook-url``; ``also``: other addresses events will go to (dead
+    letters replayed), which need the secret too if they take signed JSON."""
     from call4agents.controls.webhooks import Receiver, Webhooks
 
+    receivers = [Receiver.parse(url) for url in args.webhook_url]
     secret = os.environ.get(args.webhook_secret_env, "")
-    if not secret:
+    # Only the signed JSON events need the shared secret; Slack and email do not check one.
+    signed = [*(r.url for r in receivers if r.style == "json"), *(also or [])]
+    if not secret and any(u.startswith(("http://", "https://")) for u in signed):
         raise ConfigurationError(
             f"webhooks need an HMAC secret in ${args.webhook_secret_env}: set it to a long random "
             "value the receiver also knows"
         )
-    return Webhooks([Receiver.parse(url) for url in args.webhook_url], secret.encode())
+    return Webhooks(receivers, secret.encode())
 
 
 def cmd_webhooks(args: argparse.Namespace) -> int:
@@ -298,7 +310,9 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.to:
             Receiver.parse(args.to)  # a clear error before anything is sent
-        done = replay(ledger, _webhooks(args), receiver=args.to)
+        letters = dead_letters.waiting(ledger.store, limit=1000)
+        targets = [args.to] if args.to else [d.receiver for d in letters]
+        done = replay(ledger, _webhooks(args, targets), receiver=args.to)
     if args.json:
         _print_json([{"id": r.letter.id, "delivered": r.delivered} for r in done])
     else:
