@@ -54,6 +54,8 @@ PAGES = (
     "/health?since=7d",
     "/health?since=all",
     "/api/live",
+    "/?tool=refund&sort=newest",
+    "/?q=wait&waited=1h&kind=irreversible",
 )
 TOKEN = "bench-token"
 
@@ -215,15 +217,30 @@ def measure(name: str, url: str, schema: str | None, args: argparse.Namespace) -
     }
     with TestClient(app, base_url="http://127.0.0.1") as client:
         client.get(f"/?token={TOKEN}")
-        for path in PAGES:
+        for label, path in [*((p, p) for p in PAGES), *deep_pages(ledger).items()]:
 
             def get(path: str = path) -> object:
                 answer = client.get(path)
                 assert answer.status_code == 200, (path, answer.status_code, answer.text[:300])
                 return answer
 
-            found[path] = timed(get, args.rounds)
+            found[label] = timed(get, args.rounds)
     ledger.close()
+    return found
+
+
+def deep_pages(ledger: c4a.Ledger) -> dict[str, str]:
+    """A page halfway down the inbox and one 300 runs down the runs list, by label: keyset
+    paging should cost there what it costs on the first page."""
+    _, waiting = ledger.waiting_page(limit=1)
+    middle, _ = ledger.waiting_page(limit=max(1, waiting // 2))
+    runs = ledger.runs(limit=300, active_within=None)
+    found = {"/?after=(halfway down)": f"/?after={middle[-1].ticket}"} if middle else {}
+    if runs:
+        last = runs[-1]
+        found["/runs?active=all&before=(300 down)"] = (
+            f"/runs?active=all&before_at={last.last_at!r}&before_run={last.run_id}"
+        )
     return found
 
 
