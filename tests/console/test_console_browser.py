@@ -405,3 +405,29 @@ def test_ticked_tickets_are_decided_after_one_confirm_at_phone_width(
         assert page.locator("ul.bulk-result li.done").count() == 2
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert states() == ["approved", "approved", "pending"]
+
+
+def test_a_changed_redacted_card_reads_differs_and_its_value_is_nowhere(
+    browser: Any, sqlite_target: Target
+) -> None:
+    import call4agents as c4a
+    from tests.console.helpers import open_ticket, pay_tool
+
+    ledger = c4a.init(sqlite_target.open())
+    first = open_ticket("refund-1", amount=40)
+    ledger.approve(first.ticket, by="ann")
+    with c4a.run("refund-1"):
+        pay_tool()(40, "alice")  # the refund ran on its yes, for card 4242...
+    again = open_ticket("refund-1", amount=40, card="9999-9999-9999-9999")
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address, viewport={"width": 390, "height": 844})
+        card = page.locator(f"section#{again.ticket}")
+        row = card.locator("table.changes tr", has=page.locator("code", has_text="card"))
+        assert "differs (redacted: the value is not shown)" in row.inner_text()
+        amount = card.locator("table.changes tr", has=page.locator("code", has_text="amount"))
+        assert "same" in amount.inner_text()
+        everything = page.content() + page.locator("body").inner_text()
+        everything += page.locator("body").aria_snapshot()  # what a screen reader is given
+        for secret in ("9999", "4242", *(again.redacted_marks or {}).values()):
+            assert secret not in everything
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
