@@ -14,7 +14,7 @@ from call4agents.storage import dead_letters
 from ._auth import Refused
 from ._doubt import SHOWN as SHOWN_DOUBT
 from ._html import Html, clock, h, join, page, table
-from ._inbox import SHOWN_TICKETS
+from ._waiting import SHOWN
 from ._web import Ask, html, json_response
 
 # Windows a person can pick; the figures of actions started in it (open items: whatever age).
@@ -242,7 +242,7 @@ def bars(counts: dict[str, int], title: str) -> Html:
 def live(ledger: Ledger, ask: Ask) -> Response:
     """What the pages poll: the open tickets and in-doubt actions, to show new ones at once."""
     figures = stats.open_figures(ledger)
-    tickets = [r.ticket for r in ledger.waiting(limit=SHOWN_TICKETS)]
+    tickets = [r.ticket for r in ledger.waiting(limit=SHOWN)]
     doubt = [r.key for r in ledger.in_doubt()][:SHOWN_DOUBT]
     return json_response(
         {

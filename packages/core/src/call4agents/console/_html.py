@@ -98,6 +98,19 @@ def table(headers: Iterable[str], rows: Iterable[Iterable[object]], cls: str = "
     )
 
 
+def options(choices: dict[str, str], chosen: str) -> Html:
+    """A select's options (value: text), the chosen one selected."""
+    return join(
+        h(
+            '<option value="{v}"{sel}>{t}</option>',
+            v=v,
+            t=t,
+            sel=Html(" selected") if v == chosen else Html(),
+        )
+        for v, t in choices.items()
+    )
+
+
 def hidden(name: str, value: str) -> Html:
     return h('<input type="hidden" name="{n}" value="{v}">', n=name, v=value)
 

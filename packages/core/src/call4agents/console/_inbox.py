@@ -3,26 +3,20 @@
 from __future__ import annotations
 
 import time
-from urllib.parse import urlencode
 
 from starlette.responses import Response
 
 from call4agents import EffectRecord, Ledger, WaitingFilter
 from call4agents.engine.approvals import ApprovalRequest
-from call4agents.model.kinds import KINDS
-from call4agents.storage.approval_rows import SORTS
 
 from ._auth import Refused
 from ._changes import changes
 from ._html import Html, ago, clock, count_redacted, esc, h, hidden, join, json_block, page
+from ._waiting import SHOWN, filters, pages, where_of
 from ._web import Ask, fingerprint, html, redirect
 
-SHOWN_TICKETS = 25  # to a page, the oldest first unless sorted otherwise
 MAX_BULK = 100
 PICK = "pick."  # a ticked ticket's field: pick.<ticket> = the fingerprint its card showed
-FILTERS = ("tool", "run", "kind", "asked", "q", "waited", "sort")
-WAITED = {"": None, "5m": 300.0, "1h": 3600.0, "24h": 86400.0}
-SORT_WORDS = {"oldest": "oldest first", "newest": "newest first", "expiring": "expiring first"}
 SHOWN_ACTIONS = 20  # of the run's finished actions beside a ticket
 DECISIONS = {"approve": "approved", "deny": "denied"}
 NOT_RECORDED = "not recorded (a ticket opened before the ledger kept it)"
@@ -33,25 +27,25 @@ KEYS = Html(
 
 
 def inbox(ledger: Ledger, ask: Ask) -> Response:
-    where, after = _where(ask.query), ask.query.get("after") or None
-    live, total = ledger.waiting_page(where, after=after, limit=SHOWN_TICKETS)
+    where, after = where_of(ask.query), ask.query.get("after") or None
+    live, total = ledger.waiting_page(where, after=after, limit=SHOWN)
     filtered = where != WaitingFilter() or after is not None
     now = time.time()
     notice = _notice(ledger, ask)
     if not live:
         empty = "No approvals waiting match." if filtered else "No approvals waiting."
-        body = h('{n}{f}<p class="empty">{e}</p>', n=notice, f=_filters(where), e=empty)
+        body = h('{n}{f}<p class="empty">{e}</p>', n=notice, f=filters(where), e=empty)
     else:
         cards = join(_card(ledger, r, ask, now, pick=True) for r in live)
         body = join(
             [
                 notice,
-                _filters(where),
+                filters(where),
                 h("<p>{n} waiting{m}.</p>", n=total, m=" match" if filtered else ""),
                 KEYS if ask.who.can_decide else Html(),
                 _bulk(ask) if ask.who.can_decide else Html(),
                 cards,
-                _pages(ask.query, live, total, after),
+                pages(ask.query, live, total, after),
             ]
         )
     ids = ",".join(r.ticket for r in live)
@@ -62,77 +56,6 @@ def inbox(ledger: Ledger, ask: Ask) -> Response:
             "Approvals", ask.who.name, ask.who.role, _marked(body, ids), live=not filtered, here="/"
         )
     )
-
-
-def _where(query: dict[str, str]) -> WaitingFilter:
-    text = {k: query.get(k, "").strip() or None for k in ("tool", "run", "kind", "asked", "q")}
-    waited = query.get("waited", "")
-    if waited not in WAITED:
-        raise Refused(400, f"unknown wait {waited!r}: pick one of {', '.join(WAITED)}")
-    sort = query.get("sort") or "oldest"
-    if sort not in SORTS:
-        raise Refused(400, f"unknown sort {sort!r}: pick one of {', '.join(SORTS)}")
-    if text["kind"] is not None and text["kind"] not in KINDS:
-        raise Refused(400, f"unknown kind {text['kind']!r}: pick one of {', '.join(KINDS)}")
-    return WaitingFilter(
-        tool=text["tool"],
-        run_id=text["run"],
-        kind=text["kind"],
-        asked_by=text["asked"],
-        search=text["q"],
-        older_than=WAITED[waited],
-        sort=sort,
-    )
-
-
-def _filters(where: WaitingFilter) -> Html:
-    waited = next(k for k, v in WAITED.items() if v == where.older_than)
-    return h(
-        '<form method="get" action="/" class="filters">'
-        '<label>Tool <input name="tool" value="{tool}"></label>'
-        '<label>Run id contains <input name="run" value="{run}"></label>'
-        '<label>Kind <select name="kind">{kinds}</select></label>'
-        '<label>Who asked contains <input name="asked" value="{asked}"></label>'
-        '<label>Search <input name="q" type="search" value="{q}"></label>'
-        '<label>Waiting longer than <select name="waited">{waits}</select></label>'
-        '<label>Order <select name="sort">{sorts}</select></label>'
-        "<button>Filter</button></form>",
-        tool=where.tool or "",
-        run=where.run_id or "",
-        asked=where.asked_by or "",
-        q=where.search or "",
-        kinds=_options({"": "any kind", **{k: k for k in KINDS}}, where.kind or ""),
-        waits=_options({w: w or "any time" for w in WAITED}, waited),
-        sorts=_options(SORT_WORDS, where.sort),
-    )
-
-
-def _options(choices: dict[str, str], chosen: str) -> Html:
-    return join(
-        h(
-            '<option value="{v}"{sel}>{t}</option>',
-            v=v,
-            t=t,
-            sel=Html(" selected") if v == chosen else Html(),
-        )
-        for v, t in choices.items()
-    )
-
-
-def _pages(
-    query: dict[str, str], shown: list[ApprovalRequest], total: int, after: str | None
-) -> Html:
-    """Keyset links: the next page starts after this page's last ticket."""
-    kept = {k: v for k, v in query.items() if k in FILTERS and v}
-    links = []
-    if after is not None:
-        links.append(h('<a href="/?{q}">First page</a>', q=urlencode(kept)))
-    if len(shown) == SHOWN_TICKETS and total > SHOWN_TICKETS:
-        q = urlencode({**kept, "after": shown[-1].ticket})
-        links.append(h('<a href="/?{q}" rel="next">Next {n}</a>', q=q, n=SHOWN_TICKETS))
-    if not links:
-        return Html()
-    return h('<nav class="pages" aria-label="Pages">{l}</nav>', l=join(links))
 
 
 def _bulk(ask: Ask) -> Html:

@@ -14,7 +14,7 @@ from call4agents.engine.budgets import spending_text
 from call4agents.engine.undos import undo_for
 
 from ._auth import Refused
-from ._html import Html, ago, clock, h, hidden, join, json_block, page, table
+from ._html import Html, ago, clock, h, hidden, join, json_block, options, page, table
 from ._web import Ask, html
 
 STATES = (
@@ -166,31 +166,16 @@ def _state(r: RunSummary, waiting: int) -> str:
 
 
 def _filters(state: str, tool: str, text: str, window: str) -> Html:
-    options = join(
-        h(
-            '<option value="{v}"{sel}>{t}</option>',
-            v=s,
-            t=s.replace("_", " ") or "any state",
-            sel=Html(" selected") if s == state else Html(),
-        )
-        for s in ("", *STATES)
-    )
+    states = {s: s.replace("_", " ") or "any state" for s in ("", *STATES)}
     return h(
         '<form method="get" action="/runs" class="filters">'
-        '<label>State <select name="state">{options}</select></label>'
+        '<label>State <select name="state">{states}</select></label>'
         '<label>Tool <input name="tool" value="{tool}"></label>'
         '<label>Run id contains <input name="q" value="{text}"></label>'
         '<label>Active in the last <select name="active">{windows}</select></label>'
         "<button>Filter</button></form>",
-        windows=join(
-            h(
-                '<option value="{w}"{sel}>{w}</option>',
-                w=w,
-                sel=Html(" selected") if w == window else Html(),
-            )
-            for w in WINDOWS
-        ),
-        options=options,
+        states=options(states, state),
+        windows=options({w: w for w in WINDOWS}, window),
         tool=tool,
         text=text,
     )
