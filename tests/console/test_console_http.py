@@ -219,10 +219,10 @@ def test_a_stale_or_edited_form_decides_nothing(ann: TestClient, ledger: c4a.Led
 
 
 def test_an_expired_ticket_is_refused(ann: TestClient, ledger: c4a.Ledger) -> None:
-    request = open_ticket(approval_ttl=0.2)
+    request = open_ticket(approval_ttl=1.0)  # long enough to load its page on a busy machine
     page = ann.get(f"/approvals/{request.ticket}").text
     form = {"csrf": field(page, "csrf"), "fingerprint": field(page, "fingerprint")}
-    time.sleep(0.3)
+    time.sleep(max(0.0, request.expires_at - time.time()) + 0.1)
     assert "expired" in ann.get(f"/approvals/{request.ticket}").text
     assert ledger.waiting() == []  # an expired ticket leaves the inbox
     assert request.ticket not in ann.get("/").text
