@@ -1,0 +1,91 @@
+"""The example mail server's tools, with and without OnceOnly, for the Node.js clients' tests.
+
+Usage: node_server.py MODE TRANSPORT OUTBOX
+  MODE       "once" (OnceOnly, the ledger C4A_TEST_URL) or "bare" (the same tools, no ledger)
+  TRANSPORT  "http" (streamable HTTP on 127.0.0.1, a free port, printed as "PORT <n>") or "stdio"
+  OUTBOX     the file each side effect is appended to, one JSON line each (the outside world)
+
+Besides examples/mcp/server.py's send_email and sent_count: charge_card raises for the card
+"declined" (after nothing was charged), and refund needs a person's yes under OnceOnly. Tools
+with a typed return have an outputSchema, which the clients check the results against.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel
+
+import call4agents as c4a
+from call4agents_mcp import OnceOnly
+
+mode, transport, outbox = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+middleware: list[Any] = []
+if mode == "once":
+    c4a.init(os.environ["C4A_TEST_URL"], schema=os.environ.get("C4A_TEST_SCHEMA") or None)
+    middleware.append(OnceOnly(tools={"refund": {"approval": True}}))
+server = MCPServer("mail", middleware=middleware)
+
+
+def deliver(**fields: Any) -> int:
+    with outbox.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({**fields, "pid": os.getpid()}) + "\n")
+    return len(outbox.read_text().splitlines())
+
+
+class Receipt(BaseModel):
+    charge_id: str
+    amount: int
+
+
+class Refund(BaseModel):
+    refund_id: str
+    order: str
+    amount: int
+
+
+@server.tool()
+def send_email(to: str, body: str) -> str:
+    """Send an email."""
+    now = c4a.current()
+    n = deliver(tool="send_email", to=to, covered=now.covered, key=now.idempotency_key)
+    return f"message #{n} to {to}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def sent_count() -> int:
+    """How many side effects the outbox holds (read-only: not recorded)."""
+    return len(outbox.read_text().splitlines()) if outbox.exists() else 0
+
+
+@server.tool()
+def charge_card(card: str, amount: int) -> Receipt:
+    """Charge a card; the card "declined" is refused before anything is charged."""
+    if card == "declined":
+        raise ValueError(f"card {card} was declined")
+    n = deliver(tool="charge_card", card=card, amount=amount)
+    return Receipt(charge_id=f"ch_{n}", amount=amount)
+
+
+@server.tool()
+def refund(order: str, amount: int) -> Refund:
+    """Refund an order (under OnceOnly, a person says yes first)."""
+    n = deliver(tool="refund", order=order, amount=amount)
+    return Refund(refund_id=f"re_{n}", order=order, amount=amount)
+
+
+if transport == "stdio":
+    server.run("stdio")
+else:
+    listener = socket.create_server(("127.0.0.1", 0))
+    print(f"PORT {listener.getsockname()[1]}", flush=True)
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on")
+    uvicorn.Server(config).run(sockets=[listener])
