@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel
 
@@ -84,6 +84,39 @@ def refund(order: str, amount: int) -> Refund:
     """Refund an order (under OnceOnly, a person says yes first)."""
     n = deliver(tool="refund", order=order, amount=amount)
     return Refund(refund_id=f"re_{n}", order=order, amount=amount)
+
+
+# Tools named as the conformance suite's server scenarios call them (tools-call-*).
+PIXEL = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d49444154789c63f8"
+    "cfc0f01f0005000201a1d8a4c10000000049454e44ae426082"
+)
+
+
+@server.tool()
+def test_simple_text() -> str:
+    """Conformance: a text answer."""
+    return "This is a simple text response for testing."
+
+
+@server.tool()
+def test_error_handling() -> str:
+    """Conformance: a tool that raises."""
+    raise RuntimeError("This tool intentionally returns an error for testing")
+
+
+@server.tool()
+def test_image_content() -> Image:
+    """Conformance: an image answer."""
+    return Image(data=PIXEL, format="png")
+
+
+@server.tool()
+async def test_tool_with_progress(ctx: Context) -> str:
+    """Conformance: progress notifications while it runs."""
+    for done in (0, 50, 100):
+        await ctx.report_progress(done, 100)
+    return "Progress test completed"
 
 
 if transport == "stdio":

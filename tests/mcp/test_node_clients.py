@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -330,3 +331,37 @@ def test_the_example_server(transport: str, folder: Path, env: dict[str, str]) -
     assert retry["content"] == first["content"]
     assert retry["structuredContent"] == first["structuredContent"]
     assert count["structuredContent"]["result"] == 1  # sent once
+
+
+CONFORMANCE = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist"
+
+
+def conformance(url: str, out: Path, env: dict[str, str]) -> dict[str, bool]:
+    """The conformance suite's server scenarios against url: scenario -> passed."""
+    shim = NODE_DIR / "node20" / "register.mjs"  # fs.globSync for Node.js 20
+    argv = ["node", "--import", shim.as_uri(), str(CONFORMANCE / "index.js"), "server"]
+    done = subprocess.run(
+        [*argv, "--url", url, "-o", str(out)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert "SUMMARY" in done.stdout, done.stdout + done.stderr
+    passed: dict[str, bool] = {}
+    for checks in out.glob("server-*/checks.json"):
+        scenario = re.sub(r"-\d{4}-\d\d-\d\dT.*$", "", checks.parent.name.removeprefix("server-"))
+        statuses = {check["status"] for check in json.loads(checks.read_text())}
+        passed[scenario] = "FAILURE" not in statuses
+    return passed
+
+
+def test_conformance_scenarios(
+    http_urls: dict[str, str], folder: Path, env: dict[str, str]
+) -> None:
+    """@modelcontextprotocol/conformance's server scenarios: OnceOnly passes every one the same
+    server passes without it (the rest test features the mail server does not have)."""
+    bare = conformance(http_urls["bare"], folder / "conformance-bare", env)
+    once = conformance(http_urls["once"], folder / "conformance-once", env)
+    assert set(once) == set(bare)
+    for scenario in ("server-initialize", "ping", "tools-list", "tools-call-simple-text"):
+        assert bare[scenario], scenario
+    more = ("tools-call-error", "tools-call-image", "tools-call-with-progress")
+    assert all(bare[scenario] for scenario in more), bare
+    assert [s for s, ok in bare.items() if ok and not once[s]] == []
