@@ -281,7 +281,7 @@ def inspector_call(
 def test_inspector_cli(mail: Mail, env: dict[str, str]) -> None:
     case = f"inspector-{mail.mode}-{mail.transport}"
     card = {"card": f"4242-{case}", "amount": 12}
-    with ThreadPoolExecutor() as pool:  # each run is a process of its own: three at once
+    with ThreadPoolExecutor() as pool:  # each run is a process of its own: several at once
         listing = pool.submit(inspector, mail, env, "--method", "tools/list")
         declining = pool.submit(
             inspector_call, mail, env, "charge_card", {"card": "declined", "amount": 1}
@@ -290,8 +290,22 @@ def test_inspector_cli(mail: Mail, env: dict[str, str]) -> None:
         # process, so the retry is answered from the ledger file alone.
         _, first = inspector_call(mail, env, "charge_card", card, key=f"card-{case}")
         _, again = inspector_call(mail, env, "charge_card", card, key=f"card-{case}")
+        # Two Inspector runs, two keys, two refunds: each run's first tools/call has the same
+        # JSON-RPC id, and still each is a call of its own (not an edit of the other).
+        refunds = [
+            pool.submit(
+                inspector_call,
+                mail,
+                env,
+                "refund",
+                {"order": f"{case}-{n}", "amount": n},
+                f"r-{case}-{n}",
+            )
+            for n in (1, 2)
+        ]
         code, listed = listing.result()
         _, declined = declining.result()
+        refunded = [r.result()[1] for r in refunds]
     assert code == 0
     assert {t["name"] for t in listed["result"]["tools"]} >= {"send_email", "charge_card"}
     assert first["structuredContent"]["amount"] == 12
@@ -299,12 +313,16 @@ def test_inspector_cli(mail: Mail, env: dict[str, str]) -> None:
     assert "structuredContent" not in declined
     charges = mail.effects("charge_card", card=card["card"])
     if mail.mode == "bare":
+        assert [r["structuredContent"]["amount"] for r in refunded] == [1, 2]
         assert len(charges) == 2
         assert again["structuredContent"] != first["structuredContent"]
     else:
         assert len(charges) == 1
         assert outcome(again) == "replayed"
         assert again["structuredContent"] == first["structuredContent"]
+        assert [outcome(r) for r in refunded] == ["approval_required"] * 2
+        assert not any("changed" in text(r) for r in refunded), refunded
+        assert [e for e in mail.effects("refund") if e["order"].startswith(case)] == []
         # The declined call had no key: over HTTP the session is its caller, so the ledger saw
         # it fail; over stdio nothing identifies the caller and it ran outside the ledger.
         assert outcome(declined) == ("failed" if mail.transport == "http" else None)
