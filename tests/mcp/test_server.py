@@ -676,6 +676,35 @@ def test_approval_needed_then_given_runs_once(ledger: c4a.Ledger, outbox: Outbox
     assert outbox.count() == 1
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_two_clients_first_calls_are_not_one_edited_call(
+    ledger: c4a.Ledger, outbox: Outbox, mode: str
+) -> None:
+    """Every connection numbers its requests from the start, so two clients' first tools/call
+    share a JSON-RPC id. Two keys, two calls: the second is asked about on its own, not refused
+    as an edit of the first (which told the model "do not retry it"), and each yes runs its own."""
+    server = mail_server(outbox, once=OnceOnly(tools={"send_email": {"approval": True}}))
+    bob, eve = ({"to": to, "body": "Your refund"} for to in ("bob@example.com", "eve@example.com"))
+
+    async def call(args: dict[str, str], key: str) -> CallToolResult:
+        async with Client(server, mode=mode) as client:  # a new connection each time
+            return await client.call_tool("send_email", args, meta={KEY_META: key})
+
+    asked = [anyio.run(call, bob, "two-1"), anyio.run(call, eve, "two-2")]
+    infos = [structured(r) for r in asked]
+    assert [i["outcome"] for i in infos] == ["approval_required"] * 2
+    assert "changed" not in infos[1]["message"], infos[1]["message"]
+    assert [i["approval"]["args"]["to"] for i in infos] == [bob["to"], eve["to"]]
+    for info in infos:
+        ledger.approve(info["approval"]["ticket"], by="ann@example.com")
+    ran = [anyio.run(call, bob, "two-1"), anyio.run(call, eve, "two-2")]
+    assert [text(r) for r in ran] == [
+        "message #1 to bob@example.com",
+        "message #2 to eve@example.com",
+    ]
+    assert outbox.count() == 2
+
+
 def test_denied_call_reports_it(ledger: c4a.Ledger, outbox: Outbox) -> None:
     server = mail_server(outbox, once=OnceOnly(tools={"send_email": {"approval": True}}))
 

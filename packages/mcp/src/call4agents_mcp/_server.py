@@ -261,8 +261,10 @@ class OnceOnly(Extension):
         if action is None:
             return await self._plain(call, ctx, call_next, tier, caller)
         # The span's gen_ai.tool.call.id and c4a.current().call_id: MCP's id of this request.
-        # Set after keying, so it never enters the key (a retry has a new request id).
-        action = replace(action, call_id=_request_id(ctx))
+        # Set after keying, so it never enters the key (a retry has a new request id). Not a
+        # stable call id: every connection numbers its requests from the start, so two clients'
+        # first calls share one; an approval ticket must not take one for an edit of the other.
+        action = replace(action, call_id=_request_id(ctx), call_id_stable=False)
         return await self._once(action, call, ctx, call_next, tier)
 
     async def _plain(

@@ -108,6 +108,9 @@ class Action:
     secrets: tuple[str, ...] = field(default=())
     needs_approval: bool = False
     args_material: str = ""  # the arguments' canonical key material (redacted values as HMACs)
+    # False when call_id only names this one request (MCP's JSON-RPC id: a retry gets a new one,
+    # and every connection counts from the start), so no approval is matched by it.
+    call_id_stable: bool = True
 
     def context(self, attempt: int) -> EffectContext:
         return EffectContext(

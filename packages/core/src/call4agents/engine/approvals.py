@@ -302,7 +302,7 @@ def _new_ticket(
         "tool": action.tool,
         "args": action.args_display,
         "args_digest": action.args_digest,
-        "call_id": action.call_id,
+        "call_id": action.call_id if action.call_id_stable else None,
         "asked_by": asked,
         "kind": action.options.kind,
         "redacted_marks": redacted_marks(action),
@@ -335,7 +335,7 @@ def _first_for_call(conn: Conn, signer: Signer, run_id: str, call_id: str) -> di
 def _edited(conn: Conn, signer: Signer, action: Action) -> ApprovalRequest | None:
     """The ticket first shown for this call, if the call now carries other arguments: a saved
     state edited after it was shown (the framework keys the yes by call id, not arguments)."""
-    if not action.call_id:
+    if not action.call_id or not action.call_id_stable:
         return None
     first = _first_for_call(conn, signer, action.run_id, action.call_id)
     return None if first is None or _covers(first, action) else _request(first)
