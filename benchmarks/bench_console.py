@@ -1,12 +1,13 @@
 """Server time per console page, with many tickets waiting and many recorded actions.
 
     uv run python benchmarks/bench_console.py [--tickets N] [--actions N] [--rounds N]
-                                              [--postgres URL]
+                                              [--audit N] [--postgres URL]
 
 Each backend gets a fresh ledger: one ticket and one action made through the library, then
 copies of them made inside the database (see ``seed``) up to ``--tickets`` pending approval
 tickets asked over the last day and ``--actions`` recorded actions in runs of 50 spread over the
-last 30 days, 20 of them in doubt, each run with a cost and a completion time. Each page is
+last 30 days, 20 of them in doubt, each run with a cost and a completion time, and ``--audit``
+decisions over the same days. Each page is
 then requested through the app in this process (Starlette's test client: routing, ledger reads
 and rendering, no network) ``--rounds`` times; the table prints the median and the worst. The
 issue's target is 10,000 tickets and 1,000,000 actions under 100 ms a page; the defaults are
@@ -56,11 +57,17 @@ PAGES = (
     "/api/live",
     "/?tool=refund&sort=newest",
     "/?q=wait&waited=1h&kind=irreversible",
+    "/audit",
+    "/audit?by=person-7",
+    "/audit?action=did_not_happen",
+    "/audit?run=bulk-5",
+    "/audit?tool=refund&since=7d",
+    "/audit?since=1h",
 )
 TOKEN = "bench-token"
 
 
-def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
+def seed(ledger: c4a.Ledger, tickets: int, actions: int, audited: int) -> None:
     """One real ticket and one real action through the library, then copies of each made inside
     the database (a recursive CTE on SQLite, generate_series on PostgreSQL), as
     bench_scale.py fills: a million actions through the API would take an hour and measure the
@@ -92,7 +99,7 @@ def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
         _run_tally.drop_triggers(conn)
         if pg:
             _live.drop_triggers(conn)  # no news for the bulk rows
-        for statement in _fill_sql(pg, tickets - 1, actions - 1, now):
+        for statement in _fill_sql(pg, tickets - 1, actions - 1, now, audited):
             conn.execute(
                 text(statement),
                 {
@@ -124,6 +131,7 @@ def seed(ledger: c4a.Ledger, tickets: int, actions: int) -> None:
                 "c4a_run_tallies",
                 "c4a_timeline",
                 "c4a_run_marks",
+                "c4a_audit",
             ):
                 conn.execute(text(f'ANALYZE "{ledger.schema}".{table}'))
 
@@ -137,10 +145,11 @@ def _series(pg: bool, n: int) -> str:
     )
 
 
-def _fill_sql(pg: bool, tickets: int, actions: int, now: float) -> list[str]:
+def _fill_sql(pg: bool, tickets: int, actions: int, now: float, audited: int) -> list[str]:
     """Pending tickets asked over the last day; actions over the last SPREAD_DAYS days in runs
     of RUN_SIZE, IN_DOUBT of them in doubt, each run with a cost and a completion time; a
-    minute of repeats for every minute of the span."""
+    minute of repeats for every minute of the span; decisions by 40 people over the same days,
+    one in 1,000 a settlement that says an action did not happen."""
 
     def txt(expr: str) -> str:
         return f"({expr})::text" if pg else f"CAST({expr} AS TEXT)"
@@ -176,6 +185,11 @@ def _fill_sql(pg: bool, tickets: int, actions: int, now: float) -> list[str]:
         f"{now} - {num('i')} * {span / runs} {_series(pg, runs)}",
         "INSERT INTO c4a_dedup_hits (tool, minute, hits) "
         f"SELECT 'send_email', {int(now // 60)} - i, i % 3 {_series(pg, minutes)}",
+        "INSERT INTO c4a_audit (at, actor, action, run_id, tool, key, ticket) "
+        f"SELECT {now} - {num('i')} * {span / max(audited, 1)}, 'person-' || {txt('i % 40')}, "
+        "CASE WHEN i % 1000 = 3 THEN 'did_not_happen' WHEN i % 2 = 0 THEN 'approved' "
+        f"ELSE 'denied' END, 'bulk-' || {txt(f'i / {RUN_SIZE} + 1')}, 'refund', {key}, "
+        f"'apr_audit' || {txt('i')} {_series(pg, audited)}",
     ]
 
 
@@ -204,9 +218,10 @@ def floor(ledger: c4a.Ledger) -> Callable[[], object]:
 def measure(name: str, url: str, schema: str | None, args: argparse.Namespace) -> dict[str, Any]:
     ledger = c4a.Ledger(url, schema=schema)
     started = time.perf_counter()
-    seed(ledger, args.tickets, args.actions)
+    seed(ledger, args.tickets, args.actions, args.audit)
     print(
-        f"{name}: seeded {args.tickets:,} tickets and {args.actions:,} actions in "
+        f"{name}: seeded {args.tickets:,} tickets, {args.actions:,} actions and "
+        f"{args.audit:,} decisions in "
         f"{time.perf_counter() - started:.1f}s",
         file=sys.stderr,
     )
@@ -217,7 +232,7 @@ def measure(name: str, url: str, schema: str | None, args: argparse.Namespace) -
     }
     with TestClient(app, base_url="http://127.0.0.1") as client:
         client.get(f"/?token={TOKEN}")
-        for label, path in [*((p, p) for p in PAGES), *deep_pages(ledger).items()]:
+        for label, path in [*((p, p) for p in PAGES), *deep_pages(ledger, args.audit).items()]:
 
             def get(path: str = path) -> object:
                 answer = client.get(path)
@@ -229,18 +244,22 @@ def measure(name: str, url: str, schema: str | None, args: argparse.Namespace) -
     return found
 
 
-def deep_pages(ledger: c4a.Ledger) -> dict[str, str]:
-    """A page halfway down the inbox and one 300 runs down the runs list, by label: keyset
-    paging should cost there what it costs on the first page."""
+def deep_pages(ledger: c4a.Ledger, audited: int) -> dict[str, str]:
+    """A page halfway down the inbox, one 300 runs down the runs list and one halfway down the
+    audit, by label: keyset paging should cost there what it costs on the first page."""
     _, waiting = ledger.waiting_page(limit=1)
     middle, _ = ledger.waiting_page(limit=max(1, waiting // 2))
     runs = ledger.runs(limit=300, active_within=None)
+    decisions = ledger.audit(limit=max(1, audited // 2))
     found = {"/?after=(halfway down)": f"/?after={middle[-1].ticket}"} if middle else {}
     if runs:
         last = runs[-1]
         found["/runs?active=all&before=(300 down)"] = (
             f"/runs?active=all&before_at={last.last_at!r}&before_run={last.run_id}"
         )
+    if decisions:
+        found["/audit?before=(halfway down)"] = f"/audit?before={decisions[-1].id}"
+        found["/audit?format=csv (10,000 rows)"] = "/audit?format=csv"
     return found
 
 
@@ -248,6 +267,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tickets", type=int, default=1000)
     parser.add_argument("--actions", type=int, default=50_000)
+    parser.add_argument("--audit", type=int, default=20_000, help="decisions in the audit")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--postgres", default=os.environ.get("CALL4AGENTS_TEST_POSTGRES_URL"))
     args = parser.parse_args()

@@ -49,7 +49,9 @@ def test_bench_startup() -> None:
 
 
 def test_bench_console() -> None:
-    out = bench("bench_console.py", "--tickets", "5", "--actions", "200", "--rounds", "1")
+    out = bench(
+        "bench_console.py", "--tickets", "5", "--actions", "200", "--audit", "50", "--rounds", "1"
+    )
     for case in ("floor: pending tickets, bare query", "/doubt", "/runs", "/health"):
         assert case in out
 

@@ -191,3 +191,104 @@ def test_the_audit_page_filters_pages_and_exports(ledger: c4a.Ledger) -> None:
         assert c.get("/audit", params={"action": "nope"}).status_code == 400
         assert c.get("/audit", params={"before": "x"}).status_code == 400
         assert c.get("/audit", params={"format": "xml"}).status_code == 400
+
+
+def _entries_at(ledger: c4a.Ledger, times: list[float]) -> None:
+    """Audit rows at the given times, in that order of id: two transactions' decisions can land
+    with ids out of their times' order, and several in one instant."""
+    from call4agents.storage.tables import audit
+
+    rows = [
+        {
+            "at": at,
+            "actor": ("ann", "bob")[i % 2],
+            "action": ("approved", "denied", "happened")[i % 3],
+            "run_id": f"run-{i % 4}",
+            "tool": ("pay", "mail")[i % 2],
+            "key": f"{i:064d}",
+            "ticket": f"apr_{i}",
+        }
+        for i, at in enumerate(times)
+    ]
+    with ledger.store.tx() as conn:
+        conn.execute(audit.insert(), rows)
+
+
+def test_pages_go_by_time_and_lose_or_repeat_nothing(ledger: c4a.Ledger) -> None:
+    now = 1_900_000_000.0
+    times = [now - (i * 37 % 50) for i in range(60)]  # shuffled; ten instants hold two
+    _entries_at(ledger, times)
+    filters: list[dict[str, Any]] = [
+        {},
+        {"by": "ann"},
+        {"action": "denied"},
+        {"run_id": "run-1"},
+        {"tool": "mail"},
+        {"since": now - 20},
+        {"by": "bob", "tool": "mail", "since": now - 30},
+    ]
+    for chosen in filters:
+        whole = ledger.audit(limit=1000, **chosen)
+        assert [(e.at, e.id) for e in whole] == sorted(((e.at, e.id) for e in whole), reverse=True)
+        paged, before = [], None
+        while page := ledger.audit(limit=7, before=before, **chosen):
+            paged.extend(page)
+            before = page[-1].id
+        assert [e.id for e in paged] == [e.id for e in whole], chosen
+    assert len(ledger.audit(limit=1000)) == 60
+    recent = ledger.audit(since=now - 20, limit=1000)
+    assert {e.id for e in recent} == {e.id for e in ledger.audit(limit=1000) if e.at >= now - 20}
+
+
+def test_a_page_after_an_entry_that_never_was_is_refused(
+    ledger: c4a.Ledger, target: Target, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _entries_at(ledger, [1_900_000_000.0])
+    with pytest.raises(c4a.ConfigurationError, match="no audit entry has id 999"):
+        ledger.audit(before=999)
+    url = ["--url", ledger.url] + (["--schema", target.schema] if target.schema else [])
+    assert cli.main(["audit", *url, "--before", "999"]) == cli.EXIT_ERROR
+    assert "no audit entry has id 999" in capsys.readouterr().err
+    app = create_app(ledger, ConsoleSettings(operator="ann", token="tok"))
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        c.get("/audit?token=tok")
+        refused = c.get("/audit", params={"before": "999"})
+        assert refused.status_code == 400
+        assert "no audit entry has id 999" in refused.text
+
+
+def test_the_audit_page_filters_by_when(ledger: c4a.Ledger) -> None:
+    import time
+
+    _entries_at(ledger, [time.time() - 2 * 3600, time.time() - 60])  # ann two hours ago, bob now
+    app = create_app(ledger, ConsoleSettings(operator="ann", token="tok"))
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        c.get("/audit?token=tok")
+        assert [e["actor"] for e in c.get("/audit?since=1h&format=json").json()] == ["bob"]
+        assert [e["actor"] for e in c.get("/audit?since=24h&format=json").json()] == ["bob", "ann"]
+        page = c.get("/audit?since=1h").text
+        assert '<option value="1h" selected>last 1h</option>' in page
+        assert c.get("/audit?since=2w").status_code == 400
+
+
+def test_a_version_13_ledger_gets_the_audit_indexes(target: Target) -> None:
+    from sqlalchemy import inspect, text
+
+    from call4agents.storage import _fold
+    from call4agents.storage.migrations import CURRENT, migrate
+    from call4agents.storage.tables import audit, schema_version
+
+    ledger = target.open()
+    _entries_at(ledger, [1_900_000_000.0, 1_900_000_001.0])
+    with ledger.store.tx() as conn:  # as version 13 left the table
+        for index in audit.indexes:
+            conn.execute(text(f"DROP INDEX {_fold.qualified(conn, index.name or '')}"))
+        table = _fold.qualified(conn, "c4a_audit")
+        conn.execute(text(f"CREATE INDEX c4a_audit_actor ON {table} (actor, id)"))
+        conn.execute(text(f"CREATE INDEX c4a_audit_run ON {table} (run_id, id)"))
+        conn.execute(schema_version.update().values(version=13))
+    assert migrate(ledger.engine, schema=target.schema) == (13, CURRENT)
+    with ledger.engine.connect() as conn:
+        found = {i["name"] for i in inspect(conn).get_indexes("c4a_audit", schema=target.schema)}
+    assert found == {i.name for i in audit.indexes}
+    assert [e.at for e in ledger.audit()] == [1_900_000_001.0, 1_900_000_000.0]

@@ -27,6 +27,7 @@ from call4agents.storage import _lean, _lean_pg, _libpq, _run_tally, _tally
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.tables import (
     approvals,
+    audit,
     changes,
     effects,
     run_changes,
@@ -130,6 +131,7 @@ LARGE = (
     "c4a_run_counters",
     "c4a_timeline",
     "c4a_run_marks",
+    "c4a_audit",
 )
 
 
@@ -456,3 +458,58 @@ def test_console_pages_read_by_index(target: Target) -> None:
     assert len(page) == 100
     assert page[0].last_at <= older.last_at
     assert older.run_id not in {r.run_id for r in page}
+
+
+def _fill_audit(ledger: c4a.Ledger) -> float:
+    """ROWS decisions over 30 days, newest last: 40 people, 8 tools, 2,000 runs; a "did not
+    happen" is rare (one in 1,000), as a settlement is. Returns the newest entry's time."""
+    now = time.time()
+    rows = [
+        {
+            "at": now - (ROWS - i) * 130.0,
+            "actor": f"person-{i % 40}",
+            "action": "did_not_happen" if i % 1000 == 3 else ("approved", "denied")[i % 2],
+            "run_id": f"run-{i % 2000}",
+            "tool": f"tool-{i % 8}",
+            "key": f"{i:064d}",
+            "ticket": f"t{i:08d}",
+        }
+        for i in range(ROWS)
+    ]
+    with ledger.engine.begin() as conn:
+        conn.execute(insert(audit), rows)
+        if ledger.dialect == "postgresql":
+            prefix = f'"{ledger.schema}".' if ledger.schema else ""
+            conn.execute(text(f"ANALYZE {prefix}c4a_audit"))
+        else:
+            conn.exec_driver_sql("ANALYZE")
+    return now
+
+
+@pytest.mark.slow
+def test_the_audit_reads_by_index(target: Target) -> None:
+    """The audit page and command, whole, deep and by each filter: each read is a range of an
+    index that also gives its order, however deep the page or however rare the match."""
+    ledger = target.open()
+    now = _fill_audit(ledger)
+    middle = ledger.audit(limit=ROWS // 2)[-1].id
+    reads: dict[str, Callable[[], Any]] = {
+        "newest": lambda: ledger.audit(limit=50),
+        "halfway down": lambda: ledger.audit(limit=50, before=middle),
+        "by a person": lambda: ledger.audit(by="person-7", limit=50),
+        "a rare action": lambda: ledger.audit(action="did_not_happen", limit=50),
+        "one run": lambda: ledger.audit(run_id="run-1234", limit=50),
+        "one tool, deep": lambda: ledger.audit(tool="tool-3", before=middle, limit=50),
+        "the last hour": lambda: ledger.audit(since=now - 3600, limit=50),
+        "a rare action this week": lambda: ledger.audit(
+            action="did_not_happen", since=now - 7 * 86400, limit=50
+        ),
+    }
+    for name, read in reads.items():
+        sent = [(st, p) for st, p in _every_select(read) if "c4a_audit" in st]
+        assert sent, f"{name} sent no query"
+        for statement, params in sent:
+            plan = _plan(ledger.engine, statement, params)
+            assert not _whole_table_reads(plan, statement), f"{name}:\n{statement}\n{plan}"
+            # The index gives the order: no sort of everything the filter matched.
+            assert "USE TEMP B-TREE" not in plan, f"{name}:\n{plan}"

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import time
 from urllib.parse import urlencode
 
 from starlette.responses import Response
 
 from call4agents import AuditEntry, Ledger
+from call4agents.model.errors import ConfigurationError
 from call4agents.storage.audit_rows import ACTIONS, as_csv
 
 from ._auth import Refused
-from ._html import Html, clock, h, join, page, table
+from ._html import Html, clock, h, join, options, page, table
 from ._web import SECURITY_HEADERS, Ask, html, json_response
 
 PAGE = 50
-FILTERS = ("by", "action", "run", "tool")
+FILTERS = ("by", "action", "run", "tool", "since")
+WITHIN = {"": None, "1h": 3600.0, "24h": 86400.0, "7d": 7 * 86400.0, "30d": 30 * 86400.0}
 EXPORTED = 10_000  # one export's rows at most; page with before= for more
 
 
@@ -22,18 +25,24 @@ def audit(ledger: Ledger, ask: Ask) -> Response:
     chosen = {name: ask.query.get(name, "").strip() for name in FILTERS}
     if chosen["action"] and chosen["action"] not in ACTIONS:
         raise Refused(400, f"unknown action {chosen['action']!r}: pick one of {', '.join(ACTIONS)}")
-    before = _before(ask.query.get("before", ""))
+    if chosen["since"] not in WITHIN:
+        raise Refused(400, f"unknown since {chosen['since']!r}: pick one of {', '.join(WITHIN)}")
+    within = WITHIN[chosen["since"]]
     export = ask.query.get("format", "")
     if export not in ("", "csv", "json"):
         raise Refused(400, "format is csv or json")
-    found = ledger.audit(
-        by=chosen["by"] or None,
-        action=chosen["action"] or None,
-        run_id=chosen["run"] or None,
-        tool=chosen["tool"] or None,
-        before=before,
-        limit=EXPORTED if export else PAGE,
-    )
+    try:
+        found = ledger.audit(
+            by=chosen["by"] or None,
+            action=chosen["action"] or None,
+            run_id=chosen["run"] or None,
+            tool=chosen["tool"] or None,
+            since=None if within is None else time.time() - within,
+            before=_before(ask.query.get("before", "")),
+            limit=EXPORTED if export else PAGE,
+        )
+    except ConfigurationError as exc:  # a before= naming no entry
+        raise Refused(400, str(exc)) from exc
     if export == "json":
         return json_response([e.as_dict() for e in found])
     if export == "csv":
@@ -53,23 +62,17 @@ def _before(raw: str) -> int | None:
 
 
 def _filters(chosen: dict[str, str]) -> Html:
-    options = join(
-        h(
-            '<option value="{v}"{sel}>{t}</option>',
-            v=a,
-            t=a.replace("_", " ") or "any decision",
-            sel=Html(" selected") if a == chosen["action"] else Html(),
-        )
-        for a in ("", *ACTIONS)
-    )
+    actions = {a: a.replace("_", " ") or "any decision" for a in ("", *ACTIONS)}
     return h(
         '<form method="get" action="/audit" class="filters">'
         '<label>Who <input name="by" value="{by}"></label>'
-        '<label>What <select name="action">{options}</select></label>'
+        '<label>What <select name="action">{actions}</select></label>'
         '<label>Run <input name="run" value="{run}"></label>'
         '<label>Tool <input name="tool" value="{tool}"></label>'
+        '<label>When <select name="since">{since}</select></label>'
         "<button>Filter</button></form>",
-        options=options,
+        actions=options(actions, chosen["action"]),
+        since=options({w: f"last {w}" if w else "any time" for w in WITHIN}, chosen["since"]),
         **{k: chosen[k] for k in ("by", "run", "tool")},
     )
 

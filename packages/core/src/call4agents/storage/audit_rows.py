@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
+
+from call4agents.model.errors import ConfigurationError
 
 from .store import Conn, Store, now_sql
 from .tables import audit
@@ -57,19 +59,25 @@ def entries(
     before: int | None = None,
     limit: int = 100,
 ) -> list[AuditEntry]:
-    """Newest first; ``before`` an id to page on from (keyset paging: each page costs the same)."""
-    query = select(audit).order_by(audit.c.id.desc()).limit(limit)
-    for column, value in ((audit.c.actor, actor), (audit.c.action, action)):
-        if value is not None:
-            query = query.where(column == value)
-    for column, value in ((audit.c.run_id, run_id), (audit.c.tool, tool)):
+    """Newest first (by time, ties by id); ``before`` the id of the last entry of the page before
+    (keyset paging: the page goes on from that entry's time, so each page costs the same)."""
+    query = select(audit).order_by(audit.c.at.desc(), audit.c.id.desc()).limit(limit)
+    chosen = ((audit.c.actor, actor), (audit.c.action, action), (audit.c.run_id, run_id))
+    for column, value in (*chosen, (audit.c.tool, tool)):
         if value is not None:
             query = query.where(column == value)
     if since is not None:
         query = query.where(audit.c.at >= since)
-    if before is not None:
-        query = query.where(audit.c.id < before)
     with store.read() as conn:
+        if before is not None:
+            last = conn.execute(select(audit.c.at).where(audit.c.id == before)).scalar()
+            if last is None:  # entries are never deleted: the id was never one
+                raise ConfigurationError(
+                    f"no audit entry has id {before}: page on from the id of the last entry "
+                    "a page showed"
+                )
+            # Written so each filter's index serves it as one range: (at, id) < (last, before).
+            query = query.where(audit.c.at <= last, or_(audit.c.at < last, audit.c.id < before))
         return [AuditEntry(**row) for row in conn.execute(query).mappings()]
 
 

@@ -225,6 +225,15 @@ def _v13(conn: Connection) -> None:
     _add_column(conn, approvals.name, "redacted_marks", "TEXT")
 
 
+def _v14(conn: Connection) -> None:
+    # The audit read by time with one index per filter (see tables.py): version 12's two
+    # indexes by id go. A ledger made by this version got the new ones from _v12.
+    for old in ("c4a_audit_actor", "c4a_audit_run"):
+        conn.execute(text(f"DROP INDEX IF EXISTS {_fold.qualified(conn, old)}"))
+    for index in audit.indexes:
+        index.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1,
     _v2,
@@ -239,6 +248,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v11,
     _v12,
     _v13,
+    _v14,
 ]
 # Stated in _basics, where the lean route reads it without SQLAlchemy: a new migration raises it.
 assert len(MIGRATIONS) == CURRENT, "a new migration raises _basics.CURRENT"

@@ -321,6 +321,11 @@ Index("c4a_run_tallies_irreversible", run_tallies.c.irreversible, run_tallies.c.
 Index("c4a_approvals_pending", approvals.c.state, approvals.c.expires_at, approvals.c.requested_at)
 # Dead letters not yet replayed, oldest first (the console, `stats`, `webhooks`).
 Index("c4a_dead_letters_waiting", dead_letters.c.replayed_at, dead_letters.c.id)
-# The audit read newest first, whole or by who decided or by run (keyset pages by id).
-Index("c4a_audit_actor", audit.c.actor, audit.c.id)
-Index("c4a_audit_run", audit.c.run_id, audit.c.id)
+# The audit read newest first (by time, ties by id), whole or by one of its filters, each a
+# range of one index however far down a page is or whatever window `since` names (schema
+# version 14; version 12 had only the first two filters, by id).
+Index("c4a_audit_at", audit.c.at, audit.c.id)
+Index("c4a_audit_actor_at", audit.c.actor, audit.c.at, audit.c.id)
+Index("c4a_audit_run_at", audit.c.run_id, audit.c.at, audit.c.id)
+Index("c4a_audit_action_at", audit.c.action, audit.c.at, audit.c.id)
+Index("c4a_audit_tool_at", audit.c.tool, audit.c.at, audit.c.id)
