@@ -23,6 +23,69 @@ import call4agents as c4a
 from tests import forked
 
 PG_ENV = "CALL4AGENTS_TEST_POSTGRES_URL"
+TESTS = Path(__file__).parent
+
+# LangChain 1.x and Pydantic AI 2.x need Python 3.11, and so do their integrations; the core, MCP
+# and the Agents SDK run on 3.10. There the tests that drive those agents are left out (each
+# run's header names them) and the tests of README blocks and examples skip theirs.
+NEEDS_PY311 = "LangChain 1.x and Pydantic AI 2.x need Python 3.11"
+PY311_ONLY = (
+    "langgraph",
+    "pydantic_ai",
+    "core/test_run_controls_budget.py",
+    "core/test_run_controls_pydantic_ai.py",
+    "mcp/test_run_controls.py",
+    "otel/test_langgraph.py",
+    "otel/test_pydantic_ai.py",
+    "otel/test_replay.py",
+    "otel/test_steps.py",
+)
+OLD_PYTHON = sys.version_info < (3, 11)
+
+
+def pytest_ignore_collect(collection_path: Path) -> bool | None:
+    if OLD_PYTHON and collection_path.is_relative_to(TESTS):
+        path = collection_path.relative_to(TESTS)
+        return any(p.as_posix() in PY311_ONLY for p in (path, *path.parents)) or None
+    return None
+
+
+def pytest_report_header() -> list[str]:
+    if not OLD_PYTHON:
+        return []
+    left_out = ", ".join(f"tests/{path}" for path in PY311_ONLY)
+    return [f"left out on Python 3.10 ({NEEDS_PY311}): {left_out}"]
+
+
+# What `bash scripts/pythons` runs on 3.10, 3.12 and 3.13 (the whole suite runs on 3.11): the
+# core's behaviour on both databases, a crash matrix with real child processes, the audit, the CLI,
+# the console, each integration's own agent and the quickstart; marked `every_python`.
+EVERY_PYTHON = (
+    "core/test_effects.py",
+    "core/test_canonical.py",
+    "core/test_approvals.py",
+    "core/test_audit.py",
+    "core/test_cli.py",
+    "crash/test_crash_matrix.py",
+    "console/test_console_http.py",
+    "mcp/test_server.py",
+    "mcp/test_client.py",
+    "openai_agents/test_once_only.py",
+    "langgraph/test_middleware.py",
+    "pydantic_ai/test_once_only.py",
+    "test_quickstart.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.relative_to(TESTS).as_posix() in EVERY_PYTHON:
+            item.add_marker(pytest.mark.every_python)
+
+
+def needs_py311(text: str) -> bool:
+    """Whether code (a README block, an example) drives LangChain or Pydantic AI."""
+    return any(name in text for name in ("langchain", "langgraph", "pydantic_ai"))
 
 
 def _postgres_problem() -> str | None:

@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pytest brings tomli on 3.10
+    import tomli as tomllib
 
 ROOT = Path(__file__).parents[1]
 CORE = "call4agents-core"  # PyPI's `call4agents` is an unrelated project
@@ -169,6 +173,28 @@ def test_the_core_and_its_all_extra_install_on_python_3_10(dist: Path) -> None:
     assert f"{CORE}==0.1.0.dev0" in done.stdout
     assert "call4agents-mcp==" in done.stdout
     assert "call4agents-langgraph" not in done.stdout  # LangChain 1.5 needs 3.11
+
+
+# The Pythons the tests run on: `bash scripts/test` runs the suite on 3.11, scripts/pythons on the
+# others (a subset each; `bash scripts/test --all-pythons` the whole suite on each).
+TESTED = ("3.10", "3.11", "3.12", "3.13")
+
+
+def test_each_package_states_exactly_the_pythons_its_tests_run_on() -> None:
+    others = re.search(
+        r"^for version in ([\d. ]+); do$", (ROOT / "scripts/pythons").read_text(), re.M
+    )
+    assert others, "scripts/pythons names the other Pythons in its loop"
+    assert sorted({"3.11", *others[1].split()}) == sorted(TESTED)
+    for path in PYPROJECTS:
+        project = _project(path)
+        oldest = project["requires-python"].removeprefix(">=")
+        stated = [
+            c.rsplit(" :: ", 1)[1]
+            for c in project["classifiers"]
+            if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+        ]
+        assert stated == list(TESTED[TESTED.index(oldest) :]), path
 
 
 def test_langgraph_checkpoint_sqlite_is_only_an_extra(dist: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from call4agents.facade import quickstart as qs
-from tests.conftest import Target
+from tests.conftest import OLD_PYTHON, Target
 
 SCRIPT = Path(sys.executable).with_name("call4agents")  # the console script in this venv
 
@@ -48,6 +48,10 @@ def test_core_rows_and_the_next_steps_work_as_printed(tmp_path: Path) -> None:
     assert "in doubt" in what
     for label, (count, _) in rows.items():  # every integration: 2 without, 1 with
         assert count == (2 if "without" in label else 1), label
+    frameworks = {label.split(",")[0] for label in rows if not label.startswith("killed")}
+    newer = set() if OLD_PYTHON else {"LangGraph", "Pydantic AI"}
+    assert frameworks == {"OpenAI Agents SDK", "MCP client", *newer}
+    assert ("LangChain 1.x and Pydantic AI 2.x need Python" in done.stdout) is OLD_PYTHON
     # The closing commands run as printed, from the same folder, on the ledger the demo kept.
     steps = done.stdout.split("\nNext")[1].splitlines()[1:3]
     assert [s.split()[1] for s in steps] == ["runs", "show"], steps

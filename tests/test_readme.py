@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import NEEDS_PY311, OLD_PYTHON, needs_py311
+
 ROOT = Path(__file__).parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 DOCS = ROOT / "docs"
@@ -70,6 +72,8 @@ def _of_kind(kind: str) -> list[Snippet]:
 
 @pytest.mark.parametrize("snippet", _of_kind("script"), ids=lambda s: s.where)
 def test_python_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
+    if OLD_PYTHON and needs_py311(snippet.code):
+        pytest.skip(NEEDS_PY311)
     script = tmp_path / "snippet.py"  # run as a user would: a script file, in an empty folder
     script.write_text(snippet.code, encoding="utf-8")
     done = subprocess.run(

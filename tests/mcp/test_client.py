@@ -18,7 +18,7 @@ from mcp.types import CallToolResult, TextContent
 import call4agents as c4a
 from call4agents_mcp import KEY_META, OnceOnly, call_tool, idempotency_key, process_tool_call
 from call4agents_mcp import tool_meta_resolver as agents_resolver
-from tests.conftest import Target
+from tests.conftest import NEEDS_PY311, OLD_PYTHON, Target
 
 SERVER = Path(__file__).with_name("http_server.py")
 
@@ -85,6 +85,7 @@ def test_call_tool_helper_keeps_caller_meta_and_explicit_keys() -> None:
 # -- Pydantic AI's MCPToolset hook --------------------------------------------------------------
 
 
+@pytest.mark.skipif(OLD_PYTHON, reason=NEEDS_PY311)
 def test_pydantic_ai_hook_sends_a_key_per_conversation(ledger: c4a.Ledger, tmp_path: Path) -> None:
     from pydantic_ai import RunContext
     from pydantic_ai.models.test import TestModel

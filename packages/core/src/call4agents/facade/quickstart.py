@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="c4a-quickstart-") as tmp:
         rows = _run_all(_scenarios(Path(tmp), url))
     [run_id] = [row.run_id for row in rows if row.run_id]
+    if sys.version_info < (3, 11):
+        _say("\nNo LangGraph or Pydantic AI rows: LangChain 1.x and Pydantic AI 2.x need Python")
+        _say(f"3.11, and this is Python {sys.version_info[0]}.{sys.version_info[1]}.")
     url_arg = f"--url {_shown_url(args.url) if args.url else f'sqlite:///{KEPT_LEDGER}'}"
     _next_steps(url_arg, run_id, time.monotonic() - started)
     return 0
