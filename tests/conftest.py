@@ -43,11 +43,27 @@ PY311_ONLY = (
 OLD_PYTHON = sys.version_info < (3, 11)
 
 
-def pytest_ignore_collect(collection_path: Path) -> bool | None:
-    if OLD_PYTHON and collection_path.is_relative_to(TESTS):
-        path = collection_path.relative_to(TESTS)
-        return any(p.as_posix() in PY311_ONLY for p in (path, *path.parents)) or None
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--every-python",
+        action="store_true",
+        help="only the tests EVERY_PYTHON names (scripts/pythons runs them on the other Pythons)",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if not collection_path.is_relative_to(TESTS) or collection_path == TESTS:
+        return None
+    path = collection_path.relative_to(TESTS)
+    if OLD_PYTHON and any(p.as_posix() in PY311_ONLY for p in (path, *path.parents)):
+        return True
+    if config.getoption("every_python"):  # no other file is even imported
+        return not any(_within(path.as_posix(), entry) for entry in EVERY_PYTHON) or None
     return None
+
+
+def _within(path: str, entry: str) -> bool:
+    return entry == path or entry.startswith((f"{path}/", f"{path}::"))
 
 
 def pytest_report_header() -> list[str]:
@@ -57,30 +73,34 @@ def pytest_report_header() -> list[str]:
     return [f"left out on Python 3.10 ({NEEDS_PY311}): {left_out}"]
 
 
-# What `bash scripts/pythons` runs on 3.10, 3.12 and 3.13 (the whole suite runs on 3.11): the
-# core's behaviour on both databases, a crash matrix with real child processes, the audit, the CLI,
-# the console, each integration's own agent and the quickstart; marked `every_python`.
+# What `bash scripts/pythons` runs on 3.10, 3.12 and 3.13 (`pytest --every-python`; the whole
+# suite runs on 3.11, and on every version with `scripts/test --all-pythons`): the core's
+# behaviour on both databases, canonical arguments and results, a crash matrix with real child
+# processes, the audit with the CLI and the console, and each integration's own agent. Files, or
+# single tests as file::name.
 EVERY_PYTHON = (
     "core/test_effects.py",
     "core/test_canonical.py",
-    "core/test_approvals.py",
+    "core/test_codec.py",
     "core/test_audit.py",
-    "core/test_cli.py",
     "crash/test_crash_matrix.py",
-    "console/test_console_http.py",
-    "mcp/test_server.py",
     "mcp/test_client.py",
     "openai_agents/test_once_only.py",
     "langgraph/test_middleware.py",
     "pydantic_ai/test_once_only.py",
-    "test_quickstart.py",
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("every_python"):
+        return
+    chosen, dropped = [], []
     for item in items:
-        if item.path.relative_to(TESTS).as_posix() in EVERY_PYTHON:
-            item.add_marker(pytest.mark.every_python)
+        test = item.nodeid.split("[")[0].removeprefix("tests/")
+        file = test.split("::")[0]
+        (chosen if file in EVERY_PYTHON or test in EVERY_PYTHON else dropped).append(item)
+    config.hook.pytest_deselected(items=dropped)
+    items[:] = chosen
 
 
 def needs_py311(text: str) -> bool:

@@ -42,6 +42,23 @@ def run_script(
     return subprocess.CompletedProcess(argv, code, out, err)
 
 
+def run_together(
+    script: Path | str, runs: list[tuple[list[str], dict[str, str]]], *, timeout: float = 180
+) -> list[subprocess.CompletedProcess[str]]:
+    """Each ``(args, env)`` as ``script args`` in a forked child, all started at once (workers that
+    race, as processes started together do); waits for every one, as ``subprocess.run`` would."""
+    children = [_children.Child(_script, [str(script), *args], env=env) for args, env in runs]
+    try:
+        codes = [child.wait(timeout) for child in children]
+        return [
+            subprocess.CompletedProcess([str(script), *args], code, child.stdout, child.stderr)
+            for (args, _), code, child in zip(runs, codes, children, strict=True)
+        ]
+    finally:
+        for child in children:
+            child.close()
+
+
 def _script(argv: list[str]) -> None:
     sys.argv = list(argv)
     sys.path.insert(0, str(Path(argv[0]).resolve().parent))

@@ -7,8 +7,6 @@ import contextlib
 import json
 import re
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from sqlalchemy import select, update
 import call4agents as c4a
 from call4agents.storage.tables import run_counters
 from call4agents_pydantic_ai import OnceOnly
+from tests import forked
 from tests.conftest import Target, run_child
 from tests.pydantic_ai.scripted import Outbox, scripted
 
@@ -191,21 +190,14 @@ def test_budget_survives_a_crash_and_resume(target: Target, tmp_path: Path) -> N
 
 def test_two_workers_share_one_budget(target: Target, tmp_path: Path) -> None:
     out = tmp_path / "world.txt"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(CHILD), "budget", "b-5", str(out)],
-            env=dict(target.env(), MAX_CALLS="4", AMOUNTS=amounts),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for amounts in ("1,2,3,4,5", "6,7,8,9,10")
+    env = target.env()
+    runs = [
+        (["budget", "b-5", str(out)], dict(env, MAX_CALLS="4", AMOUNTS=n))
+        for n in ("1,2,3,4,5", "6,7,8,9,10")
     ]
-    outcomes = []
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stderr
-        outcomes += json.loads(stdout)
+    workers = forked.run_together(CHILD, runs, timeout=120)
+    assert [w.returncode for w in workers] == [0, 0], [w.stderr for w in workers]
+    outcomes = [outcome for w in workers for outcome in json.loads(w.stdout)]
     assert outcomes.count("ok") == 4  # not 4 each
     assert outcomes.count("refused:step_limit") == 6
     assert len(out.read_text().splitlines()) == 4

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import forked
 from tests.conftest import Target, run_child
 
 CHILD = Path(__file__).with_name("agent_child.py")
@@ -66,19 +67,10 @@ def test_two_processes_race_for_one_yes(target: Target, tmp_path: Path) -> None:
     outbox = tmp_path / "outbox.jsonl"
     env = dict(target.env(), APPROVAL="1", TOOL_SECONDS="0.5")
     approve_request(target, outbox, env)
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(CHILD), "none", "t", str(outbox)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=60) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs
-    assert json.loads(outs[0][0]) == json.loads(outs[1][0])  # one ran, the other got its result
+    workers = forked.run_together(CHILD, [(["none", "t", str(outbox)], env)] * 2, timeout=60)
+    assert [w.returncode for w in workers] == [0, 0], [w.stderr for w in workers]
+    first, second = (json.loads(w.stdout) for w in workers)
+    assert first == second  # one ran, the other got its result
     assert len(outbox.read_text().splitlines()) == 1
 
 

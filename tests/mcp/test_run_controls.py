@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from call4agents.engine.undos import undo_for
 from call4agents.facade.cli import main as cli_main
 from call4agents.storage.tables import run_counters
 from call4agents_mcp import KEY_META, OnceOnly, call_tool, ending_of, process_tool_call
+from tests import forked
 from tests.conftest import Target, run_child
 
 CHILD = Path(__file__).with_name("run_controls_child.py")
@@ -306,21 +306,14 @@ def test_budget_survives_a_server_crash_and_restart(target: Target, tmp_path: Pa
 
 def test_two_replicas_share_one_budget(target: Target, tmp_path: Path) -> None:
     out = tmp_path / "world.txt"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(CHILD), "job-replicas", str(out)],
-            env=dict(target.env(), MAX_CALLS="4", AMOUNTS=amounts),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for amounts in ("1,2,3,4,5", "6,7,8,9,10")
+    env = target.env()
+    runs = [
+        (["job-replicas", str(out)], dict(env, MAX_CALLS="4", AMOUNTS=n))
+        for n in ("1,2,3,4,5", "6,7,8,9,10")
     ]
-    outcomes: list[str] = []
-    for proc in procs:
-        stdout, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 0, stderr
-        outcomes += json.loads(stdout)
+    workers = forked.run_together(CHILD, runs, timeout=120)
+    assert [w.returncode for w in workers] == [0, 0], [w.stderr for w in workers]
+    outcomes: list[str] = [outcome for w in workers for outcome in json.loads(w.stdout)]
     assert outcomes.count("ok") == 4  # not 4 each
     assert outcomes.count("budget_exceeded:step_limit") == 6
     assert len(out.read_text().splitlines()) == 4

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ from agents.exceptions import ModelBehaviorError
 
 import call4agents as c4a
 from call4agents_openai_agents import OnceOnly
+from tests import forked
 from tests.conftest import Target
 from tests.openai_agents.approval_child import bank_agent
 from tests.openai_agents.support import Outbox, assistant_message, call, outputs
@@ -256,15 +255,10 @@ async def test_two_workers_resume_one_saved_approved_state(
     state_file = tmp_path / "approved-state.json"
     state_file.write_text(state.to_string())
 
-    argv = [sys.executable, str(CHILD), mode, str(state_file), str(outbox.path)]
-    workers = [
-        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(2)
-    ]
-    reports = [worker.communicate(timeout=180) for worker in workers]
-    assert [w.returncode for w in workers] == [0, 0], reports
+    workers = forked.run_together(CHILD, [([mode, str(state_file), str(outbox.path)], env)] * 2)
+    assert [w.returncode for w in workers] == [0, 0], [w.stderr for w in workers]
     assert outbox.count() == expected
-    seen = [json.loads(stdout)["outputs"] for stdout, _ in reports]
+    seen = [json.loads(w.stdout)["outputs"] for w in workers]
     assert seen == [["wired 500 to bob"], ["wired 500 to bob"]]
     if mode == "once":  # one yes, spent by the one execution
         assert [t.state for t in target.open().approvals("ticket-7")] == ["spent"]

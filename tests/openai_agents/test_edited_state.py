@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from agents import Agent, Runner, RunState
 import call4agents as c4a
 from call4agents.facade.cli import main as cli
 from call4agents_openai_agents import OnceOnly
+from tests import forked
 from tests.conftest import Target
 from tests.openai_agents.approval_child import bank_agent
 from tests.openai_agents.support import Outbox, assistant_message, call, outputs
@@ -131,16 +130,13 @@ async def test_two_workers_resuming_an_edited_state_run_nothing(
     _, edited = await _approved_then_edited(outbox, True, how, ledger)
     state_file = tmp_path / "edited-state.json"
     state_file.write_text(edited)
-    argv = [sys.executable, str(CHILD), "once", str(state_file), str(outbox.path)]
+    args = ["once", str(state_file), str(outbox.path)]
     for _ in range(2):  # twice over: each round, two workers at once
-        workers = [
-            subprocess.Popen(
-                argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-            )
-            for _ in range(2)
-        ]
-        reports = [w.communicate(timeout=180) for w in workers]
-        assert [w.returncode for w in workers] == [0, 0], reports
+        workers = forked.run_together(CHILD, [(args, env)] * 2)
+        assert [w.returncode for w in workers] == [0, 0], [w.stderr for w in workers]
+        for worker in workers:  # each was told why, and ran nothing
+            told = json.loads(worker.stdout)["outputs"]
+            assert any("changed since they were shown" in o for o in told), told
     assert outbox.count() == 0
 
 

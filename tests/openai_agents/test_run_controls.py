@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +31,7 @@ import call4agents as c4a
 from call4agents.facade.cli import main as cli_main
 from call4agents.storage.tables import run_counters
 from call4agents_openai_agents import OnceOnly
+from tests import forked
 from tests.conftest import Target, run_child
 from tests.openai_agents.support import Outbox, assistant_message, call, outputs
 
@@ -347,21 +346,13 @@ def test_the_budget_survives_a_sigkill_and_a_resume(
 
 def test_two_workers_share_one_budget(target: Target, tmp_path: Path) -> None:
     out = Outbox(tmp_path / "outbox.jsonl")
-    workers = [
-        subprocess.Popen(
-            [sys.executable, str(CHILD), "job-w", str(out.path), "tool_calls", "4"],
-            env=dict(target.env(), RECIPIENTS=people),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for people in ("a0,a1,a2,a3", "b0,b1,b2,b3")
+    args = ["job-w", str(out.path), "tool_calls", "4"]
+    runs = [
+        (args, dict(target.env(), RECIPIENTS=people)) for people in ("a0,a1,a2,a3", "b0,b1,b2,b3")
     ]
-    endings = []
-    for worker in workers:
-        stdout, stderr = worker.communicate(timeout=180)
-        assert worker.returncode == 0, stderr
-        endings.append(json.loads(stdout)["ended"])
+    workers = forked.run_together(CHILD, runs)
+    assert [w.returncode for w in workers] == [0, 0], [w.stderr for w in workers]
+    endings = [json.loads(w.stdout)["ended"] for w in workers]
     assert out.count() == 4  # four in all, not four each
     assert "step_limit" in endings
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 
 import call4agents as c4a
 from call4agents_pydantic_ai import OnceOnly
+from tests import forked
 from tests.conftest import Target, run_child
 from tests.pydantic_ai.scripted import Outbox, child_env, returns_in, scripted
 
@@ -255,20 +254,11 @@ def test_two_workers_continuing_the_same_approval_at_once_run_the_tool_once(
     asked = run_child(CHILD, "ask", str(tmp_path), env=env)
     assert asked.returncode == 0, asked.stderr
     (tmp_path / "workers").write_text("w1 w2")
-    workers = [
-        subprocess.Popen(
-            [sys.executable, str(CHILD), "continue", str(tmp_path), name],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name in ("w1", "w2")
-    ]
-    outputs = [w.communicate(timeout=120) for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], [err for _, err in outputs]
+    runs = [(["continue", str(tmp_path), name], env) for name in ("w1", "w2")]
+    workers = forked.run_together(CHILD, runs, timeout=120)
+    assert [w.returncode for w in workers] == [0, 0], [w.stderr for w in workers]
     sent = [["send_email", "sent to bob@example.com", "success"]]
-    assert [json.loads(out) for out, _ in outputs] == [sent, sent]
+    assert [json.loads(w.stdout) for w in workers] == [sent, sent]
     assert Outbox(tmp_path / "outbox.jsonl").sent() == ["bob@example.com"]
     [ticket] = target.open().approvals(run_id="ticket-9")
     assert (ticket.state, ticket.decided_by) == ("spent", "ann")
