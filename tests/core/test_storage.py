@@ -17,7 +17,7 @@ from sqlalchemy import select, text
 import call4agents as c4a
 from call4agents.storage import _db, _sqlite
 from call4agents.storage.migrations import CURRENT
-from call4agents.storage.tables import schema_version
+from call4agents.storage.tables import meta, schema_version
 
 
 def test_newer_schema_is_refused_and_left_alone(target: Any) -> None:
@@ -385,3 +385,70 @@ def test_who_asked_names_the_ledgers_policy_or_the_tools_own_yes(target: Any) ->
         )
     with pytest.raises(c4a.LedgerError, match="signature check"):
         ledger.approve(by_tool.ticket, by="ann")
+
+
+def _shape(ledger: c4a.Ledger) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table, column, index, trigger and function of a ledger, as the database states
+    them, with the schema's own name taken out (two ledgers on one server differ in it)."""
+    queries = {
+        "sqlite": {
+            "objects": "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
+        },
+        "postgresql": {
+            "columns": "SELECT table_name, ordinal_position, column_name, data_type, "
+            "character_maximum_length, collation_name, is_nullable, column_default "
+            "FROM information_schema.columns WHERE table_schema = :schema",
+            "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes "
+            "WHERE schemaname = :schema",
+            "triggers": "SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t "
+            "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :schema AND NOT t.tgisinternal",
+            "functions": "SELECT p.proname, p.prosrc FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = :schema",
+        },
+    }[ledger.dialect]
+    found: dict[str, list[tuple[Any, ...]]] = {}
+    with ledger.engine.connect() as conn:
+        for name, query in queries.items():
+            rows = conn.execute(text(query), {"schema": ledger.schema}).all()
+            found[name] = sorted(
+                tuple(
+                    " ".join(v.replace(ledger.schema or "\0", "SCHEMA").split())
+                    if isinstance(v, str)
+                    else v
+                    for v in row
+                )
+                for row in rows
+            )
+        found["meta"] = [tuple(r) for r in conn.execute(select(meta.c.name)).all()]
+    return found
+
+
+def test_a_new_ledger_is_what_every_migration_from_nothing_makes(
+    target: Any, tmp_path: Path
+) -> None:
+    """A brand-new ledger is made in one pass (migrations.create_current); an old ledger is
+    brought up by the numbered migrations. Both must end as the same schema, or a ledger's
+    behaviour would depend on the version it was first made by."""
+    import contextlib
+
+    from call4agents.storage.migrations import migrate
+    from tests.conftest import make_target
+
+    made = target.open()
+    with contextlib.contextmanager(make_target)(target.backend, tmp_path / "b") as other:
+        (tmp_path / "b").mkdir(exist_ok=True)
+        engine = _db.make_engine(
+            _db.parse_url(other.url),
+            durability="power",
+            schema=other.schema,
+            busy_timeout=5.0,
+            allow_network_fs=False,
+        )
+        try:
+            assert migrate(engine, schema=other.schema, target=CURRENT - 1) == (0, CURRENT - 1)
+            assert migrate(engine, schema=other.schema) == (CURRENT - 1, CURRENT)
+            stepwise = other.open()
+            assert _shape(made) == _shape(stepwise)
+        finally:
+            engine.dispose()

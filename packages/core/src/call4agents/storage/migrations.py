@@ -26,6 +26,7 @@ from .tables import (
     dedup_hits,
     effects,
     meta,
+    metadata,
     run_changes,
     run_counters,
     run_marks,
@@ -254,6 +255,20 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
 assert len(MIGRATIONS) == CURRENT, "a new migration raises _basics.CURRENT"
 
 
+def create_current(conn: Connection) -> None:
+    """A brand-new ledger in one pass: every table and index as tables.py declares them, and the
+    triggers the migrations leave. It is what MIGRATIONS make from nothing (a test compares the
+    two on both databases), in a few dozen statements instead of the hundreds they send to
+    create, alter and re-create along the way: a quarter of a second less per new PostgreSQL
+    schema."""
+    metadata.create_all(conn, checkfirst=False)
+    conn.execute(meta.insert().values(name="key_salt", value=secrets.token_hex(32)))
+    _tally.create_triggers(conn)
+    _run_tally.create_triggers(conn)
+    if conn.dialect.name == "postgresql":
+        _live.create_triggers(conn)
+
+
 def current_version(conn: Connection, schema: str | None = None) -> int:
     if not inspect(conn).has_table(schema_version.name, schema=schema):
         return 0
@@ -270,8 +285,11 @@ def migrate(engine: Engine, *, schema: str | None = None, target: int = CURRENT)
                 conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
         before = current_version(conn, schema)
         refuse_newer(before)
-        for version in range(before + 1, target + 1):
-            MIGRATIONS[version - 1](conn)
+        if before == 0 and target == CURRENT:
+            create_current(conn)
+        else:
+            for version in range(before + 1, target + 1):
+                MIGRATIONS[version - 1](conn)
         if target > before:
             if before == 0:
                 conn.execute(schema_version.insert().values(version=target))
@@ -280,4 +298,4 @@ def migrate(engine: Engine, *, schema: str | None = None, target: int = CURRENT)
         return before, max(before, target)
 
 
-__all__ = ["CURRENT", "MIGRATIONS", "current_version", "migrate", "refuse_newer"]
+__all__ = ["CURRENT", "MIGRATIONS", "create_current", "current_version", "migrate", "refuse_newer"]
