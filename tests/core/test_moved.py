@@ -47,3 +47,21 @@ def test_names_import_from_old_paths_and_the_functions_keep_their_names(
 def test_an_unknown_old_path_is_still_an_import_error() -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("call4agents.no_such_module")
+
+
+def test_an_old_path_leaves_the_module_its_own_spec() -> None:
+    """Importing by the old path once set the module's __spec__ to the alias's: its relative
+    imports then resolved against the old package (Python 3.12 warned, later versions will
+    import the wrong module)."""
+    code = (
+        "import importlib, warnings\n"
+        "warnings.simplefilter('ignore')\n"
+        f"for old in {sorted(_moved.MOVED)!r}:\n"
+        "    module = importlib.import_module('call4agents.' + old)\n"
+        "    print(module.__spec__.name, module.__spec__.parent, module.__package__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    for old, line in zip(sorted(_moved.MOVED), done.stdout.splitlines(), strict=True):
+        module = importlib.import_module(f"call4agents.{_moved.MOVED[old]}")
+        assert line.split() == [module.__name__, module.__spec__.parent, module.__package__]

@@ -60,10 +60,16 @@ class _Alias:
             DeprecationWarning,
             stacklevel=2,
         )
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        spec.loader_state = module.__spec__  # its own, which importing by this path replaces
+        return module
 
     def exec_module(self, module: types.ModuleType) -> None:
-        """The module was loaded at its new path already."""
+        """The module was loaded at its new path already. Importing it by the old one set its
+        ``__spec__`` to the alias's, whose parent is not the module's package: put its own back,
+        or its relative imports would resolve against the wrong package (Python 3.12 warns)."""
+        assert module.__spec__ is not None
+        module.__spec__ = module.__spec__.loader_state
 
 
 def install() -> None:

@@ -153,7 +153,7 @@ def _integrations() -> list[Any]:
 
 def child_imports() -> list[str]:
     """What the quickstart's children import, core and installed integrations, to preload."""
-    names = ["call4agents", "call4agents.quickstart"]
+    names = ["call4agents", __name__]
     for module in _integrations():
         names += [module.__name__, *module.CHILD_IMPORTS]
     return names
