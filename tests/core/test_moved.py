@@ -11,9 +11,15 @@ import pytest
 from call4agents import _moved
 
 
+def _fresh(code: str) -> str:
+    """What ``code`` prints in a fresh interpreter (in this one, paths may be bound already)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 @pytest.mark.parametrize("old", sorted(_moved.MOVED))
 def test_an_old_module_path_imports_the_moved_module_with_a_warning(old: str) -> None:
-    # A fresh interpreter: in this one the path may already be bound by an earlier import.
     code = (
         "import importlib, warnings\n"
         "warnings.simplefilter('error')\n"
@@ -22,9 +28,7 @@ def test_an_old_module_path_imports_the_moved_module_with_a_warning(old: str) ->
         "except DeprecationWarning as w:\n"
         "    print(w)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert f"call4agents.{old} moved to call4agents.{_moved.MOVED[old]}" in done.stdout
+    assert f"call4agents.{old} moved to call4agents.{_moved.MOVED[old]}" in _fresh(code)
 
 
 def test_names_import_from_old_paths_and_the_functions_keep_their_names(
@@ -60,8 +64,6 @@ def test_an_old_path_leaves_the_module_its_own_spec() -> None:
         "    module = importlib.import_module('call4agents.' + old)\n"
         "    print(module.__spec__.name, module.__spec__.parent, module.__package__)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    for old, line in zip(sorted(_moved.MOVED), done.stdout.splitlines(), strict=True):
+    for old, line in zip(sorted(_moved.MOVED), _fresh(code).splitlines(), strict=True):
         module = importlib.import_module(f"call4agents.{_moved.MOVED[old]}")
         assert line.split() == [module.__name__, module.__spec__.parent, module.__package__]

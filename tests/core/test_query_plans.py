@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, delete, event, insert, text, update
+from sqlalchemy import Engine, Table, delete, event, insert, text, update
 
 import call4agents as c4a
 from call4agents.controls import stats
@@ -59,11 +59,16 @@ def _fill(ledger: c4a.Ledger) -> None:
         }
         for i in range(ROWS)
     ]
+    _insert_analyzed(ledger, effects, rows)
+
+
+def _insert_analyzed(ledger: c4a.Ledger, table: Table, rows: list[dict[str, Any]]) -> None:
+    """The rows, then fresh statistics for the planners."""
     with ledger.engine.begin() as conn:
-        conn.execute(insert(effects), rows)
+        conn.execute(insert(table), rows)
         if ledger.dialect == "postgresql":
-            table = f'"{ledger.schema}".c4a_effects' if ledger.schema else "c4a_effects"
-            conn.execute(text(f"ANALYZE {table}"))
+            prefix = f'"{ledger.schema}".' if ledger.schema else ""
+            conn.execute(text(f"ANALYZE {prefix}{table.name}"))
         else:
             conn.exec_driver_sql("ANALYZE")
 
@@ -476,13 +481,7 @@ def _fill_audit(ledger: c4a.Ledger) -> float:
         }
         for i in range(ROWS)
     ]
-    with ledger.engine.begin() as conn:
-        conn.execute(insert(audit), rows)
-        if ledger.dialect == "postgresql":
-            prefix = f'"{ledger.schema}".' if ledger.schema else ""
-            conn.execute(text(f"ANALYZE {prefix}c4a_audit"))
-        else:
-            conn.exec_driver_sql("ANALYZE")
+    _insert_analyzed(ledger, audit, rows)
     return now
 
 
