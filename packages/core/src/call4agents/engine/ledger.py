@@ -564,9 +564,10 @@ class LedgerCore:
     ) -> list[audit_rows.AuditEntry]:
         """Every decision and settlement, newest first: who said yes or no to which ticket, who
         settled which in-doubt action and how, with the reason or note. Kept whatever happens to
-        the ticket or action afterwards, and by ``gc``. ``action``: ``approved``, ``denied``,
-        ``happened`` or ``did_not_happen``; ``since``: epoch seconds; ``before``: an entry's
-        id, for the next page."""
+        the ticket or action afterwards, and by ``gc``. Newest first by time (ties by id).
+        ``action``: ``approved``, ``denied``, ``happened`` or ``did_not_happen``; ``since``:
+        epoch seconds; ``before``: the id of the last entry of a page, for the next one (an id
+        no entry has raises ``ConfigurationError``)."""
         if action is not None and action not in audit_rows.ACTIONS:
             raise ConfigurationError(
                 f"unknown audit action {action!r}: pick one of {', '.join(audit_rows.ACTIONS)}"
