@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Target, run_child
+from tests.conftest import NEEDS_PY311, OLD_PYTHON, Target, run_child
 from tests.console.browser import chromium_path, console
 
 pytestmark = pytest.mark.slow
@@ -97,6 +97,7 @@ def test_approve_in_the_browser_then_the_agent_runs_the_tool_once(
     )
 
 
+@pytest.mark.skipif(OLD_PYTHON, reason=NEEDS_PY311)
 @pytest.mark.parametrize("decision", ["approve", "deny"])
 def test_a_langgraph_agent_goes_on_with_the_browsers_answer(
     browser: Any, sqlite_target: Target, tmp_path: Path, shots: Path, decision: str
