@@ -161,6 +161,7 @@ def test_every_public_name_is_in_the_api_reference() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(OLD_PYTHON, reason="MkDocs Material needs Python 3.11 (the docs build on 3.11)")
 def test_docs_site_builds_strict_and_offline(tmp_path: Path) -> None:
     """`mkdocs build --strict`: every link and anchor resolves, every page is in the nav, every
     API name is found; the built pages carry the content (a page, the diagram, the reference)."""

@@ -73,9 +73,13 @@ def connect_kwargs(url: str) -> dict[str, Any] | None:
         found["host"] = host
     if port:
         found["port"] = int(port)
-    found["dbname"] = unquote(database)
-    if "@" in found["dbname"]:
+    if "%" in database:
+        # SQLAlchemy 2.1 decodes a database name's escapes and 2.0 keeps them (Python 3.10
+        # installs 2.0): the full route reads it as the installed one does.
+        return None
+    if "@" in database:
         return None  # the full route refuses it (a password cut apart)
+    found["dbname"] = database
     settings = parse_qsl(query)
     keys = [k for k, _ in settings]
     if len(set(keys)) != len(keys) or not all(_QUERY_KEY.fullmatch(k) for k in keys):
