@@ -177,6 +177,33 @@ def test_an_escalation_is_open_until_it_is_picked_up(ledger: c4a.Ledger) -> None
     assert oldest > 3 * HOUR
 
 
+def test_an_entry_written_late_never_picks_up_its_own_escalation(ledger: c4a.Ledger) -> None:
+    """A run's entry is written as it ends, its start estimated as the database's time less the
+    time the caller measured. Written late (a busy machine, a slow database), that estimate fell
+    after the escalation the entry itself made, which then read as picked up at once: here the
+    entry's write comes with no time measured at all, as late as it can be."""
+    from call4agents.storage import run_rows
+
+    with pytest.raises(c4a.Escalated), c4a.run("late"):
+        c4a.escalate("needs a person")
+    for _ in range(2):  # its end, written again as late as can be
+        run_rows.add_entry(
+            ledger.store,
+            "late",
+            trigger=None,
+            wall_clock_ms=0.0,
+            tool_calls=0,
+            reads=0,
+            completed=False,
+            escalated=True,
+        )
+    assert stats.open_escalations(ledger)[0] == 1
+    assert stats.series(ledger, HOUR, 1).buckets[-1].escalations_open == 1
+    with c4a.run("late"):  # a person picks it up
+        pass
+    assert stats.open_escalations(ledger)[0] == 0
+
+
 def test_a_ledger_of_version_8_gains_the_timeline(target: Target) -> None:
     ledger = c4a.init(target.open())
     mixed_work(ledger)

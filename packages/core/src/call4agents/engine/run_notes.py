@@ -247,6 +247,7 @@ def _record(ledger: LedgerCore, notes: Notes, summary: RunSummary) -> RunSummary
         tool_calls=summary.tool_calls,
         reads=summary.reads,
         completed=summary.terminal_reason == COMPLETED,
+        escalated=summary.terminal_reason == "escalated",
     )
     return RunSummary(
         summary.run_id,

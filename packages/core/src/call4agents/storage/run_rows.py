@@ -46,12 +46,20 @@ def add_entry(
     tool_calls: int,
     reads: int,
     completed: bool,
+    escalated: bool = False,
 ) -> tuple[dict[str, float], dict[str, float]]:
-    """Add one entry of the run to its counters, in one transaction: (before, after)."""
+    """Add one entry of the run to its counters, in one transaction: (before, after).
+    ``escalated``: this entry ended by escalating the run."""
     dialect = store.dialect
     with store.tx() as conn:
         now = clock(conn)
         entered = now - wall_clock_ms / 1000.0
+        if escalated:
+            # The entry began before it escalated. Its start is estimated from the database's
+            # time now less the time the caller measured, and on a busy machine the write can
+            # come late enough to put that estimate after the escalation: the entry would then
+            # pick up its own escalation, and the charts show it answered at once.
+            entered = min(entered, _escalated_at(conn, run_id) or entered)
         before = counters_in(conn, run_id)
         after = {
             ENTERED_AT: entered,
@@ -64,7 +72,8 @@ def add_entry(
             _put(conn, dialect, run_id, TRIGGER + trigger, entered)
         for name, value in after.items():
             _put(conn, dialect, run_id, name, value, replace=True)
-        _note_pick_up(conn, dialect, run_id, entered, before.get(PICKED_UP_AT))
+        if not escalated:
+            _note_pick_up(conn, dialect, run_id, entered, before.get(PICKED_UP_AT))
     return before, {**before, **after}
 
 
@@ -91,11 +100,17 @@ def _note_pick_up(
 ) -> None:
     """An entry that began after the run's latest escalation picks it up: the first such entry
     is kept, so the console can chart how long each escalation waited for a person."""
-    escalated = conn.execute(
+    escalated = _escalated_at(conn, run_id)
+    if escalated is not None and entered > escalated and (picked or 0.0) < escalated:
+        _put(conn, dialect, run_id, PICKED_UP_AT, entered, replace=True)
+
+
+def _escalated_at(conn: Connection, run_id: str) -> float | None:
+    """When the run last escalated, if an escalation is its ending."""
+    found = conn.execute(
         select(runs.c.updated_at).where(runs.c.run_id == run_id, runs.c.status == "escalated")
     ).scalar()
-    if escalated is not None and entered >= escalated and (picked or 0.0) < escalated:
-        _put(conn, dialect, run_id, PICKED_UP_AT, entered, replace=True)
+    return None if found is None else float(found)
 
 
 def counters(store: Store, run_id: str) -> dict[str, float]:

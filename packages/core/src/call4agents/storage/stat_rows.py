@@ -131,7 +131,8 @@ def _not_picked_up() -> tuple[ColumnElement[bool], ...]:
     """Escalated runs nobody has picked up yet: picked up means the run was entered again after
     it was escalated, or a later control changed its ending."""
     entered = _counter_of(ENTERED_AT)
-    return runs.c.status == "escalated", or_(entered.is_(None), entered < runs.c.updated_at)
+    # An entry that began when the run escalated is the one that escalated it (see add_entry).
+    return runs.c.status == "escalated", or_(entered.is_(None), entered <= runs.c.updated_at)
 
 
 def open_escalations(store: Store) -> tuple[float, int, float | None]:
@@ -146,14 +147,14 @@ def open_escalations(store: Store) -> tuple[float, int, float | None]:
 
 def escalations_made(conn: Conn) -> list[tuple[float, float | None]]:
     """When each run whose ending is an escalation was escalated, and when it was picked up
-    (None while nobody has): the first entry after it, or, for an entry recorded before that
-    was kept, the latest entry if it came after."""
+    (None while nobody has): the first entry that began after it, or, for an entry recorded
+    before that was kept, the latest entry if it began after."""
     picked = _counter_of(PICKED_UP_AT)
     entered = _counter_of(ENTERED_AT)
     stmt = select(runs.c.updated_at, picked, entered).where(runs.c.status == "escalated")
     found: list[tuple[float, float | None]] = []
     for made, first, latest in conn.execute(stmt):
-        up = next((at for at in (first, latest) if at is not None and at >= made), None)
+        up = next((at for at in (first, latest) if at is not None and at > made), None)
         found.append((float(made), None if up is None else float(up)))
     return found
 
