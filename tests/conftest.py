@@ -76,13 +76,11 @@ def pytest_report_header() -> list[str]:
 # What `bash scripts/pythons` runs on 3.10, 3.12 and 3.13 (`pytest --every-python`; the whole
 # suite runs on 3.11, and on every version with `scripts/test --all-pythons`): the core's
 # behaviour on both databases, canonical arguments and results, a crash matrix with real child
-# processes, the audit with the CLI and the console, and each integration's own agent. Files, or
-# single tests as file::name.
+# processes, and each integration's own agent. Files, or single tests as file::name.
 EVERY_PYTHON = (
     "core/test_effects.py",
     "core/test_canonical.py",
     "core/test_codec.py",
-    "core/test_audit.py",
     "crash/test_crash_matrix.py",
     "mcp/test_client.py",
     "openai_agents/test_once_only.py",

@@ -271,6 +271,7 @@ def test_a_tool_return_is_replayed_whole(ledger: c4a.Ledger) -> None:
 WARN_CHILD = Path(__file__).with_name("warn_child.py")
 
 
+@pytest.mark.slow  # a fresh interpreter that imports Pydantic AI
 def test_only_a_fresh_conversation_id_is_warned_about_once(
     sqlite_target: Target, tmp_path: Path
 ) -> None:
