@@ -58,12 +58,11 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     if OLD_PYTHON and any(p.as_posix() in PY311_ONLY for p in (path, *path.parents)):
         return True
     if config.getoption("every_python"):  # no other file is even imported
-        return not any(_within(path.as_posix(), entry) for entry in EVERY_PYTHON) or None
+        chosen = (
+            entry == path.as_posix() or entry.startswith(f"{path}/") for entry in EVERY_PYTHON
+        )
+        return not any(chosen) or None
     return None
-
-
-def _within(path: str, entry: str) -> bool:
-    return entry == path or entry.startswith((f"{path}/", f"{path}::"))
 
 
 def pytest_report_header() -> list[str]:
@@ -76,7 +75,7 @@ def pytest_report_header() -> list[str]:
 # What `bash scripts/pythons` runs on 3.10, 3.12 and 3.13 (`pytest --every-python`; the whole
 # suite runs on 3.11, and on every version with `scripts/test --all-pythons`): the core's
 # behaviour on both databases, canonical arguments and results, a crash matrix with real child
-# processes, and each integration's own agent. Files, or single tests as file::name.
+# processes, and each integration's own agent.
 EVERY_PYTHON = (
     "core/test_effects.py",
     "core/test_canonical.py",
@@ -87,18 +86,6 @@ EVERY_PYTHON = (
     "langgraph/test_middleware.py",
     "pydantic_ai/test_once_only.py",
 )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.getoption("every_python"):
-        return
-    chosen, dropped = [], []
-    for item in items:
-        test = item.nodeid.split("[")[0].removeprefix("tests/")
-        file = test.split("::")[0]
-        (chosen if file in EVERY_PYTHON or test in EVERY_PYTHON else dropped).append(item)
-    config.hook.pytest_deselected(items=dropped)
-    items[:] = chosen
 
 
 def needs_py311(text: str) -> bool:
