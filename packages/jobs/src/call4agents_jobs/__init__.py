@@ -1,0 +1,10 @@
+"""Call4Agents for job queues and durable engines: once-only side effects under redelivery.
+
+Each engine has its own ``OnceOnly`` in a module of its own (``call4agents_jobs.celery``,
+``.dramatiq``, ``.rq``, ``.dbos``, ``.temporal``), so importing one never imports another
+engine.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []
