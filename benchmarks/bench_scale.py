@@ -276,6 +276,9 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")] + ([10_000_000] if args.huge else [])
     os.environ["CALL4AGENTS_SECRET"] = SECRET
     env = dict(os.environ)
+    # A new process starts from compiled bytecode, as an installed package does; without it each
+    # CLI call compiles SQLAlchemy from source, and that is what would be measured.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     print("command: " + " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]))
     print(f"load average before: {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs")
     backends = ([] if args.no_sqlite else ["sqlite"]) + (["postgresql"] if args.postgres else [])

@@ -5,17 +5,14 @@
 Each case is a new process, started ``--rounds`` times with the cases interleaved (so a busy
 moment of the machine falls on all of them alike): ``python -c pass`` (the floor),
 ``import call4agents`` (what a tool-calling process pays), ``call4agents --help``,
-``call4agents doubt`` on an empty SQLite ledger (its lean route: ``sqlite3`` alone) and
-``call4agents runs`` on the same ledger (a command that opens it through SQLAlchemy, as
-``doubt`` did before it had the lean route). Wall times from spawn to exit, in milliseconds, and
+``call4agents doubt`` and ``call4agents runs`` on an empty SQLite ledger (both open it through
+SQLAlchemy, as every command does). Wall times from spawn to exit, in milliseconds, and
 the CPU time the process used (user + system), which a busy machine inflates far less than the
 wall time: on a shared machine it is the steadier figure to compare.
 
 Given a PostgreSQL server (``--postgres``, by default ``$CALL4AGENTS_TEST_POSTGRES_URL``), three
-more cases run on an empty ledger in a schema of its own, dropped afterwards: ``call4agents
-doubt`` (its lean route there: libpq alone, through ``ctypes``), ``python -c "import psycopg"``
-(what that route avoids: the driver the full route connects with) and ``call4agents runs``
-(through SQLAlchemy and psycopg).
+more cases run on an empty ledger in a schema of its own, dropped afterwards: ``python -c
+"import psycopg"`` (the driver's own share), ``call4agents doubt`` and ``call4agents runs``.
 """
 
 from __future__ import annotations
@@ -46,12 +43,12 @@ def cases(ledger_url: str, postgres: list[str] | None) -> dict[str, list[str]]:
         "import call4agents": [sys.executable, "-c", "import call4agents"],
         "call4agents --help": [*CLI, "--help"],
         "call4agents doubt (empty ledger)": [*CLI, "doubt", "--url", ledger_url],
-        "call4agents runs (SQLAlchemy)": [*CLI, "runs", "--url", ledger_url],
+        "call4agents runs (empty ledger)": [*CLI, "runs", "--url", ledger_url],
     }
     if postgres:
-        found["PG: import psycopg (avoided)"] = [sys.executable, "-c", "import psycopg"]
+        found["PG: import psycopg"] = [sys.executable, "-c", "import psycopg"]
         found["PG: call4agents doubt (empty)"] = [*CLI, "doubt", *postgres]
-        found["PG: call4agents runs (SQLAlchemy)"] = [*CLI, "runs", *postgres]
+        found["PG: call4agents runs (empty)"] = [*CLI, "runs", *postgres]
     return found
 
 
@@ -101,7 +98,6 @@ def measure(
     with tempfile.TemporaryDirectory() as folder:
         url = f"sqlite:///{Path(folder) / 'ledger.db'}"
         env = dict(os.environ, CALL4AGENTS_SECRET="bench-" + "x" * 40)
-        env.pop("CALL4AGENTS_PREVIOUS_SECRET", None)  # it would send `doubt` the full route
         # An installed package starts from its compiled bytecode (pip writes it at install
         # time). Without it every process compiles SQLAlchemy from source, seconds under load,
         # and that is what gets measured: so bytecode may be written, and one untimed round

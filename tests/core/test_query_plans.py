@@ -12,7 +12,6 @@ and no statement it sends may read a whole large table.
 from __future__ import annotations
 
 import re
-import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +22,7 @@ from sqlalchemy import Engine, Table, delete, event, insert, text, update
 import call4agents as c4a
 from call4agents.controls import stats
 from call4agents.facade.cli import main
-from call4agents.storage import _lean, _lean_pg, _libpq, _run_tally, _tally
+from call4agents.storage import _run_tally, _tally
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.tables import (
     approvals,
@@ -203,41 +202,16 @@ def _counters(now: float) -> list[dict[str, Any]]:
 
 
 def _every_select(operation: Callable[[], Any]) -> list[tuple[str, Any]]:
-    """The SELECTs any engine sends while ``operation`` runs (the CLI opens its own), and those
-    of `doubt`'s lean routes: on SQLite (``sqlite3`` alone, its parameters written in) and on
-    PostgreSQL (libpq alone)."""
+    """The SELECTs any engine sends while ``operation`` runs (the CLI opens its own)."""
     seen: list[tuple[str, Any]] = []
 
     def record(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
         if statement.lstrip().upper().startswith(("SELECT", "WITH")):
             seen.append((statement, params))
 
-    def traced(path: Any) -> sqlite3.Connection:
-        conn = lean_connect(path)
-        conn.set_trace_callback(lambda statement: record(0, 0, statement, (), 0, False))
-        return conn
-
-    class TracedPg:
-        """A libpq connection of the lean route, each statement recorded as it is sent (with
-        psycopg's placeholders, as the engine's are)."""
-
-        def __init__(self, conn: Any) -> None:
-            self._conn = conn
-
-        def execute(self, statement: str, params: Any = ()) -> Any:
-            record(0, 0, re.sub(r"\$\d+", "%s", statement), params or None, 0, False)
-            return self._conn.execute(statement, params)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self._conn, name)
-
-    lean_connect, lean_pg_connect = _lean._connect, _libpq.connect
     event.listen(Engine, "before_cursor_execute", record)
     try:
-        with pytest.MonkeyPatch.context() as m:
-            m.setattr(_lean, "_connect", traced)
-            m.setattr(_libpq, "connect", lambda kwargs: TracedPg(lean_pg_connect(kwargs)))
-            operation()
+        operation()
     finally:
         event.remove(Engine, "before_cursor_execute", record)
     return seen
@@ -278,9 +252,6 @@ def test_every_reading_command_uses_indexes(
     for name, command in commands.items():
         sent = _every_select(lambda command=command: main([*command, *where]))
         assert sent, f"{name} sent no query"
-        if name == "doubt":  # the lean route served it, so its statements are the ones checked
-            lean = {_lean.IN_DOUBT_SQL, _lean_pg.in_doubt_sql(target.schema)}
-            assert any(statement in lean for statement, _ in sent), sent
         for statement, params in sent:
             if not any(table in statement for table in LARGE):
                 continue

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select, text
 
 import call4agents as c4a
-from call4agents.storage import _db, _sqlite
+from call4agents.storage import _db
 from call4agents.storage.migrations import CURRENT
 from call4agents.storage.tables import meta, schema_version
 
@@ -113,7 +113,7 @@ def test_network_file_systems_are_refused() -> None:
 
 
 def test_network_fs_check_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(_sqlite, "mount_fs_type", lambda path, mounts_text=None: "nfs4")
+    monkeypatch.setattr(_db, "mount_fs_type", lambda path, mounts_text=None: "nfs4")
     with pytest.raises(c4a.LedgerError, match=r"network file system \(nfs4\).*allow_network_fs"):
         c4a.Ledger(f"sqlite:///{tmp_path / 'l.db'}")
     c4a.Ledger(f"sqlite:///{tmp_path / 'l.db'}", allow_network_fs=True).close()

@@ -223,10 +223,7 @@ class Mark(Protocol):
 def sweep(started: Iterable[tuple[str, int, str | None, Any]], mark: Mark) -> int:
     """Judge the started actions (key, attempt, owner, and whether the lease lapsed by the
     database clock): mark in doubt each whose local owner died, or whose lease lapsed while its
-    owner is not a live process of this machine. Returns how many moved.
-
-    Stated once for both routes that sweep: the ledger's, and the lean one of ``call4agents
-    doubt`` on SQLite (see ``storage/_lean.py``), whose ``mark`` is its own statement."""
+    owner is not a live process of this machine. Returns how many moved."""
     moved = 0
     for key, attempt, owner, lapsed in started:
         if is_dead_local(owner):

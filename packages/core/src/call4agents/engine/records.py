@@ -1,8 +1,4 @@
-"""What a recorded action looks like to its readers: ``EffectRecord``, made from a row.
-
-Free of SQLAlchemy and of the ledger's other modules, so ``call4agents doubt``'s lean route
-(see ``storage/_lean.py``) makes the very records the ledger makes, and prints them alike.
-"""
+"""What a recorded action looks like to its readers: ``EffectRecord``, made from a row."""
 
 from __future__ import annotations
 

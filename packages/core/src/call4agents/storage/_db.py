@@ -1,21 +1,166 @@
-"""Turning a ledger URL into a configured SQLAlchemy engine, per dialect."""
+"""A ledger's connections, stated in one place: how a URL is read, the settings every
+connection of an SQLite or a PostgreSQL ledger gets, and the SQLAlchemy engine that opens them.
+"""
 
 from __future__ import annotations
 
+import os
 import re
 import select
 import sqlite3
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, InvalidatePoolError, SQLAlchemyError
 
-from call4agents.model.errors import ConfigurationError
+from call4agents.model.errors import ConfigurationError, LedgerError
 
-from . import _files, _forkgate, _pg, _pgconn, _sqlite
-from ._sqlite import DEFAULT_URL, NETWORK_FS, Durability, check_local_fs, mount_fs_type
+from . import _files, _forkgate, _pg
+
+Durability = Literal["power", "process"]
+
+DEFAULT_URL = "sqlite:///.c4a/ledger.db"
+# Seconds a connection waits for another's write lock before it fails (Ledger's default).
+BUSY_TIMEOUT = 30.0
+
+# File systems where SQLite's locking and fsync cannot be trusted (SQLite FAQ, "network file
+# systems"): two machines may both believe they hold the write lock.
+NETWORK_FS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "9p",
+        "afs",
+        "ceph",
+        "glusterfs",
+        "lustre",
+        "fuse.sshfs",
+        "sshfs",
+        "davfs",
+        "fuse.davfs2",
+        "fuse.rclone",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+        "fuse.juicefs",
+        "virtiofs",
+    }
+)
+
+
+def given_url(url: str | None) -> str:
+    """The ledger URL to open: ``url``, else ``$CALL4AGENTS_URL``, else the default; a bare path
+    means an SQLite file."""
+    raw = url or os.environ.get("CALL4AGENTS_URL") or DEFAULT_URL
+    return raw if "://" in raw else "sqlite:///" + raw
+
+
+def mount_fs_type(path: Path, mounts_text: str | None = None) -> str | None:
+    """The file system type of the mount that holds ``path`` (Linux /proc/mounts), if known."""
+    if mounts_text is None:
+        try:
+            mounts_text = Path("/proc/mounts").read_text(encoding="utf-8")
+        except OSError:
+            return None
+    best, fstype = "", None
+    target = str(path.resolve())
+    for line in mounts_text.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, parts[2]
+    return fstype
+
+
+def check_local_fs(directory: Path, *, allow_network_fs: bool) -> None:
+    fstype = mount_fs_type(directory)
+    if fstype in NETWORK_FS and not allow_network_fs:
+        raise LedgerError(
+            f"the ledger folder {directory} is on a network file system ({fstype}), where SQLite "
+            "cannot lock reliably and two machines could run one action twice. Use PostgreSQL "
+            "(postgresql+psycopg://...) to share a ledger, or pass allow_network_fs=True (or set "
+            "CALL4AGENTS_ALLOW_NETWORK_FS=1) if only one machine ever opens it."
+        )
+
+
+def sqlite_connect_args(busy_timeout: float) -> dict[str, Any]:
+    """``sqlite3.connect``'s arguments: autocommit (the engine says BEGIN itself, see
+    ``sqlite_engine``), and the driver's own wait for a lock."""
+    return {"timeout": busy_timeout, "isolation_level": None, "check_same_thread": False}
+
+
+def configure_sqlite(
+    conn: sqlite3.Connection, *, durability: Durability, busy_timeout: float
+) -> None:
+    """What every new connection of a ledger runs first: WAL, the fsync level, the busy wait."""
+    _set_wal(conn, busy_timeout)
+    synchronous = "FULL" if durability == "power" else "NORMAL"
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+
+
+def _set_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
+    # Switching a brand-new file to WAL needs a moment of exclusive access; processes opening it
+    # together may see "database is locked" here before the busy handler applies, so retry.
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+# What a ``schema=`` may be: a plain identifier, so that it can be written into statements.
+SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# libpq settings a shared ledger wants unless the URL says otherwise: a server that does not
+# answer fails a call within seconds instead of hanging it, and a silently dropped connection
+# (NAT, failover) is noticed by TCP keepalives rather than after the kernel's two hours.
+CONNECT_DEFAULTS = {
+    "connect_timeout": "10",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    # A statement sent into a dead network (no reset ever comes) fails after 30 s instead of the
+    # kernel's ~15 minutes of retransmissions, so a result write's bounded retry stays bounded.
+    "tcp_user_timeout": "30000",
+    "application_name": "call4agents",
+}
+
+
+def pg_query_args(
+    query: Mapping[str, str | Sequence[str]], durability: Durability
+) -> dict[str, str]:
+    """libpq settings for every connection of a ledger whose URL carries ``query``; the URL's own
+    settings win."""
+    args = {k: v for k, v in CONNECT_DEFAULTS.items() if k not in query}
+    if durability == "process":
+        given = query.get("options", "")
+        given = given if isinstance(given, str) else " ".join(given)
+        args["options"] = (given + " -c synchronous_commit=off").strip()
+    return args
+
+
+def no_jit(dbapi_conn: Any) -> None:
+    """Turn off the server's JIT compiler for this session. The ledger's statements are short
+    index reads, but one that checks each of thousands of tickets is estimated above
+    ``jit_above_cost``, and compiling it (~30 ms) took longer than running it. Set per session
+    rather than as a startup option, which connection poolers such as PgBouncer refuse."""
+    with dbapi_conn.cursor() as cursor:
+        cursor.execute("SET jit = off")
+    dbapi_conn.commit()  # a SET inside a transaction rolled back would be undone
+
 
 # What a parsed host may look like: names or IPv4 addresses (a comma-separated list for libpq's
 # several hosts), or empty (a socket given in ?host=). Anything else means the URL was split in
@@ -32,7 +177,7 @@ _ENCODE_HINT = (
 
 
 def parse_url(url: str | None) -> URL:
-    raw = _sqlite.given_url(url)
+    raw = given_url(url)
     try:
         parsed = make_url(raw)
     except ArgumentError as exc:
@@ -97,12 +242,12 @@ def sqlite_engine(
     path = Path(database).expanduser()
     _prepare_sqlite_file(path, allow_network_fs=allow_network_fs)
     engine = create_engine(
-        url.set(database=str(path)), connect_args=_sqlite.connect_args(busy_timeout)
+        url.set(database=str(path)), connect_args=sqlite_connect_args(busy_timeout)
     )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
-        _sqlite.configure(dbapi_conn, durability=durability, busy_timeout=busy_timeout)
+        configure_sqlite(dbapi_conn, durability=durability, busy_timeout=busy_timeout)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
@@ -131,7 +276,7 @@ def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> 
         raise ConfigurationError(
             'a PostgreSQL ledger needs psycopg: pip install "call4agents-core[postgres]"'
         ) from exc
-    if schema is not None and not _pgconn.SCHEMA_NAME.fullmatch(schema):
+    if schema is not None and not SCHEMA_NAME.fullmatch(schema):
         raise ConfigurationError(
             f"schema name {schema!r} is not a plain identifier: use letters, digits and _"
         )
@@ -147,7 +292,7 @@ def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> 
     # socket, so only a connection with unread input is pinged; a dead one makes the pool drop
     # every connection older than now and open a fresh one for this checkout.
     event.listen(engine, "checkout", _check_alive)
-    event.listen(engine, "connect", _no_jit)
+    event.listen(engine, "connect", lambda dbapi_conn, _record: no_jit(dbapi_conn))
     _, params = engine.dialect.create_connect_args(engine.url)
     params.pop("context", None)  # SQLAlchemy's type adapters: the listener needs none
     _pg.register(engine, {**params, **pg_connect_args(url, durability)}, schema)
@@ -156,11 +301,7 @@ def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> 
 
 def pg_connect_args(url: URL, durability: Durability) -> dict[str, str]:
     """libpq settings for every connection of this ledger; the URL's own settings win."""
-    return _pgconn.connect_args(url.query, durability)
-
-
-def _no_jit(dbapi_conn: Any, _record: Any) -> None:
-    _pgconn.no_jit(dbapi_conn)  # the lean route sets its sessions up the same way
+    return pg_query_args(url.query, durability)
 
 
 def _check_alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:

@@ -35,7 +35,7 @@ from typing import Any, TypeVar, cast
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from . import _db, _forkgate, _pgconn
+from . import _db, _forkgate, _pg
 from .dialects import dialect_of
 
 T = TypeVar("T")
@@ -98,10 +98,8 @@ class HotPath:
             f"WHERE key = {m} AND attempt = {m} AND (state = 'started' OR state = 'in_doubt')"
         )
         # On PostgreSQL the outcome also wakes a waiter, if one holds the key's lock (see _pg).
-        self.finish_sql = (
-            f"{update} RETURNING {_pgconn.wake_sql('key')}" if self.postgres else update
-        )
-        self.channel = _pgconn.channel_for(schema)
+        self.finish_sql = f"{update} RETURNING {_pg.wake_sql('key')}" if self.postgres else update
+        self.channel = _pg.channel_for(schema)
         self.schema = schema
         self._idle: deque[_Conn] = deque()
         self._count = 0  # connections open, idle or in use
@@ -161,7 +159,7 @@ class HotPath:
         caller looks closer: fenced off, or an earlier try that landed)."""
         values = (state, result, error, note, key, attempt)
         if self.postgres:
-            wake = (_pgconn.lock_id(self.schema, key), self.channel)
+            wake = (_pg.lock_id(self.schema, key), self.channel)
             sql = self.finish_sql
             return bool(
                 self._run(lambda cur: cur.execute(sql, (*values, *wake)).fetchone(), busy=False)

@@ -30,20 +30,39 @@ import socket
 import threading
 import time
 import weakref
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, event
 
-# Stated in _pgconn, where the lean route of `doubt` reads them too; named here as before.
-from ._pgconn import LOCK_CLASS as LOCK_CLASS
-from ._pgconn import channel_for as channel_for
-from ._pgconn import lock_id as lock_id
-
 # With nobody waiting for this long, the listening connection is closed (reopened on demand).
 IDLE_CLOSE = 30.0
 _BUSY_TICK = 0.05  # how often the listener retries a shared lock that was refused
+# Names "Call4Agents waiters" among advisory locks (the migration lock is the one-bigint form of
+# 0x0C4A0001, a separate key space).
+LOCK_CLASS = 0x0C4A0002
+
+
+def channel_for(schema: str | None) -> str:
+    """The NOTIFY channel of one ledger: schemas sharing a database do not wake each other."""
+    return ("c4a_" + schema if schema else "c4a_ledger")[:63]
+
+
+def lock_id(schema: str | None, key: str) -> int:
+    """A signed 32-bit id for the key's advisory lock."""
+    value = zlib.crc32(f"{schema or ''}|{key}".encode())
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def wake_sql(key_sql: str) -> str:
+    """A value that NOTIFYs the key ``key_sql`` (SQL) once the transaction commits, only if a
+    waiter holds its lock (see above); parameters: the lock id, then the channel."""
+    return (
+        f"CASE WHEN pg_try_advisory_xact_lock({LOCK_CLASS}, %s::int4) THEN 0 "
+        f"ELSE (SELECT 1 FROM pg_notify(%s, {key_sql})) END"
+    )
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from call4agents.storage import _pgconn, _sqlite
-
 S = TypeVar("S", bound=Select[Any])
 _CHUNK = 500
 
@@ -68,7 +66,8 @@ class Dialect:
 
 class SQLite(Dialect):
     name = "sqlite"
-    now_text = _sqlite.NOW  # julianday('now'): one clock for every process of this machine
+    # julianday('now'): one clock for every process of this machine, at millisecond grain
+    now_text = "((julianday('now') - 2440587.5) * 86400.0)"
 
     def now(self) -> ColumnElement[float]:
         return (func.julianday("now") - literal(2440587.5)) * literal(86400.0)
@@ -84,7 +83,7 @@ class SQLite(Dialect):
 
 class PostgreSQL(Dialect):
     name = "postgresql"
-    now_text = _pgconn.NOW
+    now_text = "extract(epoch from clock_timestamp())::float8"
     wakes = True
     row_locks = True
 

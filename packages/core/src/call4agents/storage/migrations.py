@@ -17,7 +17,6 @@ from sqlalchemy.exc import OperationalError
 from call4agents.model.errors import LedgerError
 
 from . import _fold, _live, _run_tally, _tally
-from ._basics import CURRENT, refuse_newer
 from .tables import (
     approvals,
     audit,
@@ -251,8 +250,17 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v13,
     _v14,
 ]
-# Stated in _basics, where the lean route reads it without SQLAlchemy: a new migration raises it.
-assert len(MIGRATIONS) == CURRENT, "a new migration raises _basics.CURRENT"
+# The schema version this code writes and reads: the number of migrations.
+CURRENT = len(MIGRATIONS)
+
+
+def refuse_newer(version: int) -> None:
+    if version > CURRENT:
+        raise LedgerError(
+            f"this ledger was written by a newer Call4Agents (schema version {version}; this "
+            f"version knows up to {CURRENT}). Upgrade call4agents on this machine; the ledger was "
+            "not changed."
+        )
 
 
 def create_current(conn: Connection) -> None:

@@ -45,12 +45,31 @@ from sqlalchemy.sql.elements import ColumnElement
 from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
-from ._basics import cannot_open as cannot_open  # what the engine says when opening fails
-from ._basics import database_failed
-from ._basics import short_error as short_error  # its old home, which callers import from
 from ._hot import HotPath
 from .dialects import dialect_of
 from .tables import audit, effects
+
+
+def short_error(exc: BaseException) -> str:
+    """The first line of a database error, without SQLAlchemy's statement and parameters."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def database_failed(exc: BaseException) -> LedgerError:
+    """A fault of the database (a dropped connection, a lock waited for too long) as the one-line
+    error every command shows."""
+    return LedgerError(f"the ledger database failed: {short_error(exc)}")
+
+
+def cannot_open(url: str, exc: BaseException) -> LedgerError:
+    """A ledger that could not be opened (no server, no file, no rights), ``url`` with its
+    password masked."""
+    return LedgerError(
+        f"cannot open the ledger at {url}: {short_error(exc)}. Check that the database is "
+        "reachable and that you may write to it (`call4agents doctor`)."
+    )
+
 
 OPEN_STATES = ("started", "in_doubt")
 

@@ -65,35 +65,9 @@ def _why(record: EffectRecord) -> str:
     return record.error or record.note or ""
 
 
-def _in_doubt_lean(args: argparse.Namespace) -> list[EffectRecord] | None:
-    """The actions in doubt, swept first, by the lean route: an SQLite ledger read with
-    ``sqlite3`` alone (``storage/_lean.py``), a PostgreSQL one with psycopg alone
-    (``storage/_lean_pg.py``), so a cron job's ``doubt`` does not import SQLAlchemy. None where
-    the full route must answer: another URL form, a ``--schema`` on SQLite, no ledger there,
-    another schema version, a fault while opening, or previous secrets to check (``Ledger``
-    refuses ill-formed ones on opening)."""
-    from call4agents.engine import _owner
-    from call4agents.engine.records import record_of
-    from call4agents.storage import _lean, _lean_pg
-
-    if os.environ.get("CALL4AGENTS_PREVIOUS_SECRET"):
-        return None
-    url, schema = getattr(args, "url", None), _schema(args)
-    lean = (None if schema is not None else _lean.open_ledger(url)) or _lean_pg.open_ledger(
-        url, schema
-    )
-    if lean is None:
-        return None
-    with lean:  # what LedgerCore.in_doubt does, on the lean statements
-        _owner.sweep(lean.started(), lean.mark_in_doubt)
-        return [record_of(row) for row in lean.in_doubt()]
-
-
 def cmd_doubt(args: argparse.Namespace) -> int:
-    found = _in_doubt_lean(args)
-    if found is None:
-        with _open(args) as ledger:
-            found = ledger.in_doubt()
+    with _open(args) as ledger:
+        found = ledger.in_doubt()
     if args.json:
         _print_json([r.as_dict() for r in found])
     elif not found:
