@@ -12,11 +12,8 @@ with c4a.run("ticket-1234"):      # the id the agent resumes with
 """
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
-from . import _moved
 from .controls import telemetry as _telemetry  # noqa: F401  (installs OpenTelemetry's default)
 from .engine.context import EffectContext, bind, current, tool_call
 from .model import _semconv
@@ -109,21 +106,6 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
-
-
-class _Package(types.ModuleType):
-    """Keeps ``effect`` and ``replay`` the functions: importing the old module paths of the same
-    names (see ``_moved``) would otherwise bind the modules on the package in their place."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SHADOWED and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_SHADOWED = frozenset({"effect", "replay"})
-sys.modules[__name__].__class__ = _Package
-_moved.install()
 
 
 __version__ = _semconv.VERSION

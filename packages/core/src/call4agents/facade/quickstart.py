@@ -191,8 +191,8 @@ def _row(row: Row) -> None:
 def _prog() -> str:
     """How to run this `call4agents` again from this folder, as the user's shell will find it."""
     script = Path(sys.argv[0]).absolute()
-    if script.name != "call4agents":  # python -m call4agents.cli
-        return f"{_shown_path(Path(sys.executable))} -m call4agents.cli"
+    if script.name != "call4agents":  # python -m call4agents
+        return f"{_shown_path(Path(sys.executable))} -m call4agents"
     found = shutil.which("call4agents")
     if script.is_relative_to(Path.cwd()) or found is None or not Path(found).samefile(script):
         return _shown_path(script)  # e.g. .venv/bin/call4agents after scripts/quickstart

@@ -512,7 +512,7 @@ def canonical_args(
     ``ignore`` paths are dropped before encoding, so an unstable value there is fine. ``redact``
     paths count in the key through ``redact_digest`` (an HMAC under the ledger's secret) of the
     value's canonical JSON, and show as ``"***"`` in :attr:`CanonicalArgs.display`. A path that a
-    call does not have is skipped. Raises :class:`~call4agents.errors.UnstableArguments`.
+    call does not have is skipped. Raises :class:`~call4agents.model.errors.UnstableArguments`.
     """
     if not ignore and not redact:
         text = _plain_text(arguments)

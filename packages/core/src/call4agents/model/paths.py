@@ -112,8 +112,8 @@ def parse_paths(paths: Sequence[str]) -> tuple[tuple[str, ...], ...]:
     """Split field paths like ``"meta.request_id"`` or ``"items[].id"`` into segments.
 
     Every-element steps (``[]`` or ``*``) become :data:`EACH`. Raises
-    :class:`~call4agents.errors.ConfigurationError` on bad syntax, so mistakes show up when the
-    tool is declared rather than as a field that silently never matches.
+    :class:`~call4agents.model.errors.ConfigurationError` on bad syntax, so mistakes show up when
+    the tool is declared rather than as a field that silently never matches.
     """
     if isinstance(paths, str):
         raise ConfigurationError(
