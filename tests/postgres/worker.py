@@ -3,10 +3,10 @@
 Usage: worker.py RUN_ID OUTBOX KEY [KEY ...]
 
 Environment: C4A_TEST_URL, C4A_TEST_SCHEMA; LEASE and WAIT (seconds); TOOL_SECONDS (how long the
-tool works before it delivers); RETRY_IN_DOUBT=1 (the tool re-sends under its idempotency key and
-the "provider" drops what it has seen); GATE=path (start only once that file exists, so that many
-workers start together); STARTED=path (the tool creates it when it starts); OWNER_HOST=name (its
-leases name that host, as a worker of another machine would).
+tool works before it delivers); DURABILITY (the ledger's); RETRY_IN_DOUBT=1 (the tool re-sends
+under its idempotency key and the "provider" drops what it has seen); GATE=path (start only once
+that file exists, so that many workers start together); STARTED=path (the tool creates it when it
+starts); OWNER_HOST=name (its leases name that host, as a worker of another machine would).
 
 The provider is the OUTBOX file: one fsynced JSON line per delivery, outside the ledger.
 Prints one JSON document: results and errors per key, how many statements read the effects table,
@@ -54,6 +54,7 @@ ledger = c4a.init(
     schema=os.environ.get("C4A_TEST_SCHEMA") or None,
     lease=float(os.environ.get("LEASE", "30")),
     wait=float(os.environ.get("WAIT", "60")),
+    durability=os.environ.get("DURABILITY", "power"),  # type: ignore[arg-type]
 )
 reads = 0
 

@@ -196,6 +196,7 @@ class LedgerCore:
         approval_for: Sequence[str] = (),
         approval_ttl: float = 24 * 3600.0,
         previous_secrets: Sequence[tuple[str | bytes, float]] = (),
+        pooler: str | None = None,
     ) -> None:
         if lease <= 0 or wait < 0:
             raise ConfigurationError("lease must be > 0 seconds and wait >= 0 seconds")
@@ -208,6 +209,7 @@ class LedgerCore:
             schema=schema,
             busy_timeout=busy_timeout,
             allow_network_fs=allow_network_fs,
+            pooler=pooler,
         )
         self.schema = schema
         self.durability = durability
@@ -259,7 +261,7 @@ class LedgerCore:
             raise
         except Exception as exc:
             self.engine.dispose()
-            raise cannot_open(self.url, exc) from exc
+            raise (_db.statement_mode_refusal(exc) or cannot_open(self.url, exc)) from exc
 
     @property
     def url(self) -> str:

@@ -45,6 +45,11 @@ class Ledger(LedgerCore):
         previous_secrets: ``(secret, until_epoch_seconds)`` pairs still accepted for approvals
             signed before a rotation; also ``$CALL4AGENTS_PREVIOUS_SECRET`` with
             ``$CALL4AGENTS_PREVIOUS_SECRET_UNTIL`` (ISO date-time).
+        pooler: the connection pooler between the ledger and PostgreSQL: ``"transaction"``
+            (PgBouncer's ``pool_mode=transaction``, Supabase's and Neon's pooled endpoints, RDS
+            Proxy: no prepared statements, no LISTEN, nothing set for longer than a
+            transaction), ``"session"`` or ``"none"``; default the URL's ``c4a_pooler``, else
+            none. A pooler in statement mode is refused.
     """
 
     def undo(self, run_id: str, *, undos: dict[str, UndoFn] | None = None) -> UndoReport:

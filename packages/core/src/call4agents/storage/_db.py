@@ -139,13 +139,71 @@ CONNECT_DEFAULTS = {
 }
 
 
+# The URL's own settings, read by the ledger and never passed to libpq: which pooler stands
+# between the ledger and the server ("transaction", "session", or "none" for a direct line).
+POOLER_SETTING = "c4a_pooler"
+POOLERS = ("transaction", "session", "none")
+# psycopg's, not libpq's: read here, as the URL gives it as text and psycopg wants a number.
+PREPARE_SETTING = "prepare_threshold"
+# What a pooled ledger sets for each transaction instead of as a startup option, which poolers
+# refuse: it lasts until the transaction ends, so it never outlives it on a shared connection.
+SYNC_OFF = "set_config('synchronous_commit', 'off', true)"
+
+
+def pooler_of(url: URL, given: str | None) -> str | None:
+    """The pooler in front of the server: ``given`` (``init(pooler=...)``), else the URL's
+    ``c4a_pooler``; None for a direct connection. A pooler in statement mode is refused: a claim
+    is a transaction of several statements, which such a pooler would split across servers."""
+    found = given if given is not None else url.query.get(POOLER_SETTING)
+    if isinstance(found, tuple):
+        raise ConfigurationError(f"{POOLER_SETTING} is given twice in the ledger URL: give it once")
+    if found == "statement":
+        raise ConfigurationError(_STATEMENT_MODE)
+    if found is not None and found not in POOLERS:
+        raise ConfigurationError(
+            f"pooler={found!r} is not known: use 'transaction' (PgBouncer pool_mode=transaction, "
+            "Supabase's and Neon's pooled endpoints, RDS Proxy), 'session' or 'none'"
+        )
+    return None if found in (None, "none") else found
+
+
+_STATEMENT_MODE = (
+    "a pooler in statement mode cannot carry the ledger: a claim is a transaction of several "
+    "statements; use pool_mode=transaction (or session) for the ledger's database"
+)
+
+
+def statement_mode_refusal(exc: BaseException) -> ConfigurationError | None:
+    """PgBouncer's refusal of a transaction in statement mode, as the one-line error to show."""
+    return ConfigurationError(_STATEMENT_MODE) if "statement pooling" in str(exc) else None
+
+
+def _prepare_threshold(url: URL, pooler: str | None) -> dict[str, int | None]:
+    """psycopg's ``prepare_threshold``: the URL's, as a number (or ``none``); else none at all
+    behind a transaction pooler, whose next transaction may run on another server connection
+    than the one that prepared a statement; else psycopg's default."""
+    given = url.query.get(PREPARE_SETTING)
+    if given is None:
+        return {"prepare_threshold": None} if pooler == "transaction" else {}
+    if isinstance(given, str) and given.lower() in ("", "none"):
+        return {"prepare_threshold": None}
+    try:
+        return {"prepare_threshold": int(given)}  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"{PREPARE_SETTING}={given!r} in the ledger URL is not a whole number: give a count "
+            "of uses before psycopg prepares a statement, or none to prepare nothing"
+        ) from None
+
+
 def pg_query_args(
-    query: Mapping[str, str | Sequence[str]], durability: Durability
+    query: Mapping[str, str | Sequence[str]], durability: Durability, pooler: str | None = None
 ) -> dict[str, str]:
     """libpq settings for every connection of a ledger whose URL carries ``query``; the URL's own
-    settings win."""
+    settings win. Behind a pooler there are no startup ``options`` of ours (poolers refuse
+    them): ``durability="process"`` is set per transaction instead (``SYNC_OFF``)."""
     args = {k: v for k, v in CONNECT_DEFAULTS.items() if k not in query}
-    if durability == "process":
+    if durability == "process" and pooler is None:
         given = query.get("options", "")
         given = given if isinstance(given, str) else " ".join(given)
         args["options"] = (given + " -c synchronous_commit=off").strip()
@@ -269,7 +327,9 @@ def sqlite_engine(
     return engine
 
 
-def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> Engine:
+def postgres_engine(
+    url: URL, *, durability: Durability, schema: str | None, pooler: str | None = None
+) -> Engine:
     try:
         import psycopg  # noqa: F401
     except ImportError as exc:
@@ -280,11 +340,16 @@ def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> 
         raise ConfigurationError(
             f"schema name {schema!r} is not a plain identifier: use letters, digits and _"
         )
+    pooler = pooler_of(url, pooler)
+    driver_args: dict[str, Any] = {
+        **pg_connect_args(url, durability, pooler),
+        **_prepare_threshold(url, pooler),
+    }
     engine = create_engine(
-        url,
+        url.difference_update_query([POOLER_SETTING, PREPARE_SETTING]),
         pool_size=8,
         max_overflow=8,
-        connect_args=pg_connect_args(url, durability),
+        connect_args=driver_args,
         execution_options={"schema_translate_map": {None: schema}} if schema else {},
     )
     # Instead of pool_pre_ping, which costs a round trip on every checkout: a connection the
@@ -292,16 +357,30 @@ def postgres_engine(url: URL, *, durability: Durability, schema: str | None) -> 
     # socket, so only a connection with unread input is pinged; a dead one makes the pool drop
     # every connection older than now and open a fresh one for this checkout.
     event.listen(engine, "checkout", _check_alive)
-    event.listen(engine, "connect", lambda dbapi_conn, _record: no_jit(dbapi_conn))
+    if pooler is None:
+        # A session setting: behind a pooler it would stay on a server connection others share.
+        event.listen(engine, "connect", lambda dbapi_conn, _record: no_jit(dbapi_conn))
+    elif durability == "process":
+        event.listen(engine, "begin", _sync_off)
     _, params = engine.dialect.create_connect_args(engine.url)
     params.pop("context", None)  # SQLAlchemy's type adapters: the listener needs none
-    _pg.register(engine, {**params, **pg_connect_args(url, durability)}, schema)
+    _pg.register(
+        engine,
+        {**params, **driver_args},
+        schema,
+        listen=pooler != "transaction",
+        sync_off=pooler is not None and durability == "process",
+    )
     return engine
 
 
-def pg_connect_args(url: URL, durability: Durability) -> dict[str, str]:
+def _sync_off(conn: Any) -> None:
+    conn.exec_driver_sql(f"SELECT {SYNC_OFF}")
+
+
+def pg_connect_args(url: URL, durability: Durability, pooler: str | None = None) -> dict[str, str]:
     """libpq settings for every connection of this ledger; the URL's own settings win."""
-    return pg_query_args(url.query, durability)
+    return pg_query_args(url.query, durability, pooler)
 
 
 def _check_alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
@@ -348,6 +427,7 @@ def make_engine(
     schema: str | None,
     busy_timeout: float,
     allow_network_fs: bool,
+    pooler: str | None = None,
 ) -> Engine:
     if durability not in ("power", "process"):
         raise ConfigurationError(
@@ -357,13 +437,15 @@ def make_engine(
     if url.get_backend_name() == "sqlite":
         if schema is not None:
             raise ConfigurationError("schema= applies to PostgreSQL ledgers only")
+        if pooler is not None:
+            raise ConfigurationError("pooler= applies to PostgreSQL ledgers only")
         return sqlite_engine(
             url,
             durability=durability,
             busy_timeout=busy_timeout,
             allow_network_fs=allow_network_fs,
         )
-    return postgres_engine(url, durability=durability, schema=schema)
+    return postgres_engine(url, durability=durability, schema=schema, pooler=pooler)
 
 
 # The handles and the fault type the layers above name (only storage imports SQLAlchemy): an

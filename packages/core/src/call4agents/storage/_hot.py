@@ -88,14 +88,19 @@ class HotPath:
         # The row the insert met, read in the insert's own snapshot: our own new row is never
         # in it, a committed one always is (unless it committed after the snapshot was taken).
         found = ", ".join(f"e.{c}" for c in columns)
+        # Behind a pooler, durability="process" is set by each statement for its own
+        # transaction (each runs alone, in autocommit), as no startup option may set it.
+        target = _pg.target_of(engine)
+        one = f"SELECT {_db.SYNC_OFF}" if target is not None and target.sync_off else "SELECT 1"
         self.claim_sql = (
             f"WITH ins AS ({insert}) SELECT (SELECT attempt FROM ins), {found}, {now} "
-            f"FROM (SELECT 1) AS one LEFT JOIN {table} AS e ON e.key = {m}"
+            f"FROM ({one}) AS one LEFT JOIN {table} AS e ON e.key = {m}"
         )
         update = (
             f"UPDATE {table} SET state = {m}, result = {m}, error = {m}, note = {m}, "
             f"owner = NULL, lease_expires_at = NULL, updated_at = {now} "
-            f"WHERE key = {m} AND attempt = {m} AND (state = 'started' OR state = 'in_doubt')"
+            + (f"FROM ({one}) AS one " if one != "SELECT 1" else "")
+            + f"WHERE key = {m} AND attempt = {m} AND (state = 'started' OR state = 'in_doubt')"
         )
         # On PostgreSQL the outcome also wakes a waiter, if one holds the key's lock (see _pg).
         self.finish_sql = f"{update} RETURNING {_pg.wake_sql('key')}" if self.postgres else update

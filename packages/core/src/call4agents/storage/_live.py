@@ -142,6 +142,7 @@ def _news(payload: str) -> News:
 
 
 def listen(engine: Engine) -> LiveFeed | None:
-    """A feed of the ledger's news on PostgreSQL; None on SQLite (watch by polling there)."""
+    """A feed of the ledger's news on PostgreSQL; None on SQLite and behind a transaction pooler
+    (watch by polling there)."""
     target = _pg.target_of(engine)
-    return None if target is None else LiveFeed(target)
+    return None if target is None or not target.listen else LiveFeed(target)

@@ -71,6 +71,12 @@ class Target:
 
     connect_kwargs: dict[str, Any]
     schema: str | None
+    # False behind a transaction pooler: a LISTEN and the waiters' session locks would stay on a
+    # server connection the pooler hands to others, so waiters poll instead.
+    listen: bool = True
+    # True behind a pooler with durability="process": each transaction turns synchronous commit
+    # off itself (no startup options there).
+    sync_off: bool = False
 
     @property
     def channel(self) -> str:
@@ -300,10 +306,17 @@ _listeners: weakref.WeakKeyDictionary[Engine, Listener] = weakref.WeakKeyDiction
 _registry = threading.Lock()
 
 
-def register(engine: Engine, connect_kwargs: dict[str, Any], schema: str | None) -> None:
+def register(
+    engine: Engine,
+    connect_kwargs: dict[str, Any],
+    schema: str | None,
+    *,
+    listen: bool = True,
+    sync_off: bool = False,
+) -> None:
     """Remember how to listen for ``engine``'s ledger; closes the listener when it is disposed."""
     with _registry:
-        _targets[engine] = Target(dict(connect_kwargs), schema)
+        _targets[engine] = Target(dict(connect_kwargs), schema, listen, sync_off)
     event.listen(engine, "engine_disposed", _on_dispose)
 
 
@@ -325,6 +338,8 @@ def watch(engine: Engine, key: str, *, listen: bool = True) -> Iterator[Watch]:
     """Register interest in ``key`` for the duration of a wait (polling only if not ``listen``)."""
     with _registry:
         target = _targets.get(engine) if listen else None
+        if target is not None and not target.listen:
+            target = None
         listener = _listeners.get(engine) if target is not None else None
         if target is not None and listener is None:
             listener = _listeners[engine] = Listener(target)
