@@ -24,6 +24,7 @@ import psycopg
 import pytest
 
 import call4agents as c4a
+from call4agents.facade import cli
 from call4agents.model.errors import ConfigurationError
 from tests import forked
 from tests.conftest import TEST_SECRET
@@ -62,6 +63,8 @@ def _bouncer_ini(root: Path, port: int, server_port: int) -> str:
         f"pidfile = {root / 'pgbouncer.pid'}\nlogfile = {root / 'pgbouncer.log'}\n"
         "pool_mode = transaction\ndefault_pool_size = 2\nmin_pool_size = 0\n"
         "reserve_pool_size = 0\nmax_client_conn = 500\n"
+        # So that doctor may read the pool mode from its console.
+        "admin_users = c4a\n"
     )
 
 
@@ -178,3 +181,22 @@ def test_prepare_threshold_in_the_url_is_a_number(bouncer: Bouncer) -> None:
     ledger.close()
     with pytest.raises(ConfigurationError, match="not a whole number"):
         c4a.Ledger(bouncer.server_url + "?prepare_threshold=often")
+
+
+def test_doctor_names_the_pooler_and_its_mode(
+    bouncer: Bouncer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    told, untold = bouncer.url, bouncer.url.replace("?c4a_pooler=transaction", "")
+    assert cli.main(["migrate", "--url", told]) == 0
+    assert cli.main(["doctor", "--url", told]) == 0
+    out = capsys.readouterr().out
+    assert "OK    pooler" in out
+    assert "pool_mode=transaction; the URL says c4a_pooler=transaction" in out
+    assert cli.main(["doctor", "--url", untold]) != 0
+    out = capsys.readouterr().out
+    assert "FAIL  pooler" in out
+    assert "add ?c4a_pooler=transaction to the URL" in out
+    assert cli.main(["doctor", "--url", bouncer.server_url]) == 0
+    assert "no PgBouncer answers at this address" in capsys.readouterr().out
+    assert cli.main(["doctor", "--url", bouncer.statement_url]) != 0
+    assert "statement mode cannot carry the ledger" in capsys.readouterr().out

@@ -150,6 +150,12 @@ PREPARE_SETTING = "prepare_threshold"
 SYNC_OFF = "set_config('synchronous_commit', 'off', true)"
 
 
+STATEMENT_MODE = (
+    "a pooler in statement mode cannot carry the ledger: a claim is a transaction of several "
+    "statements; use pool_mode=transaction (or session) for the ledger's database"
+)
+
+
 def pooler_of(url: URL, given: str | None) -> str | None:
     """The pooler in front of the server: ``given`` (``init(pooler=...)``), else the URL's
     ``c4a_pooler``; None for a direct connection. A pooler in statement mode is refused: a claim
@@ -158,7 +164,7 @@ def pooler_of(url: URL, given: str | None) -> str | None:
     if isinstance(found, tuple):
         raise ConfigurationError(f"{POOLER_SETTING} is given twice in the ledger URL: give it once")
     if found == "statement":
-        raise ConfigurationError(_STATEMENT_MODE)
+        raise ConfigurationError(STATEMENT_MODE)
     if found is not None and found not in POOLERS:
         raise ConfigurationError(
             f"pooler={found!r} is not known: use 'transaction' (PgBouncer pool_mode=transaction, "
@@ -167,15 +173,9 @@ def pooler_of(url: URL, given: str | None) -> str | None:
     return None if found in (None, "none") else found
 
 
-_STATEMENT_MODE = (
-    "a pooler in statement mode cannot carry the ledger: a claim is a transaction of several "
-    "statements; use pool_mode=transaction (or session) for the ledger's database"
-)
-
-
 def statement_mode_refusal(exc: BaseException) -> ConfigurationError | None:
     """PgBouncer's refusal of a transaction in statement mode, as the one-line error to show."""
-    return ConfigurationError(_STATEMENT_MODE) if "statement pooling" in str(exc) else None
+    return ConfigurationError(STATEMENT_MODE) if "statement pooling" in str(exc) else None
 
 
 def _prepare_threshold(url: URL, pooler: str | None) -> dict[str, int | None]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, func, select, text
 
-from . import migrations
+from . import _pg, migrations
 from .store import clock
 from .tables import effects, open_states
 
@@ -65,3 +65,52 @@ def open_actions(engine: Engine) -> dict[str, int]:
             select(effects.c.state, func.count()).where(open_states()).group_by(effects.c.state)
         ).all()
     return {state: int(n) for state, n in found}
+
+
+@dataclass(frozen=True)
+class Bouncer:
+    """A PgBouncer found at the ledger's address: its version and the pool mode of the ledger's
+    database, each None where its console would not say (only its admin and stats users may
+    read it)."""
+
+    version: str | None
+    mode: str | None
+
+
+def pgbouncer(engine: Engine) -> Bouncer | None:
+    """PgBouncer, if it is what answers at the ledger's host and port: asked for its console
+    (the database named ``pgbouncer``), which PostgreSQL does not have. None where a PostgreSQL
+    server answers, or nothing does."""
+    import psycopg
+
+    target = _pg.target_of(engine)
+    if target is None:
+        return None
+    kwargs = {
+        **target.connect_kwargs,
+        "dbname": "pgbouncer",  # the console knows no prepared statements or startup options
+        "connect_timeout": "5",
+        "prepare_threshold": None,
+    }
+    kwargs.pop("options", None)
+    database = target.connect_kwargs.get("dbname")
+    try:
+        conn = psycopg.connect(**kwargs, autocommit=True)
+    except psycopg.Error as exc:
+        # PgBouncer refuses its console to other users with "not allowed"; PostgreSQL says the
+        # database does not exist.
+        return Bouncer(None, None) if "not allowed" in str(exc) else None
+    with conn:
+        try:
+            cur = conn.execute("SHOW VERSION")
+            version = str(cur.fetchone()[0])  # type: ignore[index]
+            cur = conn.execute("SHOW DATABASES")
+            names = [c.name for c in cur.description or ()]
+            rows = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+            modes = [r.get("pool_mode") for r in rows if r.get("name") == database]
+            if not modes or not modes[0]:  # the database takes the [pgbouncer] section's mode
+                cur = conn.execute("SHOW CONFIG")
+                modes = [row[1] for row in cur.fetchall() if row[0] == "pool_mode"]
+        except psycopg.Error:
+            return Bouncer(None, None)
+    return Bouncer(version, str(modes[0]) if modes and modes[0] else None)

@@ -106,6 +106,27 @@ def _durability_check(engine: Engine) -> Check:
     return Check("durability", "OK", detail)
 
 
+def _pooler_check(engine: Engine, url: URL) -> Check:
+    """The pooler the URL names (``c4a_pooler``) beside the PgBouncer found at its address."""
+    named = _db.pooler_of(url, None)
+    said = f"the URL says c4a_pooler={named}" if named else "the URL names no pooler"
+    found = diagnose.pgbouncer(engine)
+    if found is None:
+        return Check("pooler", "OK", f"{said}; no PgBouncer answers at this address")
+    what = f"PgBouncer {found.version}" if found.version else "PgBouncer"
+    what += f", pool_mode={found.mode}" if found.mode else " (its console does not say its mode)"
+    if found.mode == "statement":
+        return Check("pooler", "FAIL", f"{what}: {_db.STATEMENT_MODE}")
+    if found.mode == "transaction" and named != "transaction":
+        return Check(
+            "pooler",
+            "FAIL",
+            f"{what}; {said}: add ?{_db.POOLER_SETTING}=transaction to the URL, or prepared "
+            "statements and LISTEN break behind it",
+        )
+    return Check("pooler", "OK", f"{what}; {said}")
+
+
 def _secret_check(url: URL, schema: str | None) -> Check:
     from call4agents.facade.ledger import Ledger
 
@@ -209,7 +230,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             checks.append(_permission_check(path))
             checks.append(_integrity_check(engine, path))
         if tls is not None:
-            checks.append(tls)
+            checks += [tls, _pooler_check(engine, url)]
         checks.append(_clock_check(skew))
         if version == migrations.CURRENT:
             checks += [_actions_check(engine), _secret_check(url, schema)]
@@ -219,8 +240,11 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             ]
     except (_sqlalchemy_error(), OSError) as exc:
         hint = f"; {_RECOVER}" if path is not None and _damaged(exc) else ""
+        refused = _db.statement_mode_refusal(exc)
         checks.append(
-            Check("database", "FAIL", f"cannot use the database: {short_error(exc)}{hint}")
+            Check("pooler", "FAIL", str(refused))
+            if refused
+            else Check("database", "FAIL", f"cannot use the database: {short_error(exc)}{hint}")
         )
     except Call4AgentsError as exc:
         checks.append(Check("database", "FAIL", str(exc)))
