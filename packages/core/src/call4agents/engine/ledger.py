@@ -11,7 +11,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -28,7 +28,7 @@ from call4agents.storage import _db, _files, audit_rows, reads, run_rows
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.approval_rows import SORTS, WaitingFilter
 from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
-from call4agents.storage.store import Store, cannot_open
+from call4agents.storage.store import Store, cannot_open, outage, outage_error
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
@@ -197,10 +197,13 @@ class LedgerCore:
         approval_ttl: float = 24 * 3600.0,
         previous_secrets: Sequence[tuple[str | bytes, float]] = (),
         pooler: str | None = None,
+        open_retry: float = 30.0,
+        connect_args: Mapping[str, Any] | None = None,
+        engine: _db.Engine | None = None,
     ) -> None:
-        if lease <= 0 or wait < 0:
-            raise ConfigurationError("lease must be > 0 seconds and wait >= 0 seconds")
-        self._url = _db.parse_url(url)
+        if lease <= 0 or wait < 0 or not open_retry >= 0:
+            raise ConfigurationError("lease must be > 0 seconds, wait and open_retry >= 0 seconds")
+        self._url = _db.engine_url(engine, url)
         if allow_network_fs is None:
             allow_network_fs = os.environ.get("CALL4AGENTS_ALLOW_NETWORK_FS") == "1"
         self.engine = _db.make_engine(
@@ -210,6 +213,8 @@ class LedgerCore:
             busy_timeout=busy_timeout,
             allow_network_fs=allow_network_fs,
             pooler=pooler,
+            connect_args=connect_args,
+            engine=engine,
         )
         self.schema = schema
         self.durability = durability
@@ -231,37 +236,55 @@ class LedgerCore:
         self._writing: set[str] = set()  # runs whose last claim here wrote a new intent
         self.dedup = DedupCounter(self.store)
         self._heartbeat = _Heartbeat(self)
-        self._open(auto_migrate)
+        self._open(auto_migrate, open_retry)
         _ledgers.add(self)
 
-    def _open(self, auto_migrate: bool) -> None:
-        try:
-            if auto_migrate:
-                migrate(self.engine, schema=self.schema)
-            else:
-                with self.engine.connect() as conn:
-                    version = current_version(conn, self.schema)
-                refuse_newer(version)
-                if version == 0:
-                    raise LedgerError(
-                        f"there is no Call4Agents ledger at {self.url}"
-                        + (f" (schema {self.schema})" if self.schema else "")
-                        + ": check the URL, or create one with `call4agents migrate`"
-                    )
-                if version < CURRENT:
-                    raise LedgerError(
-                        f"the ledger is at schema version {version}, this version needs {CURRENT}:"
-                        " run `call4agents migrate`"
-                    )
-            # Read now, not at the first redacted call: that may be on an event loop's thread.
-            found = reads.key_salt(self.store)
-            self._salt = found.encode() if found is not None else None
-        except LedgerError:
-            self.engine.dispose()
-            raise
-        except Exception as exc:
-            self.engine.dispose()
-            raise (_db.statement_mode_refusal(exc) or cannot_open(self.url, exc)) from exc
+    def _open(self, auto_migrate: bool, retry: float) -> None:
+        """Open (and migrate) the ledger; while no read-write server answers (an outage, a
+        failover under way), try again for up to ``retry`` seconds, then raise one error."""
+        deadline, pause = time.monotonic() + retry, 0.25
+        while True:
+            try:
+                self._open_once(auto_migrate)
+                return
+            except LedgerError:
+                self.engine.dispose()
+                raise
+            except Exception as exc:
+                why = outage(exc)
+                if why is not None and time.monotonic() + pause < deadline:
+                    time.sleep(pause)
+                    pause = min(pause * 2, 5.0)
+                    continue
+                self.engine.dispose()
+                refused = _db.statement_mode_refusal(exc)
+                if refused is not None:
+                    raise refused from exc
+                if why is not None:
+                    raise outage_error(why, self.url, exc, retry) from exc
+                raise cannot_open(self.url, exc) from exc
+
+    def _open_once(self, auto_migrate: bool) -> None:
+        if auto_migrate:
+            migrate(self.engine, schema=self.schema)
+        else:
+            with self.engine.connect() as conn:
+                version = current_version(conn, self.schema)
+            refuse_newer(version)
+            if version == 0:
+                raise LedgerError(
+                    f"there is no Call4Agents ledger at {self.url}"
+                    + (f" (schema {self.schema})" if self.schema else "")
+                    + ": check the URL, or create one with `call4agents migrate`"
+                )
+            if version < CURRENT:
+                raise LedgerError(
+                    f"the ledger is at schema version {version}, this version needs {CURRENT}:"
+                    " run `call4agents migrate`"
+                )
+        # Read now, not at the first redacted call: that may be on an event loop's thread.
+        found = reads.key_salt(self.store)
+        self._salt = found.encode() if found is not None else None
 
     @property
     def url(self) -> str:

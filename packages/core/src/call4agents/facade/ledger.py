@@ -50,6 +50,12 @@ class Ledger(LedgerCore):
             Proxy: no prepared statements, no LISTEN, nothing set for longer than a
             transaction), ``"session"`` or ``"none"``; default the URL's ``c4a_pooler``, else
             none. A pooler in statement mode is refused.
+        open_retry: seconds to keep trying while no read-write PostgreSQL server answers
+            (down, restarting, a failover under way, only a standby reachable), then one error.
+        connect_args: PostgreSQL: psycopg's and libpq's settings for every connection (e.g.
+            ``{"sslrootcert": ..., "application_name": ...}``), over the ledger's defaults.
+        engine: PostgreSQL: your own SQLAlchemy engine (``postgresql+psycopg://``), given
+            instead of ``url``; the ledger uses its pool and connect arguments as they are.
     """
 
     def undo(self, run_id: str, *, undos: dict[str, UndoFn] | None = None) -> UndoReport:

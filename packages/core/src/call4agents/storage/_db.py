@@ -234,11 +234,31 @@ _ENCODE_HINT = (
 )
 
 
+# libpq's several hosts in the netloc (``//user@h1:5432,h2:5432/db``), which SQLAlchemy reads as
+# one host with a port it cannot parse: the user's part (up to the last "@" before the path),
+# the hosts, and the rest.
+_NETLOC_HOSTS = re.compile(
+    r"(?P<scheme>postgres(?:ql)?(?:\+psycopg)?)://(?P<user>[^/?#]*@)?"
+    r"(?P<hosts>[^/?#@\[\]]*,[^/?#@\[\]]*)(?P<path>/[^?#]*)?(?:\?(?P<query>[^#]*))?"
+)
+
+
+def _hosts_to_query(raw: str) -> str:
+    """A URL naming several hosts in its netloc, rewritten to name them in its query
+    (``?host=h1:5432&host=h2:5432``), the form SQLAlchemy's psycopg dialect hands to libpq."""
+    found = _NETLOC_HOSTS.fullmatch(raw)
+    if found is None:
+        return raw
+    hosts = "&".join(f"host={h}" for h in found["hosts"].split(","))
+    query = hosts + (f"&{found['query']}" if found["query"] else "")
+    return f"{found['scheme']}://{found['user'] or ''}{found['path'] or '/'}?{query}"
+
+
 def parse_url(url: str | None) -> URL:
-    raw = given_url(url)
+    raw = _hosts_to_query(given_url(url))
     try:
         parsed = make_url(raw)
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:
         raise ConfigurationError(
             f"cannot read the ledger URL {safe_url(raw)!r}: use sqlite:///path/to/ledger.db or "
             "postgresql+psycopg://user:password@host/db"
@@ -328,8 +348,17 @@ def sqlite_engine(
 
 
 def postgres_engine(
-    url: URL, *, durability: Durability, schema: str | None, pooler: str | None = None
+    url: URL,
+    *,
+    durability: Durability,
+    schema: str | None,
+    pooler: str | None = None,
+    connect_args: Mapping[str, Any] | None = None,
+    engine: Engine | None = None,
 ) -> Engine:
+    """The ledger's engine: one of its own from ``url``, or the user's ``engine`` (its pool, its
+    connect arguments) with the ledger's events added. ``connect_args``: psycopg's and libpq's
+    settings for every connection, over the ledger's defaults."""
     try:
         import psycopg  # noqa: F401
     except ImportError as exc:
@@ -344,14 +373,19 @@ def postgres_engine(
     driver_args: dict[str, Any] = {
         **pg_connect_args(url, durability, pooler),
         **_prepare_threshold(url, pooler),
+        **(connect_args or {}),
     }
-    engine = create_engine(
-        url.difference_update_query([POOLER_SETTING, PREPARE_SETTING]),
-        pool_size=8,
-        max_overflow=8,
-        connect_args=driver_args,
-        execution_options={"schema_translate_map": {None: schema}} if schema else {},
-    )
+    translate = {"schema_translate_map": {None: schema}} if schema else {}
+    if engine is None:
+        engine = create_engine(
+            url.difference_update_query([POOLER_SETTING, PREPARE_SETTING]),
+            pool_size=8,
+            max_overflow=8,
+            connect_args=driver_args,
+            execution_options=translate,
+        )
+    elif translate:
+        engine = engine.execution_options(**translate)
     # Instead of pool_pre_ping, which costs a round trip on every checkout: a connection the
     # server dropped (restart, failover, idle timeout) has its goodbye or EOF waiting on the
     # socket, so only a connection with unread input is pinged; a dead one makes the pool drop
@@ -428,6 +462,8 @@ def make_engine(
     busy_timeout: float,
     allow_network_fs: bool,
     pooler: str | None = None,
+    connect_args: Mapping[str, Any] | None = None,
+    engine: Engine | None = None,
 ) -> Engine:
     if durability not in ("power", "process"):
         raise ConfigurationError(
@@ -437,15 +473,25 @@ def make_engine(
     if url.get_backend_name() == "sqlite":
         if schema is not None:
             raise ConfigurationError("schema= applies to PostgreSQL ledgers only")
-        if pooler is not None:
-            raise ConfigurationError("pooler= applies to PostgreSQL ledgers only")
+        if pooler is not None or connect_args is not None or engine is not None:
+            raise ConfigurationError(
+                "pooler=, connect_args= and engine= apply to PostgreSQL ledgers only (an SQLite "
+                "ledger opens its own file from its URL)"
+            )
         return sqlite_engine(
             url,
             durability=durability,
             busy_timeout=busy_timeout,
             allow_network_fs=allow_network_fs,
         )
-    return postgres_engine(url, durability=durability, schema=schema, pooler=pooler)
+    return postgres_engine(
+        url,
+        durability=durability,
+        schema=schema,
+        pooler=pooler,
+        connect_args=connect_args,
+        engine=engine,
+    )
 
 
 # The handles and the fault type the layers above name (only storage imports SQLAlchemy): an
@@ -461,3 +507,23 @@ __all__ = [
     "mount_fs_type",
 ]
 DatabaseFault = SQLAlchemyError
+
+
+def engine_url(engine: Engine | None, url: str | None) -> URL:
+    """The ledger's URL: ``url`` read (``parse_url``), or that of the user's own ``engine``,
+    which must be a PostgreSQL one on psycopg and comes without a ``url``."""
+    if engine is None:
+        return parse_url(url)
+    if url is not None:
+        raise ConfigurationError("give the ledger a url or an engine, not both")
+    if not isinstance(engine, Engine) or engine.dialect.name != "postgresql":
+        raise ConfigurationError(
+            "engine= takes a SQLAlchemy engine of a PostgreSQL database "
+            "(create_engine('postgresql+psycopg://...')); an SQLite ledger opens its own file"
+        )
+    if engine.dialect.driver != "psycopg":
+        raise ConfigurationError(
+            f"engine= uses the {engine.dialect.driver} driver: the ledger needs psycopg "
+            "(postgresql+psycopg://...)"
+        )
+    return engine.url

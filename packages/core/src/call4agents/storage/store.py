@@ -71,6 +71,46 @@ def cannot_open(url: str, exc: BaseException) -> LedgerError:
     )
 
 
+# What a server says while it cannot take the ledger's writes for a while: it is down, starting,
+# stopping or recovering, the network is cut, or it is a standby (perhaps about to be promoted).
+_UNREACHABLE = (
+    "connection refused",
+    "could not connect",
+    "timeout expired",
+    "the database system is",
+    "server closed the connection unexpectedly",
+    "no route to host",
+    "network is unreachable",
+    "connection reset",
+    "name or service not known",
+    "temporary failure in name resolution",
+)
+_READ_ONLY = ("read-only", "recovery is in progress", "during recovery", "hot standby")
+
+
+def outage(exc: BaseException) -> str | None:
+    """``"read-only"`` or ``"unreachable"`` when opening failed because no read-write server
+    answers (worth trying again for a while); None for any other fault (a wrong password, no such
+    database, a certificate refused), which waiting would not mend."""
+    text = short_error(exc).lower()
+    if any(word in text for word in _READ_ONLY):
+        return "read-only"
+    return "unreachable" if any(word in text for word in _UNREACHABLE) else None
+
+
+def outage_error(why: str, url: str, exc: BaseException, waited: float) -> LedgerError:
+    """The one error ``init`` raises after trying a read-write server for ``waited`` seconds."""
+    if why == "read-only":
+        return LedgerError(
+            f"the server at {url} is read-only (a replica, or a standby not promoted within "
+            f"{waited:g} s): point the URL at the primary or add target_session_attrs=read-write"
+        )
+    return LedgerError(
+        f"no PostgreSQL server answered at {url} within {waited:g} s ({short_error(exc)}): check "
+        "that it is up and reachable (`call4agents doctor`), or give it longer with open_retry="
+    )
+
+
 OPEN_STATES = ("started", "in_doubt")
 
 
