@@ -216,7 +216,7 @@ def _check_ledger(url: str) -> None:
     """Open the ledger before any child starts: a bad --url fails here, in one line."""
     from .ledger import Ledger
 
-    with Ledger(url):
+    with Ledger(url, open_retry=0):
         pass
 
 

@@ -190,9 +190,13 @@ def _open(args: argparse.Namespace) -> Ledger:
 
     url = _url(args)
     _require_existing(url)
-    # Never change the schema from a reading command: an old ledger asks for `migrate`.
+    # Never change the schema from a reading command: an old ledger asks for `migrate`. A
+    # person (or the next cron run) asks again: no waiting out an outage here.
     return Ledger(
-        url.render_as_string(hide_password=False), schema=_schema(args), auto_migrate=False
+        url.render_as_string(hide_password=False),
+        schema=_schema(args),
+        auto_migrate=False,
+        open_retry=0,
     )
 
 

@@ -131,7 +131,7 @@ def _secret_check(url: URL, schema: str | None) -> Check:
     from call4agents.facade.ledger import Ledger
 
     with Ledger(
-        url.render_as_string(hide_password=False), schema=schema, auto_migrate=False
+        url.render_as_string(hide_password=False), schema=schema, auto_migrate=False, open_retry=0
     ) as ledger:
         source = ledger.secret_source()  # looks only: never creates a secret file
     if source is None:
