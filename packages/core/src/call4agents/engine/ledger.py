@@ -28,7 +28,13 @@ from call4agents.storage import _db, _files, audit_rows, reads, run_rows
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.approval_rows import SORTS, WaitingFilter
 from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
-from call4agents.storage.store import Store, cannot_open, outage, outage_error
+from call4agents.storage.store import (
+    Store,
+    cannot_open,
+    outage,
+    outage_error,
+    refuse_read_only,
+)
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
@@ -265,6 +271,7 @@ class LedgerCore:
                 raise cannot_open(self.url, exc) from exc
 
     def _open_once(self, auto_migrate: bool) -> None:
+        refuse_read_only(self.engine)
         if auto_migrate:
             migrate(self.engine, schema=self.schema)
         else:

@@ -114,3 +114,26 @@ def pgbouncer(engine: Engine) -> Bouncer | None:
         except psycopg.Error:
             return Bouncer(None, None)
     return Bouncer(version, str(modes[0]) if modes and modes[0] else None)
+
+
+@dataclass(frozen=True)
+class Replication:
+    """What a PostgreSQL server says of its standbys: the settings that decide whether a commit
+    waits for one, and each connected standby's ``sync_state`` (None where this user may not
+    read it: that needs ``pg_monitor``)."""
+
+    standby: bool  # this server is itself a standby (in recovery)
+    synchronous_standby_names: str
+    synchronous_commit: str
+    standbys: list[tuple[str, str | None]]  # (application_name, sync_state)
+
+
+def replication(engine: Engine) -> Replication:
+    with engine.connect() as conn:
+        standby = bool(conn.execute(text("SELECT pg_is_in_recovery()")).scalar())
+        names = str(conn.execute(text("SHOW synchronous_standby_names")).scalar() or "")
+        commit = str(conn.execute(text("SHOW synchronous_commit")).scalar())
+        rows = conn.execute(
+            text("SELECT application_name, sync_state FROM pg_stat_replication")
+        ).all()
+    return Replication(standby, names, commit, [(str(a), s) for a, s in rows])

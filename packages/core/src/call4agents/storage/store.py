@@ -98,6 +98,21 @@ def outage(exc: BaseException) -> str | None:
     return "unreachable" if any(word in text for word in _UNREACHABLE) else None
 
 
+class ReadOnlyServer(Exception):
+    """The server takes no writes (a standby, or a session set read-only): found while opening,
+    and judged as an outage, since a standby may be promoted."""
+
+
+def refuse_read_only(engine: Engine) -> None:
+    """Raise ``ReadOnlyServer`` if a PostgreSQL ledger's server would refuse its writes: a
+    ledger opened on a standby would otherwise fail only at its first action."""
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.connect() as conn:
+        if conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on":
+            raise ReadOnlyServer("the server is read-only")
+
+
 def outage_error(why: str, url: str, exc: BaseException, waited: float) -> LedgerError:
     """The one error ``init`` raises after trying a read-write server for ``waited`` seconds."""
     if why == "read-only":

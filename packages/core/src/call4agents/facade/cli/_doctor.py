@@ -127,6 +127,45 @@ def _pooler_check(engine: Engine, url: URL) -> Check:
     return Check("pooler", "OK", f"{what}; {said}")
 
 
+_SYNC_HINT = (
+    "set synchronous_standby_names (e.g. 'ANY 1 (*)') and synchronous_commit=on on the primary, "
+    "so that a result is acknowledged only once a standby has it"
+)
+
+
+def _replication_check(engine: Engine) -> Check:
+    """Whether a failover to a standby keeps every result the primary acknowledged."""
+    found = diagnose.replication(engine)
+    names, commit = found.synchronous_standby_names.strip(), found.synchronous_commit
+    states = [state for _, state in found.standbys]
+    if found.standby:
+        return Check("replication", "FAIL", "this server is a standby (read-only): use the primary")
+    if not states:
+        if names:
+            return Check(
+                "replication",
+                "WARN",
+                f"synchronous_standby_names={names!r} but no standby is connected: commits wait",
+            )
+        return Check("replication", "OK", "no standby streams from this server")
+    counted = f"{len(states)} standby(s), sync_state {', '.join(str(s) for s in states)}"
+    if None in states:
+        return Check("replication", "WARN", f"{counted}: cannot read them (grant pg_monitor)")
+    synchronous = any(s in ("sync", "quorum") for s in states)
+    if not synchronous or commit in ("off", "local"):
+        return Check(
+            "replication",
+            "WARN",
+            f"{counted}, synchronous_commit={commit}: a failover can lose results the primary "
+            f"acknowledged (those actions run again or read in doubt); {_SYNC_HINT}",
+        )
+    return Check(
+        "replication",
+        "OK",
+        f"{counted}, synchronous_commit={commit}: an acknowledged result survives a failover",
+    )
+
+
 def _secret_check(url: URL, schema: str | None) -> Check:
     from call4agents.facade.ledger import Ledger
 
@@ -230,7 +269,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             checks.append(_permission_check(path))
             checks.append(_integrity_check(engine, path))
         if tls is not None:
-            checks += [tls, _pooler_check(engine, url)]
+            checks += [tls, _pooler_check(engine, url), _replication_check(engine)]
         checks.append(_clock_check(skew))
         if version == migrations.CURRENT:
             checks += [_actions_check(engine), _secret_check(url, schema)]
