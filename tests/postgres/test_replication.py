@@ -1,11 +1,18 @@
 """`doctor` reads the primary's replication: a primary and a streaming standby of this module's own
 (initdb, pg_basebackup and pg_ctl on free ports, never the shared server). With the standby
 replicating asynchronously, doctor warns that a failover can lose acknowledged results; once the
-primary waits for it (synchronous_standby_names), doctor says an acknowledged result survives."""
+primary waits for it (synchronous_standby_names), doctor says an acknowledged result survives.
+And the failover itself, at synchronous replication: the primary killed with `pg_ctl stop -m
+immediate` under a load of effects and the standby promoted."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -14,11 +21,13 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
 import call4agents as c4a
 from call4agents.facade import cli
 from call4agents.model.errors import LedgerError
-from tests.postgres.helpers import plain
+from tests.conftest import TEST_SECRET
+from tests.postgres.helpers import WORKER, deliveries, plain, report
 from tests.postgres.test_tls import _as_owner, _bin, _free_port, _run
 
 
@@ -27,9 +36,29 @@ class Pair:
     primary: str
     standby: str
 
+    def __iter__(self) -> Iterator[str]:
+        return iter((self.primary, self.standby))
 
-@pytest.fixture(scope="module")
-def pair() -> Iterator[Pair]:
+
+@dataclass
+class Cluster:
+    """A primary and its standby, with what stops and promotes them."""
+
+    root: Path
+    primary_data: Path
+    standby_data: Path
+
+    def stop_primary(self) -> None:
+        """The primary's crash: no checkpoint, no goodbye to the standby."""
+        _run(_as_owner(_bin("pg_ctl"), "-D", str(self.primary_data), "-m", "immediate", "stop"),
+             self.root)  # fmt: skip
+
+    def promote(self) -> None:
+        _run(_as_owner(_bin("pg_ctl"), "-D", str(self.standby_data), "-w", "promote"), self.root)
+
+
+@contextlib.contextmanager
+def _cluster(synchronous: bool) -> Iterator[tuple[Pair, Cluster]]:
     initdb, pg_ctl, basebackup = _bin("initdb"), _bin("pg_ctl"), _bin("pg_basebackup")
     root = Path(tempfile.mkdtemp(prefix="c4a-replica-"))
     primary, standby = root / "primary", root / "standby"
@@ -39,10 +68,12 @@ def pair() -> Iterator[Pair]:
             shutil.chown(root, "postgres")
         _run(_as_owner(initdb, "-D", str(primary), "-U", "c4a", "--auth=trust", "--no-sync"), root)
         ports = {primary: _free_port(), standby: _free_port()}
+        sync = " -c synchronous_standby_names=*" if synchronous else ""
 
         def start(data: Path) -> None:
             options = f"-p {ports[data]} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
             log = str(root / f"{data.name}.log")
+            options += sync if data == primary else ""
             _run(_as_owner(pg_ctl, "-D", str(data), "-o", options, "-w", "-l", log, "start"), root)
             started.append(data)
 
@@ -53,11 +84,18 @@ def pair() -> Iterator[Pair]:
         url = "postgresql+psycopg://c4a@127.0.0.1:{}/postgres"
         found = Pair(url.format(ports[primary]), url.format(ports[standby]))
         _until(found.primary, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
-        yield found
+        yield found, Cluster(root, primary, standby)
     finally:
         for data in reversed(started):
-            _run(_as_owner(pg_ctl, "-D", str(data), "-m", "immediate", "stop"), root)
+            with contextlib.suppress(AssertionError):  # the primary may be down already
+                _run(_as_owner(pg_ctl, "-D", str(data), "-m", "immediate", "stop"), root)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[Pair]:
+    with _cluster(synchronous=False) as (found, _):
+        yield found
 
 
 def _until(url: str, query: str, want: object = 1) -> None:
@@ -110,3 +148,53 @@ def test_a_standby_as_the_only_host_is_named_read_only(
         c4a.Ledger(pair.standby, open_retry=0)
     assert "is read-only" in str(raised.value)
     assert "target_session_attrs=read-write" in str(raised.value)
+
+
+def test_a_failover_with_synchronous_replication_loses_nothing_and_runs_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    """Workers on both hosts' URL (``target_session_attrs=read-write``) run effects; the primary
+    is killed mid-load and the standby promoted. The workers carry on against the new primary
+    without a restart, and then a fresh process repeats every call: no email went twice, and
+    every result a worker returned is the one the new primary holds."""
+    with _cluster(synchronous=True) as (pair, cluster):
+        assert cli.main(["migrate", "--url", pair.primary]) == 0
+        hosts = ",".join(
+            make_url(u).host + f":{make_url(u).port}" for u in (pair.primary, pair.standby)
+        )
+        url = f"postgresql+psycopg://c4a@{hosts}/postgres?target_session_attrs=read-write"
+        outbox = tmp_path / "outbox.jsonl"
+        emails = [f"user{i}@example.com" for i in range(60)]
+        env = dict(os.environ, C4A_TEST_URL=url, C4A_TEST_SCHEMA="", TOOL_SECONDS="0.05",
+                   CALL4AGENTS_SECRET=TEST_SECRET, WAIT="120", LEASE="60")  # fmt: skip
+        workers = [
+            subprocess.Popen(
+                [sys.executable, str(WORKER), "failover", str(outbox), *emails[i::3]],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i in range(3)
+        ]
+        deadline = time.monotonic() + 120
+        while len(deliveries(outbox)) < 12:
+            assert time.monotonic() < deadline, "the workers never got going"
+            time.sleep(0.01)
+        cluster.stop_primary()
+        cluster.promote()
+        reports = [report(w, timeout=300) for w in workers]
+        again = subprocess.run(
+            [sys.executable, str(WORKER), "failover", str(outbox), *emails],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    returned = {to: r for found in reports for to, r in found.get("results", {}).items()}
+    for found in reports:  # each worker went on through the failover, with no error
+        assert found["code"] == 0, found["stderr"]
+        assert found["errors"] == {}
+    final = json.loads(again.stdout.strip().splitlines()[-1])
+    sent = [d["to"] for d in deliveries(outbox)]
+    assert len(sent) == len(set(sent)), "an email went twice"
+    for to, result in returned.items():
+        assert final["results"].get(to) == result, f"{to}: its returned result was lost"
+    assert len(returned) == len(emails)  # including those after the failover
