@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import selectors
 import socket
 import threading
@@ -35,6 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, event
+
+from call4agents.model import platform
 
 # Stated in _pgconn, where the lean route of `doubt` reads them too; named here as before.
 from ._pgconn import LOCK_CLASS as LOCK_CLASS
@@ -328,4 +329,4 @@ def _after_fork_in_child() -> None:
     _listeners.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+platform.at_fork(after_in_child=_after_fork_in_child)
