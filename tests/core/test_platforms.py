@@ -49,6 +49,7 @@ def _fullfsync(url: str, durability: str) -> list[int]:
 def test_the_core_behaves_the_same_without_posix_names(tmp_path: Path) -> None:
     """Effects, approvals and doubt on SQLite: no fork hooks, user ids, O_NOFOLLOW or SIGKILL."""
     files = [f"tests/{entry}" for entry in PORTABLE if not entry.endswith("test_platforms.py")]
+    files.append(f"{Path(__file__).relative_to(ROOT).as_posix()}::{_LOCKED}")
     done = _python(
         "-m", "tests.core.posixless", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist",
         "-q", "-k", "not postgres", f"--basetemp={tmp_path / 'pytest'}", *files,
@@ -120,3 +121,41 @@ def test_this_platform_asks_for_fullfsync_only_where_fsync_stops_short(tmp_path:
 def test_a_killed_child_exits_with_the_code_the_quickstart_expects() -> None:
     done = _python("-c", "from call4agents.model import platform; platform.kill_this_process()")
     assert done.returncode == platform.killed_exit_code() != 0
+
+
+_LOCKED = "test_a_ledger_another_process_holds_is_a_one_line_error"
+HOLD = (
+    "import sqlite3, sys\n"
+    "conn = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+    "conn.execute('BEGIN EXCLUSIVE')\n"
+    "print('held', flush=True)\n"
+    "sys.stdin.read()  # until the test closes it\n"
+)
+
+
+def test_a_ledger_another_process_holds_is_a_one_line_error(tmp_path: Path) -> None:
+    """SQLite's own lock (POSIX advisory locks, LockFileEx on Windows) as one line."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    ledger = c4a.Ledger(url, busy_timeout=0.2)
+
+    @c4a.effect(ledger=ledger)
+    def send() -> str:
+        return "sent"
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path / "ledger.db")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(c4a.LedgerError) as acting, c4a.run("locked"):
+            send()
+        with pytest.raises(c4a.LedgerError) as opening:
+            c4a.Ledger(url, busy_timeout=0.2)
+    finally:
+        holder.communicate("")
+        ledger.close()
+    assert str(acting.value) == "the ledger database failed: database is locked"
+    assert str(opening.value).startswith(f"cannot open the ledger at {url}: database is locked.")
+    assert "\n" not in str(opening.value)
