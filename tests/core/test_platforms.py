@@ -24,8 +24,9 @@ from call4agents.storage import _files
 from tests.conftest import PORTABLE
 
 ROOT = Path(__file__).parents[2]
-INTEGRATIONS = ("call4agents_mcp", "call4agents_openai_agents", "call4agents_jobs")
-NEEDS_311 = ("call4agents_langgraph", "call4agents_pydantic_ai")
+# The integrations installed here: all of them from 3.11, on 3.10 those scripts/python3.10 installs.
+INTEGRATIONS = ("call4agents_mcp", "call4agents_openai_agents")
+NOT_ON_310 = ("call4agents_langgraph", "call4agents_pydantic_ai", "call4agents_jobs")
 linux_only = pytest.mark.skipif(
     sys.platform != "linux", reason="plays another platform on Linux; the CI runs the real one"
 )
@@ -69,7 +70,7 @@ def test_the_core_behaves_the_same_without_posix_names(tmp_path: Path) -> None:
 @linux_only
 def test_every_integration_imports_without_posix_names() -> None:
     modules = ["call4agents", "call4agents.integration", "call4agents.facade.quickstart"]
-    for name in INTEGRATIONS + (NEEDS_311 if sys.version_info >= (3, 11) else ()):
+    for name in INTEGRATIONS + (NOT_ON_310 if sys.version_info >= (3, 11) else ()):
         modules += [name, f"{name}.quickstart"] if name != "call4agents_jobs" else [name]
     done = _python("-m", "tests.core.posixless", "imports", *modules)
     assert done.returncode == 0, done.stderr[-4000:]
