@@ -49,6 +49,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="only the tests EVERY_PYTHON names (scripts/pythons runs them on the other Pythons)",
     )
+    parser.addoption(
+        "--portable",
+        action="store_true",
+        help="only the tests PORTABLE names (the CI runs them on macOS and Windows)",
+    )
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -57,11 +62,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     path = collection_path.relative_to(TESTS)
     if OLD_PYTHON and any(p.as_posix() in PY311_ONLY for p in (path, *path.parents)):
         return True
-    if config.getoption("every_python"):  # no other file is even imported
-        chosen = (
-            entry == path.as_posix() or entry.startswith(f"{path}/") for entry in EVERY_PYTHON
-        )
-        return not any(chosen) or None
+    for option, entries in (("every_python", EVERY_PYTHON), ("portable", PORTABLE)):
+        if config.getoption(option):  # no other file is even imported
+            chosen = (entry == path.as_posix() or entry.startswith(f"{path}/") for entry in entries)
+            return not any(chosen) or None
     return None
 
 
@@ -85,6 +89,20 @@ EVERY_PYTHON = (
     "openai_agents/test_once_only.py",
     "langgraph/test_middleware.py",
     "pydantic_ai/test_once_only.py",
+)
+
+
+# What the CI runs on macOS and Windows (`pytest --portable -k "not postgres"`), and what
+# tests/core/test_platforms.py runs in an interpreter stripped of POSIX's names: the core's
+# behaviour on SQLite (effects, approvals, doubt, a claim whose answer was lost), canonical
+# arguments and results, and the platform's own facts.
+PORTABLE = (
+    "core/test_effects.py",
+    "core/test_approvals.py",
+    "core/test_lost_claim.py",
+    "core/test_canonical.py",
+    "core/test_codec.py",
+    "core/test_platforms.py",
 )
 
 

@@ -197,6 +197,27 @@ def test_each_package_states_exactly_the_pythons_its_tests_run_on() -> None:
         assert stated == list(TESTED[TESTED.index(oldest) :]), path
 
 
+# The operating systems the GitHub Actions workflow runs the tests on, as each package names them.
+SYSTEMS = {
+    "ubuntu-latest": "Operating System :: POSIX :: Linux",
+    "macos-latest": "Operating System :: MacOS",
+    "windows-latest": "Operating System :: Microsoft :: Windows",
+}
+
+
+def test_each_package_names_exactly_the_systems_its_tests_run_on() -> None:
+    workflow = (ROOT / ".github/workflows/tests.yml").read_text(encoding="utf-8")
+    matrix = re.search(r"^ +os: \[([^\]]+)\]$", workflow, re.M)
+    pythons = re.search(r"^ +python: \[([^\]]+)\]$", workflow, re.M)
+    assert matrix, "the workflow names its systems in one `os: [...]` line"
+    assert pythons, "the workflow names its Pythons in one `python: [...]` line"
+    assert [v.strip(' "') for v in pythons[1].split(",")] == list(TESTED)
+    systems = sorted(SYSTEMS[name.strip()] for name in matrix[1].split(","))
+    for path in PYPROJECTS:
+        stated = [c for c in _project(path)["classifiers"] if c.startswith("Operating System ::")]
+        assert stated == systems, path
+
+
 def test_langgraph_checkpoint_sqlite_is_only_an_extra(dist: Path) -> None:
     done = _resolve("call4agents-langgraph", "3.11", dist)
     assert done.returncode == 0, done.stderr

@@ -13,7 +13,6 @@ import concurrent.futures
 import json
 import os
 import pathlib
-import signal
 import sqlite3
 import uuid
 from collections.abc import Sequence
@@ -46,14 +45,14 @@ def _measure(workdir: pathlib.Path, url: str, mode: str) -> int:
     thread = f"quickstart-{mode}-{uuid.uuid4().hex[:8]}"
     killed = _spawn(workdir, url, mode, thread, crash="after")
     resumed = _spawn(workdir, url, mode, thread, crash="none")
-    if killed != -signal.SIGKILL or resumed != 0:
+    if killed != _children.KILLED or resumed != 0:
         raise RuntimeError(f"the LangGraph quickstart agent ({mode}) did not run as expected")
     return _emails(workdir, thread)
 
 
 def _spawn(workdir: pathlib.Path, url: str, mode: str, thread: str, *, crash: str) -> int:
     code, _, err = _children.run(_child, mode, workdir, url, thread, crash)
-    if code not in (0, -signal.SIGKILL):
+    if code not in (0, _children.KILLED):
         raise RuntimeError(f"the LangGraph quickstart agent failed:\n{err[-2000:]}")
     return code
 
@@ -94,7 +93,7 @@ def _child(mode: str, workdir: pathlib.Path, url: str, thread: str, crash: str) 
         def wrap_tool_call(self, request: Any, handler: Any) -> Any:
             result = handler(request)
             if crash == "after":
-                os.kill(os.getpid(), signal.SIGKILL)
+                _children.kill_this_process()
             return result
 
     middleware: list[Any] = [KillAfterSending()]

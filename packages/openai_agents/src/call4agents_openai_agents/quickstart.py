@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import uuid
 from pathlib import Path
 from typing import Any
@@ -46,14 +45,14 @@ def _child(mode: str, crash: str, workdir: Path, url: str, run_id: str, schema: 
             f.flush()
             os.fsync(f.fileno())
         if crash == "inside":
-            os.kill(os.getpid(), signal.SIGKILL)  # sent, but the tool never returned
+            _children.kill_this_process()  # sent, but the tool never returned
         return f"email sent to {to}"
 
     class KillAfterTool(RunHooks[Any]):
         async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: object) -> None:
             # The tool returned (and the ledger, if any, recorded it); the SDK has not yet
             # written this turn to the session.
-            os.kill(os.getpid(), signal.SIGKILL)
+            _children.kill_this_process()
 
     # A real model would pick a new call id on the re-run; so does this one.
     call = {"to": "bob@example.com", "body": "Your refund is on its way."}
@@ -123,7 +122,7 @@ def scenario(workdir: Path, url: str) -> list[tuple[str, int, str]]:
     """The quickstart rows: (label, emails counted, what happened)."""
     runs = {mode: f"quickstart-oa-{mode}-{uuid.uuid4().hex[:8]}" for mode in ("plain", "once")}
     killed = _round(workdir, url, runs, "after")
-    if set(killed.values()) != {-signal.SIGKILL}:
+    if set(killed.values()) != {_children.KILLED}:
         raise RuntimeError(f"the Agents SDK children were not killed as planned: {killed}")
     resumed = _round(workdir, url, runs, "none")
     if set(resumed.values()) != {0}:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ def scenario(workdir: Path, url: str) -> list[tuple[str, int, str]]:
     conversation = f"quickstart-{uuid.uuid4().hex[:8]}"
     modes = ("plain", "ledger")
     killed = _run_all([(m, workdir, url, conversation, True) for m in modes])
-    if killed != [-signal.SIGKILL] * 2:
+    if killed != [_children.KILLED] * 2:
         raise RuntimeError(f"the Pydantic AI agents were not killed as planned: {killed}")
     resumed = _run_all([(m, workdir, url, conversation, False) for m in modes])
     if resumed != [0, 0]:
@@ -47,7 +46,7 @@ def _run_all(jobs: list[tuple[str, Path, str, str, bool]]) -> list[int]:
     try:
         for child in children:
             code = child.wait(120)
-            if code not in (0, -signal.SIGKILL):
+            if code not in (0, _children.KILLED):
                 raise RuntimeError(f"the Pydantic AI quickstart agent failed:\n{child.stderr}")
             codes.append(code)
     finally:
@@ -102,7 +101,7 @@ def _child(mode: str, workdir: Path, url: str, conversation: str, crash: bool) -
                     isinstance(p, ToolReturnPart) for p in node.request.parts
                 )
                 if crash and results:
-                    os.kill(os.getpid(), signal.SIGKILL)  # sent; its result not saved yet
+                    _children.kill_this_process()  # sent; its result not saved yet
                 saved.write_bytes(ModelMessagesTypeAdapter.dump_json(run.all_messages()))
 
     asyncio.run(main())

@@ -21,6 +21,7 @@ from call4agents.engine import _owner, approvals
 from call4agents.engine.approvals import ApprovalRequest, Signer
 from call4agents.engine.records import EffectRecord, record_of
 from call4agents.engine.records import idempotency_key as idempotency_key  # its old home
+from call4agents.model import platform
 from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
 from call4agents.model.kinds import KINDS
@@ -177,7 +178,7 @@ def _after_fork_in_child() -> None:
         ledger._heartbeat.reset_after_fork()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+platform.at_fork(after_in_child=_after_fork_in_child)
 
 
 class LedgerCore:
@@ -673,7 +674,8 @@ def _read_named_secret(path: Path) -> bytes:
         raise ConfigurationError(
             f"cannot read CALL4AGENTS_SECRET_FILE={path}: {exc.strerror}"
         ) from exc
-    if info.st_uid not in (os.geteuid(), 0) or info.st_mode & 0o022:
+    me = platform.user_id()  # None on Windows: no owner or mode bits to check there
+    if me is not None and (info.st_uid not in (me, 0) or info.st_mode & 0o022):
         raise LedgerError(
             f"refusing CALL4AGENTS_SECRET_FILE={path}: it must belong to this process's user or to "
             "root and be writable by its owner alone, or another user could choose the key that "

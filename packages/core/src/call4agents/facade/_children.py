@@ -1,11 +1,12 @@
 """The quickstart's child agents: real processes, started without seconds of imports each.
 
-A quickstart row runs an agent in a child process, kills it with SIGKILL and resumes it in a
-fresh one. A fresh interpreter spends seconds importing an agent framework before the agent
-starts. So, where the platform has it, children are forked from multiprocessing's fork server: a
-clean process (it runs no agent and opens no ledger) that imports the frameworks once. Each child
-is still a new process with its own memory and connections, knowing only what was written down.
-Elsewhere (Windows) children are spawned, slower but alike.
+A quickstart row runs an agent in a child process, kills it at once (``kill_this_process``:
+SIGKILL, or TerminateProcess on Windows) and resumes it in a fresh one. A fresh interpreter
+spends seconds importing an agent framework before the agent starts. So, where the platform has
+it, children are forked from multiprocessing's fork server: a clean process (it runs no agent
+and opens no ledger) that imports the frameworks once. Each child is still a new process with
+its own memory and connections, knowing only what was written down. Elsewhere (Windows)
+children are spawned, slower but alike.
 """
 
 from __future__ import annotations
@@ -25,8 +26,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from call4agents.model.platform import kill_this_process as kill_this_process
+from call4agents.model.platform import killed_exit_code
+
 _METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 _context: Any = multiprocessing.get_context(_METHOD)
+# The exit code of a child that ended itself with ``kill_this_process`` (-9 on POSIX).
+KILLED = killed_exit_code()
 
 
 def preload(modules: Iterable[str]) -> None:

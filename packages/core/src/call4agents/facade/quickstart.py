@@ -1,7 +1,8 @@
 """`call4agents quickstart`: watch an agent get killed after sending an email, and resume.
 
 Every number printed is counted from an outbox file written by real child processes; each child
-is killed with SIGKILL at the named moment and a fresh child resumes the same run.
+is killed at once (SIGKILL; TerminateProcess on Windows) at the named moment and a fresh child
+resumes the same run.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import importlib
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -42,7 +42,7 @@ def _child(mode: str, workdir: Path, url: str, run_id: str, crash: str) -> int:
             f.flush()
             os.fsync(f.fileno())
         if crash == "inside":
-            os.kill(os.getpid(), signal.SIGKILL)  # sent, but the tool never returned
+            _children.kill_this_process()  # sent, but the tool never returned
         return f"msg-{sum(1 for _ in outbox.open(encoding='utf-8'))}"
 
     if mode == "plain":
@@ -67,7 +67,7 @@ def _child(mode: str, workdir: Path, url: str, run_id: str, crash: str) -> int:
                 return _IN_DOUBT
             raise
         if crash == "after":
-            os.kill(os.getpid(), signal.SIGKILL)  # sent and returned; checkpoint not yet saved
+            _children.kill_this_process()  # sent and returned; checkpoint not yet saved
         checkpoint.write_text(json.dumps({"step": 1, "message_id": message_id}))
     return _DONE
 
@@ -85,7 +85,7 @@ class Row:
 
 def _spawn(mode: str, workdir: Path, url: str, run_id: str, crash: str) -> int:
     code, _, err = _children.run(_child, mode, workdir, url, run_id, crash)
-    if code not in (_DONE, _IN_DOUBT, -signal.SIGKILL):
+    if code not in (_DONE, _IN_DOUBT, _children.KILLED):
         raise RuntimeError(f"the quickstart agent failed unexpectedly (exit code {code}):\n{err}")
     return code
 
@@ -99,7 +99,7 @@ def _scenario_after(workdir: Path, url: str, mode: str) -> Row:
     run_id = f"quickstart-{uuid.uuid4().hex[:8]}"
     killed = _spawn(mode, workdir, url, run_id, crash="after")
     resumed = _spawn(mode, workdir, url, run_id, crash="none")
-    assert killed == -signal.SIGKILL
+    assert killed == _children.KILLED
     assert resumed == _DONE
     n = _emails(workdir, mode)
     if mode == "plain":

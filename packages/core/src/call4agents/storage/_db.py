@@ -17,6 +17,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, InvalidatePoolError, SQLAlchemyError
 
+from call4agents.model import platform
 from call4agents.model.errors import ConfigurationError, LedgerError
 
 from . import _files, _forkgate, _pg
@@ -105,6 +106,11 @@ def configure_sqlite(
     _set_wal(conn, busy_timeout)
     synchronous = "FULL" if durability == "power" else "NORMAL"
     conn.execute(f"PRAGMA synchronous={synchronous}")
+    if durability == "power" and platform.full_fsync():
+        # macOS: fsync leaves the commit in the drive's cache, which a power cut loses; SQLite
+        # asks for F_FULLFSYNC on commits and on checkpoints with these (no-ops elsewhere).
+        conn.execute("PRAGMA fullfsync=ON")
+        conn.execute("PRAGMA checkpoint_fullfsync=ON")
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
 
 

@@ -9,7 +9,9 @@ Two rules, each closing a real hole:
   is therefore written under a temporary name, closed, and only then linked into place.
 * Trust a file only if it is a plain file of this user that nobody else may write, as ssh does
   with its keys: a ``ledger.db`` or ``secret`` planted in a shared folder by another user would
-  otherwise let them sign approvals of their own.
+  otherwise let them sign approvals of their own. Owner and mode are POSIX notions: on Windows
+  (NTFS access lists, which ``os.stat`` does not show) only the link and plain-file checks are
+  made, and the folder's own access list (a user profile's is private) decides who may write.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from call4agents.model import platform
 from call4agents.model.errors import LedgerError
 
 
@@ -35,7 +38,8 @@ def create_private(path: Path, content: bytes = b"") -> bool:
     # A name of its own per caller: threads of one process may be making it at once.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o600)
+        flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | platform.NOFOLLOW | platform.BINARY
+        fd = os.open(tmp, flags, 0o600)
         try:
             if content:
                 os.write(fd, content)
@@ -80,8 +84,11 @@ def _problem(info: os.stat_result, *, may_be_read: bool) -> str | None:
         return "it is a symbolic link"
     if not stat.S_ISREG(info.st_mode):
         return "it is not a regular file"
-    if info.st_uid != os.geteuid():
-        return f"it belongs to user id {info.st_uid}, not to this process's user ({os.geteuid()})"
+    me = platform.user_id()
+    if me is None:
+        return None  # Windows: no owner or mode bits to read (see the module's docstring)
+    if info.st_uid != me:
+        return f"it belongs to user id {info.st_uid}, not to this process's user ({me})"
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o022:
         return f"other users may write it (mode {mode:o})"
@@ -93,8 +100,9 @@ def _problem(info: os.stat_result, *, may_be_read: bool) -> str | None:
 def _fix(path: Path, info: os.stat_result) -> str:
     if stat.S_ISLNK(info.st_mode) or not stat.S_ISREG(info.st_mode):
         return f"replace the link with the file itself (mv {path} {path}.old and copy it back)"
-    if info.st_uid != os.geteuid():
-        return f"run as its owner, or take it over with chown {os.geteuid()} {path}"
+    me = platform.user_id()
+    if info.st_uid != me:
+        return f"run as its owner, or take it over with chown {me} {path}"
     return f"chmod 600 {path}"
 
 

@@ -16,8 +16,9 @@ behind another process's lock) lets the fork go on, as it did before.
 
 from __future__ import annotations
 
-import os
 import threading
+
+from call4agents.model import platform
 
 # Seconds a fork waits at most for open write transactions (the default busy timeout).
 LIMIT = 30.0
@@ -79,7 +80,7 @@ class _Gate:
 
 
 WRITES = _Gate()
-os.register_at_fork(
+platform.at_fork(
     before=WRITES.before_fork,
     after_in_parent=WRITES.after_fork_in_parent,
     after_in_child=WRITES.after_fork_in_child,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import os
 import threading
 import weakref
 from collections import Counter
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import update
 
+from call4agents.model import platform
 from call4agents.model.errors import LedgerError
 
 from .store import clock, dialect_insert
@@ -127,7 +127,7 @@ def _after_fork() -> None:
         counter._armed = False
 
 
-os.register_at_fork(after_in_child=_after_fork)
+platform.at_fork(after_in_child=_after_fork)
 
 
 @atexit.register

@@ -26,7 +26,6 @@ instrumentation, a test's fault injection) always takes that path, so every stat
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -34,6 +33,8 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
+
+from call4agents.model import platform
 
 from . import _db, _forkgate, _pg
 from .dialects import dialect_of
@@ -52,7 +53,7 @@ def _forked() -> None:
     _forks += 1
 
 
-os.register_at_fork(after_in_child=_forked)
+platform.at_fork(after_in_child=_forked)
 
 # A driver connection, its cursor, and (PostgreSQL, where select.poll exists) a poll object
 # registered on its socket once, since making one per statement costs more than polling.

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import selectors
 import socket
 import threading
@@ -36,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, event
+
+from call4agents.model import platform
 
 # With nobody waiting for this long, the listening connection is closed (reopened on demand).
 IDLE_CLOSE = 30.0
@@ -362,4 +363,4 @@ def _after_fork_in_child() -> None:
     _listeners.clear()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+platform.at_fork(after_in_child=_after_fork_in_child)

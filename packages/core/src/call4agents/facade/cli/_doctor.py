@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from call4agents.model import platform
 from call4agents.model.errors import Call4AgentsError, ConfigurationError
 
 from ._base import (
@@ -53,6 +54,8 @@ class Check:
 
 
 def _permission_check(path: Path) -> Check:
+    if not platform.file_owners():
+        return Check("permissions", "SKIP", "not checked on this platform (Windows: access lists)")
     loose = []
     for item in (path, path.with_name(path.name + "-wal"), path.parent / "secret"):
         if item.exists():
