@@ -134,6 +134,16 @@ def test_shell_commands_exist() -> None:
     assert "exec bash scripts/test" in ci  # CI runs exactly the README's test command
 
 
+def test_commands_name_the_tools_where_the_quickstart_put_them() -> None:
+    # After `bash scripts/quickstart` uv may be only in ./.tools/bin and call4agents, python and
+    # mkdocs only in .venv/bin: a bare `uv run` fails in the reader's shell (the quickstart's own
+    # printed commands are run by tests/test_quickstart.py).
+    where = [*ALL_MARKDOWN, *ROOT.glob("examples/**/*.py"), *ROOT.glob("benchmarks/*.py")]
+    for path in where:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            assert not re.search(r"(^|[\s`])uv run ", line), (path, line)
+
+
 def test_readme_links_to_docs_resolve() -> None:
     """The README's links are relative, so they work on GitHub; each must name a real file."""
     links = re.findall(r"\]\(((?:docs|examples|packages)/[^)#]+)(?:#[^)]*)?\)", README)
