@@ -86,6 +86,9 @@ def test_python_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, f"{snippet.where}:\n{snippet.code}\n{done.stderr}"
+    if snippet.where.startswith("README.md"):  # says what happened, in one line
+        [line] = done.stdout.splitlines()
+        assert re.search(r"emails sent: 1\b", line), line
 
 
 def test_fragments_compile() -> None:
