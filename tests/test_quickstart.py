@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -102,9 +103,16 @@ def _shell(command: str, cwd: Path, env: dict[str, str]) -> subprocess.Completed
     return done
 
 
+@pytest.fixture
+def clone(tmp_path: Path) -> Iterator[Path]:
+    """A folder for the clone, removed after the test: its .venv is hundreds of megabytes, and
+    pytest keeps its last few temporary folders."""
+    yield tmp_path / "clone"
+    shutil.rmtree(tmp_path / "clone", ignore_errors=True)
+
+
 @pytest.mark.slow
-def test_a_fresh_clone_runs_the_quickstart_and_every_command_it_prints(tmp_path: Path) -> None:
-    clone = tmp_path / "clone"
+def test_a_fresh_clone_runs_the_quickstart_and_every_command_it_prints(clone: Path) -> None:
     env = _clone(clone)
     done = subprocess.run(
         ["bash", "scripts/quickstart"], cwd=clone, env=env, capture_output=True, text=True,
