@@ -1,6 +1,6 @@
 """Server time per console page, with many tickets waiting and many recorded actions.
 
-    uv run python benchmarks/bench_console.py [--tickets N] [--actions N] [--rounds N]
+    .venv/bin/python benchmarks/bench_console.py [--tickets N] [--actions N] [--rounds N]
                                               [--audit N] [--postgres URL]
 
 Each backend gets a fresh ledger: one ticket and one action made through the library, then

@@ -1,6 +1,6 @@
 """What one once-only action costs in call4agents, next to the bare storage floor under it.
 
-    uv run python benchmarks/bench_core.py [--quick] [--postgres URL] [--n N] [--scale]
+    .venv/bin/python benchmarks/bench_core.py [--quick] [--postgres URL] [--n N] [--scale]
 
 Every durability mode gets a fresh SQLite file (and, with PostgreSQL, a fresh schema that is
 dropped at the end). The bare-driver floor and the library run against the same file or server,

@@ -1,6 +1,6 @@
 """What the OpenTelemetry observer adds to one action: a fresh effect and a repeat, side by side.
 
-    uv run python benchmarks/bench_otel.py [--n N]
+    .venv/bin/python benchmarks/bench_otel.py [--n N]
 
 Four set-ups, each on its own fresh SQLite ledger (durability "process", so the fsync does not
 drown the difference), interleaved in rounds so drift touches each alike:

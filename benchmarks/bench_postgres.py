@@ -1,6 +1,6 @@
 """Call4Agents on a shared PostgreSQL ledger, next to bare psycopg on the same server.
 
-    uv run python benchmarks/bench_postgres.py [--quick] [--postgres URL] [--n N]
+    .venv/bin/python benchmarks/bench_postgres.py [--quick] [--postgres URL] [--n N]
                                                [--workers 8] [--gc-rows 1000000]
 
 Four parts, one run, one server (each part in a fresh schema, dropped at the end):

@@ -1,7 +1,7 @@
 """What reading a big ledger costs: doubt, runs, show, stats, approvals and the lease sweep at
 1,000 to 1,000,000 actions (10,000,000 with ``--huge``), beside a bare indexed select.
 
-    uv run python benchmarks/bench_scale.py [--sizes 1000,100000,1000000] [--huge]
+    .venv/bin/python benchmarks/bench_scale.py [--sizes 1000,100000,1000000] [--huge]
         [--postgres URL] [--rounds 5] [--cli-rounds 3] [--no-cli] [--no-trigger]
 
 Each size gets a fresh ledger (a SQLite file; on PostgreSQL a fresh schema, dropped at the end)

@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import NEEDS_PY311, OLD_PYTHON, needs_py311
 
 ROOT = Path(__file__).parents[1]
+MERMAID = ROOT / "scripts" / "mermaid" / "node_modules" / "mermaid" / "dist" / "mermaid.min.js"
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 DOCS = ROOT / "docs"
 # The pages whose snippets run: the README and the docs site. The package READMEs are references
@@ -85,6 +86,9 @@ def test_python_snippet_runs(snippet: Snippet, tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, f"{snippet.where}:\n{snippet.code}\n{done.stderr}"
+    if snippet.where.startswith("README.md"):  # says what happened, in one line
+        [line] = done.stdout.splitlines()
+        assert re.search(r"emails sent: 1\b", line), line
 
 
 def test_fragments_compile() -> None:
@@ -134,6 +138,25 @@ def test_shell_commands_exist() -> None:
     assert "exec bash scripts/test" in ci  # CI runs exactly the README's test command
 
 
+def test_commands_name_the_tools_where_the_quickstart_put_them() -> None:
+    # After `bash scripts/quickstart` uv may be only in ./.tools/bin and call4agents, python and
+    # mkdocs only in .venv/bin: a bare `uv run` fails in the reader's shell (the quickstart's own
+    # printed commands are run by tests/test_quickstart.py).
+    where = [*ALL_MARKDOWN, *ROOT.glob("examples/**/*.py"), *ROOT.glob("benchmarks/*.py")]
+    for path in where:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            assert not re.search(r"(^|[\s`])uv run ", line), (path, line)
+
+
+def test_every_long_page_has_sections() -> None:
+    # A page a reader must scroll gets a table of contents and anchors to link to.
+    for page in sorted(DOCS.rglob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        prose = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+        if len(prose.split()) > 300:
+            assert re.search(r"^## ", prose, re.MULTILINE), f"{page.name}: no ## section"
+
+
 def test_readme_links_to_docs_resolve() -> None:
     """The README's links are relative, so they work on GitHub; each must name a real file."""
     links = re.findall(r"\]\(((?:docs|examples|packages)/[^)#]+)(?:#[^)]*)?\)", README)
@@ -160,11 +183,12 @@ def test_every_public_name_is_in_the_api_reference() -> None:
     assert set(call4agents.__all__) <= documented, set(call4agents.__all__) - documented
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(OLD_PYTHON, reason="MkDocs Material needs Python 3.11 (the docs build on 3.11)")
-def test_docs_site_builds_strict_and_offline(tmp_path: Path) -> None:
-    """`mkdocs build --strict`: every link and anchor resolves, every page is in the nav, every
-    API name is found; the built pages carry the content (a page, the diagram, the reference)."""
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The docs site, built once for this module with `mkdocs build --strict`."""
+    if OLD_PYTHON:
+        pytest.skip("MkDocs Material needs Python 3.11 (the docs build on 3.11)")
+    tmp_path = tmp_path_factory.mktemp("docs")
     site = tmp_path / "site"
     # Offline: a plugin that tried to download something would meet a proxy that answers nothing.
     dead = "http://127.0.0.1:9"
@@ -190,6 +214,13 @@ def test_docs_site_builds_strict_and_offline(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return site
+
+
+@pytest.mark.slow
+def test_docs_site_builds_strict_and_offline(site: Path) -> None:
+    """`mkdocs build --strict`: every link and anchor resolves, every page is in the nav, every
+    API name is found; the built pages carry the content (a page, the diagram, the reference)."""
     page = (site / "plain-python" / "index.html").read_text(encoding="utf-8")
     assert '<h1 id="once-only-actions-in-plain-python">Once-only actions in plain Python' in page
     assert '<pre class="mermaid"><code>stateDiagram-v2' in page  # the states diagram, as Mermaid
@@ -203,3 +234,45 @@ def test_docs_site_builds_strict_and_offline(tmp_path: Path) -> None:
     examples = (site / "examples" / "index.html").read_text(encoding="utf-8")
     assert "--8&lt;--" not in examples  # the files are included, not the lines naming them
     assert "call4agents_langgraph" in examples
+
+
+@pytest.mark.slow
+def test_the_diagram_renders_offline_and_the_quickstart_sample_fits_at_1280px(site: Path) -> None:
+    """In Chromium with every request off the site refused: Mermaid comes from the site and draws
+    the diagram, and each row of the quickstart's sample shows whole at a laptop's width."""
+    from tests.console.browser import chromium_path
+
+    chromium = chromium_path()
+    if not MERMAID.exists():
+        problem = "Mermaid is not installed: npm ci --prefix scripts/mermaid (scripts/test does)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(problem, pytrace=False)
+        pytest.skip(problem)
+    from playwright.sync_api import Route, sync_playwright
+
+    refused: list[str] = []
+
+    def only_the_site(route: Route) -> None:
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            refused.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium)
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.route("**/*", only_the_site)
+        page.goto((site / "plain-python" / "index.html").as_uri())
+        # Material draws the diagram into a closed shadow root: it has a height once drawn.
+        page.wait_for_function(
+            "() => document.querySelector('div.mermaid')?.getBoundingClientRect().height > 50",
+            timeout=120_000,
+        )
+        page.goto((site / "getting-started" / "index.html").as_uri())
+        sample = page.locator(".wraps pre > code")
+        assert "killed right after sending" in sample.inner_text()
+        widths = sample.evaluate("code => [code.scrollWidth, code.clientWidth]")
+        browser.close()
+    assert widths[0] <= widths[1], widths  # nothing off to the side
+    assert not [url for url in refused if "mermaid" in url], refused

@@ -1,6 +1,6 @@
 """Spans for every action, the ledger's health figures, and an incident replayed as a test.
 
-    uv run python examples/observability/traces_and_replay.py
+    .venv/bin/python examples/observability/traces_and_replay.py
 
 Offline: spans go to an in-memory exporter (use your own OTLP exporter in production) and the
 ledger is ./.c4a/ledger.db in the current directory.

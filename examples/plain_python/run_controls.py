@@ -6,7 +6,10 @@ Each part uses its own run id with a random suffix, so the example can run again
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import call4agents as c4a
@@ -92,7 +95,9 @@ except c4a.Escalated as escalated:  # hand this to a ticketing system: .as_dict(
     print(f"escalated: {handoff.reason}")
     print(f"done: {[(d['tool'], d['external_ids']) for d in handoff.done]}")
     print(f"what remains: {handoff.what_remains}")
-    print(f"see it with: call4agents show {handoff.run_id}")
+    # The command installed beside this Python (.venv/bin/call4agents after scripts/quickstart).
+    cli = os.path.relpath(Path(sys.executable).with_name("call4agents"))
+    print(f"see it with: {cli} show {handoff.run_id}")
 
 
 # -- budgets: limits counted in the ledger, so a resume continues the count ---------------------

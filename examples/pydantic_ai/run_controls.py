@@ -6,7 +6,10 @@ provider does. Each part uses a fresh conversation id, so the example can run ag
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
+from pathlib import Path
 
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
@@ -96,7 +99,9 @@ except c4a.Escalated as exc:  # the run ended: the model never saw it as a tool 
     handoff = exc.handoff
     print(f"escalated: {handoff.reason}")
     print(f"done: {[(d['tool'], d['args']['to']) for d in handoff.done]}")
-    print(f"remains: {handoff.what_remains}; `call4agents show {ticket}` prints it all")
+    # The command installed beside this Python (.venv/bin/call4agents after scripts/quickstart).
+    cli = os.path.relpath(Path(sys.executable).with_name("call4agents"))
+    print(f"remains: {handoff.what_remains}; `{cli} show {ticket}` prints it all")
 
 report = ledger.undo(ticket)  # the person reverses what the agent did, newest first
 print(f"undo: {report.status}; recalled {len(recalled)} email(s)")

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
 
 import call4agents as c4a
@@ -83,3 +89,44 @@ def test_arguments_over_the_cap_are_refused_before_anything_runs(target: Target)
         upload("x" * 60_000)  # under the cap: runs and is recorded
     assert ran == [60_000]
     assert [r.state for r in ledger.effects("r")] == ["succeeded"]
+
+
+# Root may write anywhere, so as root the child opens one ledger (loading every module it needs
+# while it still may read them all), then becomes nobody before it tries the read-only folder.
+_INIT_IN_READ_ONLY = """
+import os, sys
+import call4agents as c4a
+c4a.init("sqlite:///" + sys.argv[1])
+if os.geteuid() == 0:
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+os.chdir(sys.argv[2])
+try:
+    c4a.init()
+except c4a.LedgerError as exc:
+    print(exc)
+"""
+
+
+def test_init_in_a_read_only_folder_names_the_folder_and_the_way_out() -> None:
+    # Outside pytest's owner-only temporary tree, so that nobody can reach the folder.
+    with tempfile.TemporaryDirectory() as top:
+        folder = Path(top) / "read-only"
+        folder.mkdir()
+        Path(top).chmod(0o755)
+        folder.chmod(0o555)
+        env = {k: v for k, v in os.environ.items() if k != "CALL4AGENTS_URL"}
+        done = subprocess.run(
+            [sys.executable, "-c", _INIT_IN_READ_ONLY, f"{top}/warm.db", str(folder)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (done.returncode, done.stderr) == (0, "")
+        [line] = done.stdout.splitlines()
+        assert line.startswith("cannot create the ledger .c4a/ledger.db: Permission denied in ")
+        assert str(folder.resolve()) in line
+        assert "Run from a folder you may write to" in line
+        assert not (folder / ".c4a").exists()

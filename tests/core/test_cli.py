@@ -254,11 +254,12 @@ def test_json_timestamps_are_iso_8601(target: Any, cli: Cli) -> None:
 def test_version_and_a_bare_command(cli: Cli) -> None:
     code, out, _ = cli(None, "--version")
     assert (code, out) == (0, f"call4agents {c4a.__version__}\n")
+    # No command is a usage error, as argparse's own are: the help on stderr, exit 2.
     code, out, err = cli(None)
-    assert (code, err) == (0, "")
-    assert out.startswith("usage: call4agents")
-    assert "quickstart" in out
-    assert "doubt" in out
+    assert (code, out) == (2, "")
+    assert err.startswith("usage: call4agents")
+    assert "quickstart" in err
+    assert "doubt" in err
 
 
 def test_a_negative_age_says_what_is_wrong(sqlite_target: Any, cli: Cli) -> None:
@@ -431,6 +432,8 @@ def test_doctor_reports_unreachable_database_without_password(cli: Cli) -> None:
         (["resolve", "abcdef123456", "--by", "ann"], "one of the arguments"),
         (["show"], "required: run"),
         (["gc", "--older-than", "1d", "--url", "mysql://u:p@h/d"], "unsupported ledger URL"),
+        (["doubt", "--url", "sqlite://x.db"], "for the file x.db write sqlite:///x.db"),
+        (["doubt", "--url", "sqlite://ops/x.db"], "for the file ops/x.db write sqlite:///ops/x.db"),
     ],
 )
 def test_errors_are_one_line(sqlite_target: Any, cli: Cli, argv: list[str], expected: str) -> None:
@@ -439,6 +442,36 @@ def test_errors_are_one_line(sqlite_target: Any, cli: Cli, argv: list[str], expe
     assert code == 2
     assert out == ""
     assert expected in one_error_line(err)
+
+
+def test_resolve_without_a_name_checks_the_key_first(
+    sqlite_target: Any, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = Agent(sqlite_target.open())
+    monkeypatch.delenv("USER", raising=False)
+    monkeypatch.delenv("LOGNAME", raising=False)
+    code, _, err = cli(sqlite_target, "resolve", "abcdef123456", "--happened")
+    assert code == 2
+    assert "no action with key" in one_error_line(err)
+    # The key is right: now the name is what is missing, and nothing was settled.
+    code, _, err = cli(sqlite_target, "resolve", agent.doubt_key[:12], "--happened")
+    assert code == 2
+    assert "--by NAME ($USER is not set)" in one_error_line(err)
+    assert len(sqlite_target.open().in_doubt()) == 1
+
+
+def test_a_missing_postgres_database_says_how_to_create_it(cli: Cli) -> None:
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import postgres_url
+
+    server = make_url(postgres_url())
+    missing = server.set(database="c4a_no_such_database").render_as_string(hide_password=False)
+    code, out, err = cli(None, "doubt", "--url", missing)
+    assert (code, out) == (2, "")
+    line = one_error_line(err)
+    assert f"createdb -h {server.host}" in line
+    assert line.endswith("c4a_no_such_database), then try again")
 
 
 def test_unreachable_database_hides_password(cli: Cli) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from call4agents.facade.cli import main
 from tests.conftest import run_example
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "plain_python" / "run_controls.py"
@@ -28,10 +28,11 @@ def test_run_controls_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "after the resume: still refused, the count is in the ledger" in out
     assert re.search(r"run updates-\w+ ended: step_limit", out)
 
-    found = re.search(r"call4agents show (refund-\w+)", out)
+    found = re.search(r"see it with: (\S+call4agents show refund-\w+)$", out, re.MULTILINE)
     assert found is not None
-    url = f"sqlite:///{tmp_path / '.c4a' / 'ledger.db'}"
-    assert main(["show", found.group(1), "--url", url]) == 0
-    shown = capsys.readouterr().out
+    # As printed, in the user's shell, from the folder the example ran in.
+    done = subprocess.run(found.group(1), shell=True, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout
     assert "was escalated: refunds over 100 need a person" in shown
     assert "  - refund 500 to carol once approved" in shown

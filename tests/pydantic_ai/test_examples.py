@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from call4agents.facade.cli import main as cli_main
 from tests.conftest import run_example as shared_run_example
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "pydantic_ai"
@@ -45,11 +45,12 @@ def test_run_controls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "remains: ['refund 500 on A-17 once approved']" in out
     assert "undo: undone; recalled 1 email(s)" in out
 
-    found = re.search(r"call4agents show (ticket-\w+)", out)
+    found = re.search(r"`(\S+call4agents show ticket-\w+)` prints it all", out)
     assert found is not None
-    url = f"sqlite:///{tmp_path / '.c4a' / 'ledger.db'}"
-    assert cli_main(["show", found.group(1), "--url", url]) == 0
-    shown = capsys.readouterr().out
+    # As printed, in the user's shell, from the folder the example ran in.
+    done = subprocess.run(found.group(1), shell=True, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout
     assert "was escalated: refunds over 100 need a person" in shown
     assert "Blocking fact: the refund is 500" in shown
     again = run_example("run_controls.py", tmp_path)  # fresh conversation ids: same story

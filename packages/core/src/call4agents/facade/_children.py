@@ -18,6 +18,7 @@ import importlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -28,6 +29,10 @@ from typing import Any
 
 from call4agents.model.platform import kill_this_process as kill_this_process
 from call4agents.model.platform import killed_exit_code
+
+# A child's time limit is the caller's, in seconds on an idle machine, scaled by the load per core
+# (a busy machine runs every child slower), or this variable's seconds when it is set.
+TIMEOUT_ENV = "CALL4AGENTS_CHILD_TIMEOUT"
 
 _METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 _context: Any = multiprocessing.get_context(_METHOD)
@@ -45,6 +50,7 @@ class Child:
     """One child process running ``target(*args)``; its output goes to files read on demand."""
 
     def __init__(self, target: Callable[..., Any], *args: Any, env: dict[str, str] | None) -> None:
+        self._what = _describe(target, args)
         self._tmp = tempfile.TemporaryDirectory(prefix="c4a-child-")
         self._out, self._err = Path(self._tmp.name, "stdout"), Path(self._tmp.name, "stderr")
         paths = (str(self._out), str(self._err))
@@ -56,13 +62,28 @@ class Child:
 
     def wait(self, timeout: float) -> int:
         """Wait for the exit code (minus the signal's number if a signal ended it); a child still
-        running after ``timeout`` is killed."""
-        multiprocessing.connection.wait([self._process.sentinel], timeout)
+        running after ``timeout`` (see ``time_limit``) is stopped, saying where it was."""
+        limit = time_limit(timeout)
+        multiprocessing.connection.wait([self._process.sentinel], limit)
         code = self.exitcode
         if code is None:
-            self.kill()
-            raise TimeoutError(f"a child ran for more than {timeout:.0f}s:\n{self.stderr}")
+            raise TimeoutError(self._stopped(limit))
         return code
+
+    def _stopped(self, limit: float) -> str:
+        """Stop a child that ran out of time; what it was doing, and how to give it more."""
+        pid = self._process.pid
+        if pid is not None:  # faulthandler (see _main) prints every thread's stack on SIGABRT
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGABRT)
+            multiprocessing.connection.wait([self._process.sentinel], 10)
+        self.kill()
+        where = "\n".join(self.stderr.strip().splitlines()[-12:]) or "(it printed nothing)"
+        return (
+            f"the child running {self._what} was still running after {limit:.0f}s and was "
+            f"stopped. On a busy machine, give children more time: {TIMEOUT_ENV}=600 (seconds). "
+            f"Where it was, last lines of its stderr:\n{where}"
+        )
 
     @property
     def exitcode(self) -> int | None:
@@ -78,7 +99,7 @@ class Child:
 
     def first_line(self, timeout: float) -> str:
         """The first line the child printed, waiting for it ('' if it exited without one)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + time_limit(timeout)
         while time.monotonic() < deadline:
             text = self.stdout
             if "\n" in text or self.exitcode is not None:
@@ -121,6 +142,27 @@ def run(
     with Child(target, *args, env=env) as child:
         code = child.wait(timeout)
         return code, child.stdout, child.stderr
+
+
+def time_limit(seconds: float) -> float:
+    """``seconds`` (the time a child needs on an idle machine, with room to spare) scaled by the
+    load per core, or ``$CALL4AGENTS_CHILD_TIMEOUT`` seconds when it is set."""
+    given = os.environ.get(TIMEOUT_ENV, "").strip()
+    if given:
+        try:
+            return float(given)
+        except ValueError:
+            raise ValueError(f"{TIMEOUT_ENV}={given!r} is not a number of seconds") from None
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (AttributeError, OSError):  # no load average on this platform (Windows)
+        load = 1.0
+    return seconds * max(1.0, load)
+
+
+def _describe(target: Callable[..., Any], args: tuple[Any, ...]) -> str:
+    shown = ", ".join(repr(a) if isinstance(a, str | int) else type(a).__name__ for a in args)
+    return f"{target.__module__}.{target.__qualname__}({shown})"
 
 
 # Guards every use of multiprocessing's process objects: starts, and reads of exit codes.

@@ -210,6 +210,8 @@ def _next_steps(url_arg: str, run_id: str, seconds: float) -> None:
     _say(f"  {prog} runs {url_arg}")
     _say(f"  {prog} show {run_id} {url_arg}")
     _say(f"Actions in doubt: `{prog} doubt {url_arg}`; `{prog} resolve` settles one.")
+    _say("The same runs in the operator console, in a browser (Ctrl-C stops it):")
+    _say(f"  {prog} console {url_arg}")
 
 
 def _check_ledger(url: str) -> None:

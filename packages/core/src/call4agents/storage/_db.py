@@ -278,7 +278,20 @@ def parse_url(url: str | None) -> URL:
         )
     if parsed.drivername == "postgresql+psycopg":
         _check_split(parsed)
+    elif parsed.host:
+        _refuse_sqlite_host(parsed.host, parsed.database)
     return parsed
+
+
+def _refuse_sqlite_host(host: str, database: str | None) -> None:
+    """``sqlite://x.db`` puts the file name where a host goes: SQLite has no hosts, so this is a
+    slash short of ``sqlite:///x.db``, never an in-memory ledger."""
+    meant = host + ("/" + database if database else "")
+    raise ConfigurationError(
+        f"sqlite://{meant} has two slashes, so {host!r} reads as a host name: for the file "
+        f"{meant} write sqlite:///{meant} (three slashes; four for an absolute path, "
+        "sqlite:////var/lib/ledger.db)"
+    )
 
 
 def _check_split(url: URL) -> None:
@@ -305,13 +318,33 @@ def safe_url(url: str | URL) -> str:
 
 
 def _prepare_sqlite_file(path: Path, *, allow_network_fs: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise _unwritable(path, exc) from None
     check_local_fs(path.parent, allow_network_fs=allow_network_fs)
     # Made owner-only before SQLite opens it (SQLite gives -wal and -shm the same mode), and never
     # through a descriptor of the database itself: closing one would drop the locks this
     # process's open connections hold on it (see _files).
-    _files.create_private(path)
+    try:
+        _files.create_private(path)
+    except LedgerError as exc:
+        if isinstance(exc.__cause__, PermissionError):
+            raise _unwritable(path, exc.__cause__) from None
+        raise
     _files.check_ledger_files(path)
+
+
+def _unwritable(path: Path, exc: OSError) -> LedgerError:
+    """The folder that refused the ledger (the nearest one that exists), and the ways round it."""
+    folder = path.parent.resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return LedgerError(
+        f"cannot create the ledger {path}: {exc.strerror} in {folder}. Run from a folder you may "
+        'write to, or give the ledger a path there: c4a.init("sqlite:////path/to/ledger.db"), '
+        "--url, or $CALL4AGENTS_URL"
+    )
 
 
 def sqlite_engine(

@@ -15,12 +15,14 @@ lost its lease can never overwrite what happened after it.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any, Literal, NamedTuple
+from urllib.parse import urlsplit
 
 from sqlalchemy import (
     Connection,
@@ -65,10 +67,30 @@ def database_failed(exc: BaseException) -> LedgerError:
 def cannot_open(url: str, exc: BaseException) -> LedgerError:
     """A ledger that could not be opened (no server, no file, no rights), ``url`` with its
     password masked."""
+    error = short_error(exc)
+    missing = _MISSING_DATABASE.search(error)
+    if missing is not None:  # the server is up: the one step left is to make the database
+        return LedgerError(
+            f"cannot open the ledger at {url}: the PostgreSQL database {missing.group(1)!r} does "
+            f"not exist. Create it ({_createdb(url, missing.group(1))}), then try again"
+        )
     return LedgerError(
-        f"cannot open the ledger at {url}: {short_error(exc)}. Check that the database is "
+        f"cannot open the ledger at {url}: {error}. Check that the database is "
         "reachable and that you may write to it (`call4agents doctor`)."
     )
+
+
+# PostgreSQL's FATAL for a database name the server does not have (libpq's wording).
+_MISSING_DATABASE = re.compile(r'database "([^"]+)" does not exist')
+
+
+def _createdb(url: str, name: str) -> str:
+    """The ``createdb`` command that makes database ``name`` on the server ``url`` names."""
+    parts = urlsplit(url)
+    flags = [f"-h {parts.hostname}"] if parts.hostname else []
+    flags += [f"-p {parts.port}"] if parts.port else []
+    flags += [f"-U {parts.username}"] if parts.username else []
+    return " ".join(["createdb", *flags, name])
 
 
 # What a server says while it cannot take the ledger's writes for a while: it is down, starting,

@@ -358,8 +358,8 @@ def main(argv: list[str] | None = None) -> int:
             args = build_parser().parse_args(_dash_values(argv))
         args.json = getattr(args, "json", False)
         if getattr(args, "handler", None) is None:  # no command: say what there is
-            build_parser().print_help()
-            return EXIT_OK
+            build_parser().print_help(sys.stderr)
+            return EXIT_ERROR
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
     except UsageError as exc:

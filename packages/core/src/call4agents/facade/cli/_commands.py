@@ -98,6 +98,9 @@ def cmd_doubt(args: argparse.Namespace) -> int:
 def cmd_resolve(args: argparse.Namespace) -> int:
     by = args.by or os.environ.get("USER") or os.environ.get("LOGNAME")
     if not by:
+        # A wrong key first: asking for a name, then refusing the key, wastes a try.
+        with _open(args) as ledger:
+            ledger.effect(args.key)
         raise ConfigurationError("say who found this out with --by NAME ($USER is not set)")
     result: Any = None
     if args.result is not None:
