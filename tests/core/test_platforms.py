@@ -78,7 +78,9 @@ def test_every_integration_imports_without_posix_names() -> None:
 
 
 @linux_only
-def test_without_posix_owners_a_loose_ledger_file_is_not_refused(tmp_path: Path) -> None:
+def test_without_posix_owners_a_loose_ledger_file_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On Windows (no owner, mode bits made up) the link and plain-file checks alone are made:
     the same file is refused here, where a POSIX owner exists (tests/core/test_ledger_files.py)."""
     script = (
@@ -91,8 +93,15 @@ def test_without_posix_owners_a_loose_ledger_file_is_not_refused(tmp_path: Path)
         "    os.chmod(os.path.join(folder, name), 0o666)\n"
         "with c4a.Ledger(f'sqlite:///{folder}/ledger.db') as ledger:\n"
         "    assert len(ledger.secret) >= 32\n"
+        "os.environ['CALL4AGENTS_SECRET_FILE'] = os.path.join(folder, 'named')\n"
+        "with c4a.Ledger(f'sqlite:///{folder}/other.db') as ledger:\n"
+        "    assert ledger.secret == b'n' * 40\n"
+        "del os.environ['CALL4AGENTS_SECRET_FILE']\n"
         "sys.exit(main(['--url', f'sqlite:///{folder}/ledger.db', 'doctor']))\n"
     )
+    named = tmp_path / "named"  # an operator's CALL4AGENTS_SECRET_FILE, writable by all
+    named.write_text("n" * 40)
+    named.chmod(0o666)
     env = {k: v for k, v in os.environ.items() if not k.startswith("CALL4AGENTS_SECRET")}
     done = subprocess.run(
         [sys.executable, "-c", f"from tests.core import posixless; posixless.strip()\n{script}",
@@ -103,6 +112,10 @@ def test_without_posix_owners_a_loose_ledger_file_is_not_refused(tmp_path: Path)
     assert "refusing" not in done.stdout + done.stderr
     with pytest.raises(c4a.LedgerError, match="other users may write it"):
         _files.check_ledger_files(tmp_path / "ledger.db")  # this interpreter has POSIX owners
+    monkeypatch.delenv("CALL4AGENTS_SECRET")
+    monkeypatch.setenv("CALL4AGENTS_SECRET_FILE", str(named))
+    with pytest.raises(c4a.LedgerError, match="refusing CALL4AGENTS_SECRET_FILE"):
+        c4a.Ledger(f"sqlite:///{tmp_path / 'third.db'}").secret  # noqa: B018
 
 
 @linux_only
