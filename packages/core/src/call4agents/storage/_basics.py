@@ -10,7 +10,7 @@ from call4agents.model.errors import LedgerError
 
 # The schema version this code writes and reads: the number of migrations (``migrations``
 # checks the two agree when it is imported).
-CURRENT = 14
+CURRENT = 15
 
 
 def refuse_newer(version: int) -> None:

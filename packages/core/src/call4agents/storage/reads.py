@@ -15,7 +15,7 @@ from sqlalchemy import ColumnElement, and_, delete, func, or_, select, tuple_, u
 from sqlalchemy.engine import Connection, RowMapping
 
 from .store import Store, now_sql
-from .tables import approvals, dedup_hits, effects, in_open_state, meta
+from .tables import approvals, dedup_hits, effects, in_doubt_only, in_open_state, meta
 from .tables import runs as runs_table
 
 Forget = Callable[..., None]  # a run's own notes: run_rows.forget(conn, run_id=..., before=...)
@@ -92,7 +92,7 @@ class DoubtFilter:
 
 def _doubt_conds(store: Store, f: DoubtFilter) -> list[ColumnElement[bool]]:
     c = effects.c
-    conds: list[ColumnElement[bool]] = [in_open_state("in_doubt")]
+    conds: list[ColumnElement[bool]] = [in_doubt_only()]
     if f.tool:
         conds.append(c.tool == f.tool)
     if f.run_id:
@@ -109,7 +109,7 @@ def in_doubt_page(
 ) -> list[RowMapping]:
     """One page of the actions in doubt that ``f`` selects, the longest in doubt first, starting
     after the action whose key is ``after`` (keyset paging by the time it went into doubt, then
-    ``seq`` for ties: a range of ``c4a_effects_open`` however deep the page). An ``after`` that
+    ``seq`` for ties: a range of ``c4a_effects_doubt`` however deep the page). An ``after`` that
     is no action gives []."""
     conds = _doubt_conds(store, f)
     at, seq = effects.c.updated_at, effects.c.seq
