@@ -108,9 +108,14 @@ def pages(ids: dict[str, str]) -> dict[str, tuple[str, int]]:
     """Each page's address and the status it answers with."""
     return {
         "inbox": ("/", 200),
+        "inbox cards": ("/?view=cards", 200),
+        "inbox filtered": ("/?run=refund&waited=5m", 200),
+        "ticket from a filter": (f"/approvals/{ids['ticket']}?run=refund", 200),
         "ticket": (f"/approvals/{ids['ticket']}", 200),
         "decided ticket": (f"/approvals/{ids['decided']}", 200),
         "in doubt": ("/doubt", 200),
+        "in doubt filtered": ("/doubt?tool=send_email&why=mail", 200),
+        "run in doubt": ("/run?id=mail-3", 200),
         "runs": ("/runs", 200),
         "run": ("/run?id=ship-1", 200),
         "undo": ("/run/undo?id=ship-1", 200),

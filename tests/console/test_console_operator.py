@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -51,7 +52,7 @@ def next_link(page: str, where: str) -> str | None:
     return html.unescape(found.group(1)) if found else None
 
 
-def settle(c: TestClient, page: str, key: str, outcome: str = "did_not_happen") -> object:
+def settle(c: TestClient, page: str, key: str, outcome: str = "did_not_happen") -> Any:
     """Post the settle form of ``key`` as ``page`` shows it (its hidden fields included)."""
     form = page.split(f'action="/doubt/{key}"', 1)[1].split("</form>", 1)[0]
     fields = dict(re.findall(r'type="hidden" name="(\w+)" value="([^"]*)"', form))
@@ -116,8 +117,8 @@ def test_settling_from_a_filtered_queue_comes_back_to_it(
     first, second = make_in_doubt("mail-1"), make_in_doubt("mail-2")
     page = ann.get("/doubt?tool=send_email").text
     done = settle(ann, page, first.key)
-    assert done.status_code == 303  # type: ignore[attr-defined]
-    target = done.headers["location"]  # type: ignore[attr-defined]
+    assert done.status_code == 303
+    target = done.headers["location"]
     assert parse_qs(urlsplit(target).query) == {"tool": ["send_email"], "settled": [first.key]}
     back = ann.get(target).text
     assert "Settled send_email in run mail-1: it did not happen." in back
@@ -139,8 +140,8 @@ def test_a_run_page_settles_its_own_actions_in_doubt(ann: TestClient, ledger: c4
     assert "In doubt: 1 to settle" in page
     assert record.idempotency_key in page
     done = settle(ann, page, record.key, "happened")
-    assert done.headers["location"] == f"/run?id=mail-9&settled={record.key}"  # type: ignore[attr-defined]
-    back = ann.get(done.headers["location"]).text  # type: ignore[attr-defined]
+    assert done.headers["location"] == f"/run?id=mail-9&settled={record.key}"
+    back = ann.get(done.headers["location"]).text
     assert "Settled send_email in run mail-9: it happened." in back
     assert "In doubt:" not in back
     settled = ledger.find(record.key)
@@ -161,7 +162,7 @@ def test_an_escalated_runs_action_in_doubt_is_settled_on_its_page(
     page = ann.get("/run?id=esc-9").text
     assert "Escalation hand-off" in page
     assert "In doubt: 1 to settle" in page
-    assert settle(ann, page, record.key).status_code == 303  # type: ignore[attr-defined]
+    assert settle(ann, page, record.key).status_code == 303
     assert ledger.find(record.key).state == "failed"  # type: ignore[union-attr]
     handoff = ledger.handoff("esc-9")
     assert handoff is not None

@@ -25,7 +25,8 @@
       note.textContent = "New items arrived: reload the page to see them.";
       return;
     }
-    const answer = await fetch(location.pathname, { credentials: "same-origin", cache: "no-store" });
+    const here = location.pathname + location.search; // the same view (lines or cards)
+    const answer = await fetch(here, { credentials: "same-origin", cache: "no-store" });
     if (!answer.ok) return;
     const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
     const next = fresh.getElementById("live-list");
