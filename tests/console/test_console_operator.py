@@ -280,3 +280,21 @@ def test_a_superseded_ticket_is_marked(ann: TestClient, ledger: c4a.Ledger) -> N
     assert '<span class="superseded">superseded</span>' in card
     assert "This run has asked about pay again since this ticket" in card
     assert "superseded" not in ann.get(f"/approvals/{newer.ticket}").text
+
+
+def test_the_live_poll_names_the_queues_first_page_in_its_order(
+    ann: TestClient, ledger: c4a.Ledger
+) -> None:
+    first, second = make_in_doubt("mail-1"), make_in_doubt("mail-2")
+    with ledger.store.tx() as conn:  # the later action has been in doubt longer
+        conn.execute(
+            update(effects)
+            .where(effects.c.key == second.key)
+            .values(updated_at=effects.c.updated_at - 600)
+        )
+    page = ann.get("/doubt").text
+    shown = re.search(r'id="live-list" data-ids="([^"]*)"', page)
+    assert shown is not None
+    assert shown.group(1) == f"{second.key},{first.key}"
+    # Equal, so a poll that finds nothing new does not fetch the page again.
+    assert ann.get("/api/live").json()["in_doubt_keys"] == [second.key, first.key]
