@@ -298,3 +298,25 @@ def test_the_live_poll_names_the_queues_first_page_in_its_order(
     assert shown.group(1) == f"{second.key},{first.key}"
     # Equal, so a poll that finds nothing new does not fetch the page again.
     assert ann.get("/api/live").json()["in_doubt_keys"] == [second.key, first.key]
+
+
+def test_a_line_is_ticked_only_when_it_shows_every_argument_whole(ann: TestClient) -> None:
+    @c4a.effect(name="send_note", kind="write", approval=True)
+    def send_note(to: str, body: str) -> str:
+        return "sent"
+
+    with c4a.run("note-1"), pytest.raises(c4a.ApprovalRequired) as asked:
+        send_note("bob@example.com", "a long message " * 10)
+    long = asked.value.request
+    short = open_ticket("shop-1", amount=5)
+    page = ann.get("/").text
+
+    def line(ticket: str) -> str:
+        return page.split(f'id="{ticket}"', 1)[1].split("</li>", 1)[0]
+
+    assert f'name="pick.{short.ticket}"' in line(short.ticket)
+    assert "pick." not in line(long.ticket)  # its body is cut short on the line
+    assert "body=&quot;a long message" in line(long.ticket)
+    assert "arguments cut short: open the card to decide" in line(long.ticket)
+    cards = ann.get("/?view=cards").text
+    assert f'name="pick.{long.ticket}"' in cards  # its card shows it whole, and has a tick

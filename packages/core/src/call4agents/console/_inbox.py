@@ -22,6 +22,7 @@ from ._web import Ask, fingerprint, html, redirect
 VIEWS = ("list", "cards")
 LIST_KEYS = (*FILTERS, "view")  # what a ticket's page keeps of the list it was opened from
 BRIEF_ARGS, BRIEF_WIDTH = 4, 40  # arguments on a ticket's line, and each value's width there
+CUT_NOTE = Html(' <span class="note">arguments cut short: open the card to decide</span>')
 SUPERSEDED_MARK = Html(' <span class="superseded">superseded</span>')
 ROW_KEYS = Html(
     '<p class="keys">Keys: <kbd>j</kbd> and <kbd>k</kbd> go to the next and previous ticket; '
@@ -68,7 +69,7 @@ def inbox(ledger: Ledger, ask: Ask) -> Response:
                     m=" match" if filtered else "",
                     v=_views(ask.query, view),
                 ),
-                (KEYS if view == "cards" else ROW_KEYS) if ask.who.can_decide else Html(),
+                ROW_KEYS if view == "list" else (KEYS if ask.who.can_decide else Html()),
                 _bulk(ask) if ask.who.can_decide else Html(),
                 shown,
                 pages(ask.query, live, total, after),
@@ -102,6 +103,7 @@ def _rows(tickets: list[ApprovalRequest], ask: Ask, now: float, stale: set[str])
     """One line a ticket: tool, run, the arguments in brief, how long it has waited; each line
     opens the full card (which keeps the filters, so a decision there goes on to the next)."""
     q = urlencode(kept(ask.query, LIST_KEYS))
+    briefs = {r.ticket: brief(r.args) for r in tickets}
     return h(
         '<ul class="rows">{rows}</ul>',
         rows=join(
@@ -109,14 +111,17 @@ def _rows(tickets: list[ApprovalRequest], ask: Ask, now: float, stale: set[str])
                 '<li class="row" id="{t}" tabindex="-1">{pick}'
                 '<a class="open" href="/approvals/{t}{q}"><code>{tool}</code> in run {run}</a>'
                 '<span class="brief">{args}</span>'
-                '<span class="age">waiting {waited}</span>{mark}</li>',
+                '<span class="age">waiting {waited}</span>{mark}{cut}</li>',
                 t=r.ticket,
                 q="?" + q if q else "",
                 tool=r.tool,
                 run=r.run_id,
-                args=brief(r.args),
+                args=briefs[r.ticket][0],
                 waited=ago(r.requested_at, now),
-                pick=_tick(r) if ask.who.can_decide else Html(),
+                # A tick binds a decision to the arguments the line showed: only a line that
+                # shows them all in full has one; the others are decided on their card.
+                pick=_tick(r) if ask.who.can_decide and briefs[r.ticket][1] else Html(),
+                cut=CUT_NOTE if ask.who.can_decide and not briefs[r.ticket][1] else Html(),
                 mark=SUPERSEDED_MARK if r.ticket in stale else Html(),
             )
             for r in tickets
@@ -124,16 +129,17 @@ def _rows(tickets: list[ApprovalRequest], ask: Ask, now: float, stale: set[str])
     )
 
 
-def brief(args: dict[str, Any]) -> str:
+def brief(args: dict[str, Any]) -> tuple[str, bool]:
     """The arguments on one line, each value cut short (a redacted one reads ``***``, as
-    everywhere)."""
-    parts = []
+    everywhere), and whether the line shows them all in full."""
+    parts, whole = [], len(args) <= BRIEF_ARGS
     for name, value in list(args.items())[:BRIEF_ARGS]:
         text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
-        cut = text if len(text) <= BRIEF_WIDTH else text[: BRIEF_WIDTH - 1] + "…"
+        whole = whole and len(text) <= BRIEF_WIDTH
+        cut = text if len(text) <= BRIEF_WIDTH else text[: BRIEF_WIDTH - 1] + "\u2026"
         parts.append(f"{name}={cut}")
     more = len(args) - BRIEF_ARGS
-    return ", ".join(parts) + (f", and {more} more" if more > 0 else "")
+    return ", ".join(parts) + (f", and {more} more" if more > 0 else ""), whole
 
 
 def _bulk(ask: Ask) -> Html:
