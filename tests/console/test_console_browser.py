@@ -489,3 +489,38 @@ def test_on_a_phone_the_inbox_opens_on_tickets_and_a_decision_goes_on_to_the_nex
     found = ledger.approval(shop[0])
     assert found is not None
     assert (found.state, found.decided_by) == ("approved", "ann")
+
+
+def test_an_escalated_runs_action_in_doubt_is_settled_on_its_page_at_phone_width(
+    browser: Any, sqlite_target: Target
+) -> None:
+    import call4agents as c4a
+
+    ledger = c4a.init(sqlite_target.open())
+
+    @c4a.effect(name="wire", kind="irreversible", escalate_on=("in_doubt",))
+    def wire(amount: int) -> str:
+        raise TimeoutError("the bank did not answer")
+
+    with c4a.run("esc-7"), pytest.raises(c4a.Escalated):
+        wire(500)
+    [record] = ledger.in_doubt()
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address, viewport={"width": 390, "height": 844})
+        page.goto(address.split("?")[0] + "doubt?tool=wire")
+        assert "1 in doubt match." in page.locator("main").inner_text()
+        page.goto(address.split("?")[0] + "run?id=esc-7")
+        assert "Escalation hand-off" in page.locator("main").inner_text()
+        card = page.locator(f"section#k{record.key[:12]}")
+        card.locator("input[value=did_not_happen]").check()
+        card.locator("input[name=note]").fill("the bank has no such transfer")
+        with page.expect_navigation():
+            card.locator("button.settle").click()
+        assert "/run?id=esc-7" in page.url  # back on the run's page
+        said = page.locator("p.ok").inner_text()
+        assert "Settled wire in run esc-7: it did not happen." in said
+        assert page.locator("section.doubt").count() == 0
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    settled = ledger.find(record.key)
+    assert settled is not None
+    assert (settled.state, settled.resolved_by) == ("failed", "ann")
