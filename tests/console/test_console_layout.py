@@ -134,6 +134,8 @@ def check(page: Any, name: str, shots: Path | None = None) -> list[str]:
     if shots is not None:
         page.screenshot(path=str(shots / f"{name.replace(' ', '-')}.png"), full_page=True)
     problems = []
+    # Folded filters are opened, so their fields are measured and checked too.
+    page.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = true; })")
     width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     if width[0] > width[1]:
         problems.append(f"{name}: {width[0]} px wide in a {width[1]} px window")
