@@ -47,6 +47,7 @@ IN_DOUBT = 20  # actions in doubt, whatever the size (an in-doubt backlog is a p
 PAGES = (
     "/",
     "/doubt",
+    "/doubt?tool=refund&why=lease&age=1h",
     "/runs",
     "/runs?active=all",
     "/run?id=bulk-1",
@@ -56,6 +57,7 @@ PAGES = (
     "/health?since=all",
     "/api/live",
     "/?tool=refund&sort=newest",
+    "/?view=cards",
     "/?q=wait&waited=1h&kind=irreversible",
     "/audit",
     "/audit?by=person-7",

@@ -66,6 +66,13 @@ def signed_in(browser: Any, address: str, **context: Any) -> Any:
     return page
 
 
+def cards(page: Any, address: str) -> None:
+    """The inbox with each ticket's full card (its lines are the default)."""
+    answer = page.goto(address.split("?")[0] + "?view=cards")
+    assert answer is not None
+    assert answer.ok
+
+
 def test_approve_in_the_browser_then_the_agent_runs_the_tool_once(
     browser: Any, target: Target, tmp_path: Path, shots: Path
 ) -> None:
@@ -74,6 +81,11 @@ def test_approve_in_the_browser_then_the_agent_runs_the_tool_once(
     ticket = out["waiting"]
     with console(target, "--operator", "ann") as address:
         page = signed_in(browser, address)
+        page.screenshot(path=str(shots / f"inbox-lines-{target.backend}.png"), full_page=True)
+        line = page.locator(f"li#{ticket}")
+        assert "refund in run refund-17" in line.inner_text()
+        with page.expect_navigation():
+            line.locator("a.open").click()  # the line opens the ticket's full card
         card = page.locator(f"section#{ticket}")
         assert "refund" in card.inner_text()
         assert '"A-17"' in card.locator("pre.json").inner_text()
@@ -116,6 +128,7 @@ def test_a_langgraph_agent_goes_on_with_the_browsers_answer(
     [paused] = json.loads(first.stdout.strip().splitlines()[-1])["interrupts"]
     with console(sqlite_target, "--operator", "ann") as address:
         page = signed_in(browser, address)
+        cards(page, address)
         card = page.locator(f"section#{paused['ticket']}")
         assert "send_email" in card.inner_text()
         card.locator(f"button.{decision}").click()
@@ -146,6 +159,7 @@ def test_deny_in_the_browser_and_the_tool_never_runs(
     ticket = out["waiting"]
     with console(sqlite_target, "--operator", "ann") as address:
         page = signed_in(browser, address)
+        cards(page, address)
         card = page.locator(f"section#{ticket}")
         card.locator("textarea[name=reason]").fill("duplicate request")
         card.locator("button.deny").click()
@@ -179,7 +193,7 @@ def test_in_doubt_settled_in_the_browser_then_the_retry_gets_the_recorded_result
         card.locator("textarea[name=result]").fill('{"id": "msg-0042"}')
         card.locator("input[name=note]").fill("found in the provider's log")
         card.locator("button.settle").click()
-        assert "Settled action" in page.locator("p.ok").inner_text()
+        assert "in run mail-1: it happened." in page.locator("p.ok").inner_text()
         base = address.split("?")[0]
         for name, path in (("runs", "runs"), ("run", "run?id=mail-1"), ("health", "health")):
             shown = page.goto(base + path)
@@ -205,6 +219,8 @@ def test_two_browsers_deciding_one_ticket(
     with console(sqlite_target, *trusted) as address:
         olga = signed_in(browser, address, extra_http_headers={"X-User": "olga"})
         pete = signed_in(browser, address, extra_http_headers={"X-User": "pete"})
+        cards(olga, address)
+        cards(pete, address)
         olga.locator(f"section#{ticket} button.approve").click()
         assert "Approved refund" in olga.locator("p.ok").inner_text()
         pete.locator(f"section#{ticket} button.deny").click()  # his page is stale now
@@ -229,6 +245,7 @@ def test_sign_in_csrf_read_only_and_bad_input(
         assert answer is not None
         assert answer.status == 401
         page = signed_in(browser, address)
+        cards(page, address)
         fingerprint = page.locator(f"section#{ticket} input[name=fingerprint]").get_attribute(
             "value"
         )
@@ -265,7 +282,7 @@ def test_a_new_ticket_appears_without_a_reload(
         page = signed_in(browser, address)
         assert "No approvals waiting" in page.locator("main").inner_text()
         _, out = agent(sqlite_target, tmp_path, "refund-21", "refund")
-        page.locator(f"section#{out['waiting']}").wait_for(timeout=15_000)
+        page.locator(f"#{out['waiting']}").wait_for(timeout=15_000)
 
 
 @pytest.mark.parametrize("decision", ["approve", "deny"])
@@ -279,6 +296,7 @@ def test_an_agents_sdk_agent_goes_on_with_the_browsers_answer(
     [ticket] = sqlite_target.open().approvals("sdk-run-1", state="pending")
     with console(sqlite_target, "--operator", "ann") as address:
         page = signed_in(browser, address)
+        cards(page, address)
         card = page.locator(f"section#{ticket.ticket}")
         assert "wire" in card.inner_text()
         card.locator("textarea[name=reason]").fill("checked with the customer")
@@ -310,7 +328,7 @@ def test_on_postgresql_a_new_ticket_is_pushed_not_polled(
         polls: list[str] = []
         page.on("request", lambda r: polls.append(r.url) if "/api/live" in r.url else None)
         _, out = agent(pg_target, tmp_path, "refund-22", "refund")
-        page.locator(f"section#{out['waiting']}").wait_for(timeout=15_000)
+        page.locator(f"#{out['waiting']}").wait_for(timeout=15_000)
         # ...so the ticket arrived without a reload and without a single poll.
         assert polls == []
         assert page.evaluate("document.body.dataset.liveMode") == "listen"
@@ -347,6 +365,7 @@ def test_keys_move_between_tickets_and_decide_only_after_a_confirm(
 
     with console(sqlite_target, "--operator", "ann") as address:
         page = signed_in(browser, address)
+        cards(page, address)
         page.on("dialog", answer)
         assert "approves it, " in page.locator("p.keys").inner_text()
 
@@ -397,7 +416,7 @@ def test_ticked_tickets_are_decided_after_one_confirm_at_phone_width(
         page = signed_in(browser, address, viewport={"width": 390, "height": 844})
         page.on("dialog", answer)
         for t in tickets[:2]:
-            page.locator(f"section#{t} input[type=checkbox]").check()
+            page.locator(f"li#{t} input[type=checkbox]").check()  # ticked on its line
         page.locator("#bulk button.approve").click()
         assert asked == ["Approve 2 ticked ticket(s), each with the arguments its card shows?"]
         assert states() == ["pending"] * 3  # said no: nothing decided
@@ -422,6 +441,7 @@ def test_a_changed_redacted_card_reads_differs_and_its_value_is_nowhere(
     again = open_ticket("refund-1", amount=40, card="9999-9999-9999-9999")
     with console(sqlite_target, "--operator", "ann") as address:
         page = signed_in(browser, address, viewport={"width": 390, "height": 844})
+        cards(page, address)
         card = page.locator(f"section#{again.ticket}")
         row = card.locator("table.changes tr", has=page.locator("code", has_text="card"))
         assert "differs (redacted: the value is not shown)" in row.inner_text()
@@ -432,3 +452,75 @@ def test_a_changed_redacted_card_reads_differs_and_its_value_is_nowhere(
         for secret in ("9999", "4242", *(again.redacted_marks or {}).values()):
             assert secret not in everything
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
+def test_on_a_phone_the_inbox_opens_on_tickets_and_a_decision_goes_on_to_the_next(
+    browser: Any, sqlite_target: Target
+) -> None:
+    import call4agents as c4a
+    from tests.console.helpers import open_ticket
+
+    ledger = c4a.init(sqlite_target.open())
+    shop = [open_ticket(f"shop-{i}", amount=i).ticket for i in range(12)]
+    open_ticket("bank-1", amount=99)  # not in the filter
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address, viewport={"width": 390, "height": 844})
+        page.goto(address.split("?")[0] + "?run=shop")
+        assert page.locator("details.filters").get_attribute("open") is None  # folded away
+        assert "run: shop" in page.locator("details.filters summary").inner_text()
+        first = page.locator(f"li#{shop[0]}")
+        box = first.bounding_box()
+        assert box is not None
+        assert box["y"] + box["height"] <= 844  # the first screen shows a ticket
+        assert page.locator("li.row").count() == 12
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        with page.expect_navigation():
+            first.locator("a.open").click()
+        with page.expect_navigation():
+            page.locator(f"section#{shop[0]} button.approve").click()
+        # The next ticket of the same filter comes up, on its card, and the last one is named.
+        assert f"/approvals/{shop[1]}?" in page.url
+        assert "run=shop" in page.url
+        assert "Approved pay in run shop-0" in page.locator("p.ok").inner_text()
+        assert page.locator(f"section#{shop[1]}").count() == 1
+        with page.expect_navigation():
+            page.locator("a", has_text="Back to the inbox, as filtered").click()
+        assert page.locator("li.row").count() == 11
+    found = ledger.approval(shop[0])
+    assert found is not None
+    assert (found.state, found.decided_by) == ("approved", "ann")
+
+
+def test_an_escalated_runs_action_in_doubt_is_settled_on_its_page_at_phone_width(
+    browser: Any, sqlite_target: Target
+) -> None:
+    import call4agents as c4a
+
+    ledger = c4a.init(sqlite_target.open())
+
+    @c4a.effect(name="wire", kind="irreversible", escalate_on=("in_doubt",))
+    def wire(amount: int) -> str:
+        raise TimeoutError("the bank did not answer")
+
+    with c4a.run("esc-7"), pytest.raises(c4a.Escalated):
+        wire(500)
+    [record] = ledger.in_doubt()
+    with console(sqlite_target, "--operator", "ann") as address:
+        page = signed_in(browser, address, viewport={"width": 390, "height": 844})
+        page.goto(address.split("?")[0] + "doubt?tool=wire")
+        assert "1 in doubt match." in page.locator("main").inner_text()
+        page.goto(address.split("?")[0] + "run?id=esc-7")
+        assert "Escalation hand-off" in page.locator("main").inner_text()
+        card = page.locator(f"section#k{record.key[:12]}")
+        card.locator("input[value=did_not_happen]").check()
+        card.locator("input[name=note]").fill("the bank has no such transfer")
+        with page.expect_navigation():
+            card.locator("button.settle").click()
+        assert "/run?id=esc-7" in page.url  # back on the run's page
+        said = page.locator("p.ok").inner_text()
+        assert "Settled wire in run esc-7: it did not happen." in said
+        assert page.locator("section.doubt").count() == 0
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    settled = ledger.find(record.key)
+    assert settled is not None
+    assert (settled.state, settled.resolved_by) == ("failed", "ann")

@@ -89,7 +89,7 @@ def test_pages_send_security_headers(ann: TestClient) -> None:
 
 def test_the_inbox_shows_exactly_what_will_run(ann: TestClient, ledger: c4a.Ledger) -> None:
     request = open_ticket()
-    page = ann.get("/").text
+    page = ann.get("/?view=cards").text
     assert request.ticket in page
     assert "&quot;alice&quot;" in page
     assert "&quot;amount&quot;: 40" in page

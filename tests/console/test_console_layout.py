@@ -108,9 +108,14 @@ def pages(ids: dict[str, str]) -> dict[str, tuple[str, int]]:
     """Each page's address and the status it answers with."""
     return {
         "inbox": ("/", 200),
+        "inbox cards": ("/?view=cards", 200),
+        "inbox filtered": ("/?run=refund&waited=5m", 200),
+        "ticket from a filter": (f"/approvals/{ids['ticket']}?run=refund", 200),
         "ticket": (f"/approvals/{ids['ticket']}", 200),
         "decided ticket": (f"/approvals/{ids['decided']}", 200),
         "in doubt": ("/doubt", 200),
+        "in doubt filtered": ("/doubt?tool=send_email&why=mail", 200),
+        "run in doubt": ("/run?id=mail-3", 200),
         "runs": ("/runs", 200),
         "run": ("/run?id=ship-1", 200),
         "undo": ("/run/undo?id=ship-1", 200),
@@ -129,6 +134,8 @@ def check(page: Any, name: str, shots: Path | None = None) -> list[str]:
     if shots is not None:
         page.screenshot(path=str(shots / f"{name.replace(' ', '-')}.png"), full_page=True)
     problems = []
+    # Folded filters are opened, so their fields are measured and checked too.
+    page.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = true; })")
     width = page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     if width[0] > width[1]:
         problems.append(f"{name}: {width[0]} px wide in a {width[1]} px window")

@@ -36,7 +36,8 @@ def ann(ledger: c4a.Ledger) -> Iterator[TestClient]:
 
 
 def shown(page: str) -> list[str]:
-    return re.findall(r'<section class="ticket" id="(apr_\w+)"', page)
+    """The tickets a page lists, as lines (the inbox's own view) or as full cards."""
+    return re.findall(r'<(?:section class="ticket"|li class="row") id="(apr_\w+)"', page)
 
 
 def next_link(page: str, where: str = "/") -> str | None:

@@ -110,7 +110,8 @@ def test_open_action_queries_use_the_open_index(target: Target) -> None:
         assert sent, f"{name} sent no query"
         for statement, params in sent:
             plan = _plan(ledger.engine, statement, params)
-            assert "c4a_effects_open" in plan, f"{name}:\n{statement}\n{plan}"
+            # Either partial index: PostgreSQL may read the in-doubt ones by c4a_effects_doubt.
+            assert re.search(r"c4a_effects_(open|doubt)", plan), f"{name}:\n{statement}\n{plan}"
             assert "SCAN c4a_effects\n" not in plan + "\n"
             assert "Seq Scan on c4a_effects" not in plan
     assert len(ledger.in_doubt()) == ROWS // 5000
@@ -482,4 +483,61 @@ def test_the_audit_reads_by_index(target: Target) -> None:
             plan = _plan(ledger.engine, statement, params)
             assert not _whole_table_reads(plan, statement), f"{name}:\n{statement}\n{plan}"
             # The index gives the order: no sort of everything the filter matched.
-            assert "USE TEMP B-TREE" not in plan, f"{name}:\n{plan}"
+            assert "USE TEMP B-TREE" not in plan, f"{name}:\n{statement}\n{plan}"
+
+
+@pytest.mark.slow
+def test_the_in_doubt_queue_and_the_inbox_lines_read_by_index(target: Target) -> None:
+    """The console's in-doubt queue, whole, deep and by each filter, is a range of
+    ``c4a_effects_doubt``, in the order that index gives (no sort of every action in doubt);
+    the inbox's mark of a superseded ticket is one read of the page's runs by
+    ``c4a_approvals_run``."""
+    from call4agents.engine.approvals import superseded
+
+    ledger = target.open()
+    _fill(ledger)
+    _fill_more(ledger)
+    now = time.time()
+    doubt = [
+        {
+            "key": f"d{i:08d}",
+            "run_id": f"doubt-{i // 4}",
+            "tool": f"tool-{i % 8}",
+            "kind": "write",
+            "state": "in_doubt",
+            "attempt": 1,
+            "args": "{}",
+            "note": "lease expired" if i % 3 else "TimeoutError: no answer",
+            "created_at": now - 86400,
+            "updated_at": now - 86400 + i * 60.0,
+        }
+        for i in range(1000)
+    ]
+    _insert_analyzed(ledger, effects, doubt)
+    first, total = ledger.in_doubt_page(limit=500)
+    assert total == 1000 + ROWS // 5000
+    reads: dict[str, Callable[[], Any]] = {
+        "queue": lambda: ledger.in_doubt_page(),
+        "queue deep": lambda: ledger.in_doubt_page(after=first[-1].key),
+        "queue filtered": lambda: ledger.in_doubt_page(
+            c4a.DoubtFilter(tool="tool-3", run_id="doubt-", reason="lease", older_than=300)
+        ),
+    }
+    for name, read in reads.items():
+        sent = [(st, p) for st, p in _every_select(read) if "c4a_effects.state = 'in_doubt'" in st]
+        assert len(sent) == 2, f"{name}: a page and its count, not {sent}"
+        for statement, params in sent:
+            plan = _plan(ledger.engine, statement, params)
+            # A walk of the whole partial index reads the actions in doubt alone: never a scan
+            # of the table or of another index.
+            assert "c4a_effects_doubt" in plan, f"{name}:\n{statement}\n{plan}"
+            assert "Seq Scan" not in plan, f"{name}:\n{statement}\n{plan}"
+            assert not re.search(r"^SCAN c4a_effects$", plan, re.M), f"{name}:\n{plan}"
+            assert "USE TEMP B-TREE" not in plan, f"{name}:\n{statement}\n{plan}"
+    pending, _ = ledger.waiting_page(limit=25)
+    sent = _every_select(lambda: superseded(ledger, pending))
+    assert len(sent) == 1, sent  # one read for the whole page
+    for statement, params in sent:
+        plan = _plan(ledger.engine, statement, params)
+        assert "c4a_approvals_run" in plan, f"{statement}\n{plan}"
+        assert not _whole_table_reads(plan, statement), f"{statement}\n{plan}"

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from .model.errors import BudgetExceeded
     from .storage.approval_rows import WaitingFilter
     from .storage.audit_rows import AuditEntry
+    from .storage.reads import DoubtFilter
 
 # Everything that needs SQLAlchemy is imported on first use (PEP 562), so a process that only
 # imports the package, or a command that needs little of it, does not pay for all of it.
@@ -65,6 +66,7 @@ _LAZY = {
     "BudgetExceeded": "model.errors",
     "BudgetUsage": "engine.budgets",
     "DidNotHappen": "engine.verdicts",
+    "DoubtFilter": "storage.reads",
     "Effect": "engine.effect",
     "EffectOptions": "engine.action",
     "EffectRecord": "engine.records",
@@ -123,6 +125,7 @@ __all__ = [
     "Call4AgentsError",
     "ConfigurationError",
     "DidNotHappen",
+    "DoubtFilter",
     "Effect",
     "EffectContext",
     "EffectInDoubt",

@@ -3,10 +3,12 @@
 A redacted value shows as ``***`` on every ticket, so two refunds to different cards look alike.
 Each ticket keeps, per argument holding a redacted value, a digest of it under the ledger's salt
 (``redacted_marks``): the page compares those and says "differs" or "same" without the value.
+A value that is not redacted is shown beside the earlier one: was this, now that.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from call4agents.engine.approvals import ApprovalRequest
@@ -14,6 +16,7 @@ from call4agents.engine.approvals import ApprovalRequest
 from ._html import Html, count_redacted, h, join, table
 
 APPROVED = ("approved", "spent")
+SHOWN_WIDTH = 120  # characters of a value shown beside its earlier one
 _MISSING = object()
 
 
@@ -62,14 +65,31 @@ def _said(ticket: ApprovalRequest) -> str:
 def _verdict(request: ApprovalRequest, other: ApprovalRequest, name: str) -> Html:
     mine, theirs = request.args.get(name, _MISSING), other.args.get(name, _MISSING)
     if mine is _MISSING or theirs is _MISSING:
-        return h('<span class="differs">differs: {w}</span>', w=_absent(mine is _MISSING))
+        there = theirs if mine is _MISSING else mine
+        value = Html() if _masked(there) else h(" <code>{v}</code>", v=_shown(there))
+        return h(
+            '<span class="differs">differs: {w}</span>{v}', w=_absent(mine is _MISSING), v=value
+        )
     if not (_masked(mine) or _masked(theirs)):
-        return _word(mine == theirs, "")
+        # Neither value is redacted: the page shows both, so a person sees what moved.
+        if mine == theirs:
+            return h('<span class="same">same</span> <code>{v}</code>', v=_shown(mine))
+        return h(
+            '<span class="differs">differs</span>: was <code>{old}</code>, now <code>{new}</code>',
+            old=_shown(theirs),
+            new=_shown(mine),
+        )
     marks = [(t.redacted_marks or {}).get(name) for t in (request, other)]
     if not (_masked(mine) and _masked(theirs)) or None in marks:
         # A ticket from before the ledger kept digests, or a value masked on one side only.
         return h('<span class="unknown">cannot tell: redacted, and not comparable</span>')
     return _word(marks[0] == marks[1], " (redacted: the value is not shown)")
+
+
+def _shown(value: Any) -> str:
+    """A value as compact JSON, cut short if it is long (the card above has it whole)."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= SHOWN_WIDTH else text[: SHOWN_WIDTH - 1] + "\u2026"
 
 
 def _masked(value: Any) -> bool:

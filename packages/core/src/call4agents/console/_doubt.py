@@ -5,39 +5,115 @@ from __future__ import annotations
 import json
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.responses import Response
 
-from call4agents import EffectRecord, Ledger
+from call4agents import DoubtFilter, EffectRecord, Ledger
 
 from ._auth import Refused
-from ._html import Html, ago, clock, h, hidden, join, json_block, page
+from ._html import Html, ago, clock, h, hidden, join, json_block, options, page
+from ._listing import (
+    AGE_WORDS,
+    age_name,
+    age_of,
+    folded,
+    kept,
+    keyset_links,
+    local_address,
+    with_param,
+)
 from ._web import Ask, html, redirect
 
-SHOWN = 100
+SHOWN = 25  # actions to a page, those in doubt longest first
+FILTERS = ("tool", "run", "why", "age")
+
+
+def where_of(query: dict[str, str]) -> DoubtFilter:
+    text = {k: query.get(k, "").strip() or None for k in ("tool", "run", "why")}
+    return DoubtFilter(
+        tool=text["tool"],
+        run_id=text["run"],
+        reason=text["why"],
+        older_than=age_of(query, "age", "age"),
+    )
 
 
 def queue(ledger: Ledger, ask: Ask) -> Response:
-    found = ledger.in_doubt()
+    where, after = where_of(ask.query), ask.query.get("after") or None
+    found, total = ledger.in_doubt_page(where, after=after, limit=SHOWN)
+    filtered = where != DoubtFilter() or after is not None
     now = time.time()
-    settled = ask.query.get("settled")
-    notice = (
-        h('<p class="ok" role="status">Settled action {k}.</p>', k=settled[:12])
-        if settled
-        else Html()
-    )
+    back = _address(ask.query)
+    notice = settled_notice(ledger, ask)
     if not found:
-        body = join([notice, h('<p class="empty">Nothing is in doubt.</p>')])
+        empty = "Nothing in doubt matches." if filtered else "Nothing is in doubt."
+        body = join([notice, _filters(where, ask.query), h('<p class="empty">{e}</p>', e=empty)])
     else:
-        cards = join(_card(r, ask, now) for r in found[:SHOWN])
         keys = h('<p class="keys"><kbd>j</kbd> and <kbd>k</kbd> go to the next and previous.</p>')
-        body = join([notice, h("<p>{n} in doubt.</p>", n=len(found)), keys, cards])
-    ids = ",".join(r.key for r in found[:SHOWN])
+        body = join(
+            [
+                notice,
+                _filters(where, ask.query),
+                h("<p>{n} in doubt{m}.</p>", n=total, m=" match" if filtered else ""),
+                keys,
+                join(card(r, ask, now, back) for r in found),
+                keyset_links(
+                    "/doubt",
+                    kept(ask.query, FILTERS),
+                    last=found[-1].key,
+                    more=len(found) == SHOWN and total > SHOWN,
+                    paged=after is not None,
+                    size=SHOWN,
+                ),
+            ]
+        )
+    ids = ",".join(r.key for r in found)
     marked = h('<div id="live-list" data-ids="{ids}">{b}</div>', ids=ids, b=body)
-    return html(page("In doubt", ask.who.name, ask.who.role, marked, live=True, here="/doubt"))
+    # Live updates only on the first page unfiltered, as in the inbox.
+    return html(
+        page("In doubt", ask.who.name, ask.who.role, marked, live=not filtered, here="/doubt")
+    )
 
 
-def _card(record: EffectRecord, ask: Ask, now: float) -> Html:
+def _filters(where: DoubtFilter, query: dict[str, str]) -> Html:
+    fields = h(
+        '<label>Tool <input name="tool" value="{tool}"></label>'
+        '<label>Run id contains <input name="run" value="{run}"></label>'
+        '<label>Why in doubt contains <input name="why" value="{why}"></label>'
+        '<label>In doubt longer than <select name="age">{ages}</select></label>',
+        tool=where.tool or "",
+        run=where.run_id or "",
+        why=where.reason or "",
+        ages=options(AGE_WORDS, age_name(where.older_than)),
+    )
+    return folded("/doubt", fields, kept(query, FILTERS))
+
+
+def _address(query: dict[str, str]) -> str:
+    """This page of the queue, to come back to after settling one of its actions."""
+    filters = kept(query, (*FILTERS, "after"))
+    return "/doubt" + (f"?{urlencode(filters)}" if filters else "")
+
+
+def settled_notice(ledger: Ledger, ask: Ask) -> Html:
+    """What the person just settled, on the page the settling returned to."""
+    settled = ask.query.get("settled")
+    found = ledger.find(settled) if settled else None
+    if found is None or found.resolved_by != ask.who.name:
+        return Html()
+    said = "it happened" if found.state == "succeeded" else "it did not happen"
+    return h(
+        '<p class="ok" role="status">Settled {tool} in run {run}: {said}.</p>',
+        tool=found.tool,
+        run=found.run_id,
+        said=said,
+    )
+
+
+def card(record: EffectRecord, ask: Ask, now: float, back: str) -> Html:
+    """One action in doubt with what is known of it, and (for a person who may decide) the
+    form that settles it; ``back``: the page to return to once it is settled."""
     details = record.as_dict()
     evidence = join(
         h(
@@ -49,7 +125,7 @@ def _card(record: EffectRecord, ask: Ask, now: float) -> Html:
         for e in record.evidence
     )
     form = (
-        _form(record, ask)
+        _form(record, ask, back)
         if ask.who.can_decide
         else h('<p class="ro">Read-only: you cannot settle it.</p>')
     )
@@ -90,9 +166,9 @@ def _lease(owner: str | None, until: float | None) -> str:
     return f"{owner or 'unknown worker'} (lease until {clock(until)})"
 
 
-def _form(record: EffectRecord, ask: Ask) -> Html:
+def _form(record: EffectRecord, ask: Ask, back: str) -> Html:
     return h(
-        '<form method="post" action="/doubt/{key}">{csrf}'
+        '<form method="post" action="/doubt/{key}">{csrf}{back}'
         "<fieldset><legend>What happened?</legend>"
         '<label><input type="radio" name="outcome" value="happened" required> It happened</label>'
         '<label><input type="radio" name="outcome" value="did_not_happen"> '
@@ -104,6 +180,7 @@ def _form(record: EffectRecord, ask: Ask) -> Html:
         '<button class="settle">Settle</button><p class="as">Recorded as {who}.</p></form>',
         key=record.key,
         csrf=hidden("csrf", ask.csrf),
+        back=hidden("back", back),
         who=ask.who.name,
     )
 
@@ -127,7 +204,8 @@ def settle(ledger: Ledger, ask: Ask) -> Response:
     result = _result(ask.form.get("result", "")) if happened else None
     note = ask.form.get("note", "").strip()
     ledger.resolve(key, happened=happened, result=result, by=ask.who.name, note=note)
-    return redirect(f"/doubt?settled={key}")
+    back = local_address(ask.form.get("back"), "/doubt")
+    return redirect(with_param(back, "settled", key))
 
 
 def _result(text: str) -> Any:

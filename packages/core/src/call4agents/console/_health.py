@@ -243,7 +243,8 @@ def live(ledger: Ledger, ask: Ask) -> Response:
     """What the pages poll: the open tickets and in-doubt actions, to show new ones at once."""
     figures = stats.open_figures(ledger)
     tickets = [r.ticket for r in ledger.waiting(limit=SHOWN)]
-    doubt = [r.key for r in ledger.in_doubt()][:SHOWN_DOUBT]
+    # The queue's first page, in its order, read as the page reads it (not every action in doubt).
+    doubt = [r.key for r in ledger.in_doubt_page(limit=SHOWN_DOUBT)[0]]
     return json_response(
         {
             "approvals_waiting": figures.approvals_waiting,

@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
 
 from starlette.responses import Response
 
 from call4agents import EffectRecord, Ledger, WaitingFilter
-from call4agents.engine.approvals import ApprovalRequest
+from call4agents.engine.approvals import ApprovalRequest, superseded
 
 from ._auth import Refused
 from ._changes import changes
 from ._html import Html, ago, clock, count_redacted, esc, h, hidden, join, json_block, page
-from ._waiting import SHOWN, filters, pages, where_of
+from ._listing import kept, local_address, with_param
+from ._waiting import FILTERS, SHOWN, filters, pages, where_of
 from ._web import Ask, fingerprint, html, redirect
 
+VIEWS = ("list", "cards")
+LIST_KEYS = (*FILTERS, "view")  # what a ticket's page keeps of the list it was opened from
+BRIEF_ARGS, BRIEF_WIDTH = 4, 40  # arguments on a ticket's line, and each value's width there
+CUT_NOTE = Html(' <span class="note">arguments cut short: open the card to decide</span>')
+SUPERSEDED_MARK = Html(' <span class="superseded">superseded</span>')
+ROW_KEYS = Html(
+    '<p class="keys">Keys: <kbd>j</kbd> and <kbd>k</kbd> go to the next and previous ticket; '
+    "<kbd>o</kbd> opens its card.</p>"
+)
 MAX_BULK = 100
 PICK = "pick."  # a ticked ticket's field: pick.<ticket> = the fingerprint its card showed
 SHOWN_ACTIONS = 20  # of the run's finished actions beside a ticket
@@ -28,23 +41,37 @@ KEYS = Html(
 
 def inbox(ledger: Ledger, ask: Ask) -> Response:
     where, after = where_of(ask.query), ask.query.get("after") or None
+    view = ask.query.get("view") or "list"
+    if view not in VIEWS:
+        raise Refused(400, f"unknown view {view!r}: pick one of {', '.join(VIEWS)}")
     live, total = ledger.waiting_page(where, after=after, limit=SHOWN)
     filtered = where != WaitingFilter() or after is not None
     now = time.time()
     notice = _notice(ledger, ask)
     if not live:
         empty = "No approvals waiting match." if filtered else "No approvals waiting."
-        body = h('{n}{f}<p class="empty">{e}</p>', n=notice, f=filters(where), e=empty)
+        body = h('{n}{f}<p class="empty">{e}</p>', n=notice, f=filters(where, ask.query), e=empty)
     else:
-        cards = join(_card(ledger, r, ask, now, pick=True) for r in live)
+        back = _here(ask.query)
+        stale = superseded(ledger, live)
+        shown = (
+            join(_card(ledger, r, ask, now, back, pick=True, stale=r.ticket in stale) for r in live)
+            if view == "cards"
+            else _rows(live, ask, now, stale)
+        )
         body = join(
             [
                 notice,
-                filters(where),
-                h("<p>{n} waiting{m}.</p>", n=total, m=" match" if filtered else ""),
-                KEYS if ask.who.can_decide else Html(),
+                filters(where, ask.query),
+                h(
+                    "<p>{n} waiting{m}. {v}</p>",
+                    n=total,
+                    m=" match" if filtered else "",
+                    v=_views(ask.query, view),
+                ),
+                ROW_KEYS if view == "list" else (KEYS if ask.who.can_decide else Html()),
                 _bulk(ask) if ask.who.can_decide else Html(),
-                cards,
+                shown,
                 pages(ask.query, live, total, after),
             ]
         )
@@ -56,6 +83,63 @@ def inbox(ledger: Ledger, ask: Ask) -> Response:
             "Approvals", ask.who.name, ask.who.role, _marked(body, ids), live=not filtered, here="/"
         )
     )
+
+
+def _here(query: dict[str, str]) -> str:
+    """This page of the inbox (its filters, view and place), to come back to after a decision."""
+    kept_now = kept(query, (*LIST_KEYS, "after"))
+    return "/" + (f"?{urlencode(kept_now)}" if kept_now else "")
+
+
+def _views(query: dict[str, str], view: str) -> Html:
+    """A link to the other way of showing the same tickets."""
+    other = "cards" if view == "list" else "list"
+    q = urlencode({**kept(query, (*FILTERS, "after")), "view": other})
+    said = "Show each ticket's full card" if other == "cards" else "Show one line a ticket"
+    return h('<a href="/?{q}">{s}</a>', q=q, s=said)
+
+
+def _rows(tickets: list[ApprovalRequest], ask: Ask, now: float, stale: set[str]) -> Html:
+    """One line a ticket: tool, run, the arguments in brief, how long it has waited; each line
+    opens the full card (which keeps the filters, so a decision there goes on to the next)."""
+    q = urlencode(kept(ask.query, LIST_KEYS))
+    briefs = {r.ticket: brief(r.args) for r in tickets}
+    return h(
+        '<ul class="rows">{rows}</ul>',
+        rows=join(
+            h(
+                '<li class="row" id="{t}" tabindex="-1">{pick}'
+                '<a class="open" href="/approvals/{t}{q}"><code>{tool}</code> in run {run}</a>'
+                '<span class="brief">{args}</span>'
+                '<span class="age">waiting {waited}</span>{mark}{cut}</li>',
+                t=r.ticket,
+                q="?" + q if q else "",
+                tool=r.tool,
+                run=r.run_id,
+                args=briefs[r.ticket][0],
+                waited=ago(r.requested_at, now),
+                # A tick binds a decision to the arguments the line showed: only a line that
+                # shows them all in full has one; the others are decided on their card.
+                pick=_tick(r) if ask.who.can_decide and briefs[r.ticket][1] else Html(),
+                cut=CUT_NOTE if ask.who.can_decide and not briefs[r.ticket][1] else Html(),
+                mark=SUPERSEDED_MARK if r.ticket in stale else Html(),
+            )
+            for r in tickets
+        ),
+    )
+
+
+def brief(args: dict[str, Any]) -> tuple[str, bool]:
+    """The arguments on one line, each value cut short (a redacted one reads ``***``, as
+    everywhere), and whether the line shows them all in full."""
+    parts, whole = [], len(args) <= BRIEF_ARGS
+    for name, value in list(args.items())[:BRIEF_ARGS]:
+        text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+        whole = whole and len(text) <= BRIEF_WIDTH
+        cut = text if len(text) <= BRIEF_WIDTH else text[: BRIEF_WIDTH - 1] + "\u2026"
+        parts.append(f"{name}={cut}")
+    more = len(args) - BRIEF_ARGS
+    return ", ".join(parts) + (f", and {more} more" if more > 0 else ""), whole
 
 
 def _bulk(ask: Ask) -> Html:
@@ -119,15 +203,20 @@ def bulk_decide(ledger: Ledger, ask: Ask) -> Response:
 def ticket_page(ledger: Ledger, ask: Ask) -> Response:
     request = _ticket(ledger, ask.path["ticket"])
     now = time.time()
+    stale = request.ticket in superseded(ledger, [request])
+    filters_q = urlencode(kept(ask.query, LIST_KEYS))
+    back = "/" + (f"?{filters_q}" if filters_q else "")
     if request.state == "pending" and request.expires_at > now:
-        body = _card(ledger, request, ask, now)
+        shown = _card(ledger, request, ask, now, back, stale=stale, then_next=True)
     else:
-        body = join(
+        shown = join(
             [
                 h('<p class="state">{s}</p>', s=_settled_text(request, now)),
-                _details(ledger, request, now),
+                _details(ledger, request, now, stale=stale),
             ]
         )
+    said = "Back to the inbox, as filtered" if filters_q else "Back to the inbox"
+    body = join([_notice(ledger, ask), shown, h('<p><a href="{b}">{s}</a></p>', b=back, s=said)])
     return html(page(f"Ticket {request.ticket}", ask.who.name, ask.who.role, body))
 
 
@@ -139,7 +228,15 @@ def decide(ledger: Ledger, ask: Ask) -> Response:
         raise Refused(400, "say approve or deny: nothing was decided")
     reason = ask.form.get("reason", "").strip() or None
     _decide_one(ledger, ticket, ask.form.get("fingerprint"), wanted, ask.who.name, reason)
-    return redirect(f"/?decided={ticket}")
+    back = local_address(ask.form.get("back"), "/")
+    if ask.form.get("then") == "next":
+        # Decided on its own card: the next ticket of the same filter comes up, on its card.
+        query = dict(parse_qsl(back.partition("?")[2]))
+        upcoming, _ = ledger.waiting_page(where_of(query), limit=1)
+        if upcoming:
+            filters_q = urlencode({**kept(query, LIST_KEYS), "decided": ticket})
+            return redirect(f"/approvals/{upcoming[0].ticket}?{filters_q}")
+    return redirect(with_param(back, "decided", ticket))
 
 
 def _decide_one(
@@ -220,10 +317,18 @@ def _marked(body: Html, ids: str) -> Html:
 
 
 def _card(
-    ledger: Ledger, request: ApprovalRequest, ask: Ask, now: float, *, pick: bool = False
+    ledger: Ledger,
+    request: ApprovalRequest,
+    ask: Ask,
+    now: float,
+    back: str,
+    *,
+    pick: bool = False,
+    stale: bool = False,
+    then_next: bool = False,
 ) -> Html:
     form = (
-        join([_form(request, ask), _pick(request) if pick else Html()])
+        join([_form(request, ask, back, then_next), _pick(request) if pick else Html()])
         if ask.who.can_decide
         else h('<p class="ro">Read-only: you see this ticket but cannot decide it.</p>')
     )
@@ -231,12 +336,12 @@ def _card(
         '<section class="ticket" id="{t}" tabindex="-1"><div class="what">{details}</div>'
         '<div class="decide">{form}</div></section>',
         t=request.ticket,
-        details=_details(ledger, request, now),
+        details=_details(ledger, request, now, stale=stale),
         form=form,
     )
 
 
-def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
+def _details(ledger: Ledger, request: ApprovalRequest, now: float, *, stale: bool) -> Html:
     # One read per ticket: the run's actions, this one among them once it has run (or failed).
     actions = ledger.effects(request.run_id, limit=SHOWN_ACTIONS * 5)
     # Tickets opened before schema version 8 did not record the kind or who asked; the kind is
@@ -250,7 +355,7 @@ def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
         n=masked,
     )
     return h(
-        '<h2><code>{tool}</code> <span class="kind">{kind}</span></h2>'
+        '<h2><code>{tool}</code> <span class="kind">{kind}</span>{mark}</h2>{why}'
         '<dl><dt>Run</dt><dd><a href="/run?id={run_q}">{run}</a></dd>'
         '<dt>Ticket</dt><dd><a href="/approvals/{t}"><code>{t}</code></a> (attempt {attempt})</dd>'
         '<dt>Asked by</dt><dd class="asked">{policy}</dd>'
@@ -259,6 +364,14 @@ def _details(ledger: Ledger, request: ApprovalRequest, now: float) -> Html:
         "<h3>What this run already did</h3>{done}",
         tool=request.tool,
         kind=kind,
+        mark=SUPERSEDED_MARK if stale else Html(),
+        why=h(
+            '<p class="superseded-note">This run has asked about {tool} again since this '
+            "ticket: see its newer ticket in the comparison below before deciding this one.</p>",
+            tool=request.tool,
+        )
+        if stale
+        else Html(),
         run=request.run_id,
         run_q=_q(request.run_id),
         t=request.ticket,
@@ -292,9 +405,9 @@ def finished_actions(records: list[EffectRecord]) -> Html:
     return h('<ul class="done">{items}</ul>', items=items)
 
 
-def _form(request: ApprovalRequest, ask: Ask) -> Html:
+def _form(request: ApprovalRequest, ask: Ask, back: str, then_next: bool) -> Html:
     return h(
-        '<form method="post" action="/approvals/{t}">{csrf}{fp}'
+        '<form method="post" action="/approvals/{t}">{csrf}{fp}{back}{then}'
         '<label>Reason <textarea name="reason" rows="2"></textarea></label>'
         '<button name="decision" value="approve" class="approve" aria-keyshortcuts="a">'
         "Approve</button> "
@@ -303,7 +416,21 @@ def _form(request: ApprovalRequest, ask: Ask) -> Html:
         t=request.ticket,
         csrf=hidden("csrf", ask.csrf),
         fp=hidden("fingerprint", fingerprint(request)),
+        back=hidden("back", back),
+        then=hidden("then", "next") if then_next else Html(),
         who=ask.who.name,
+    )
+
+
+def _tick(request: ApprovalRequest) -> Html:
+    """A line's tick for the decision on ticked tickets, bound to the arguments it stands for."""
+    return h(
+        '<input type="checkbox" form="bulk" name="{n}" value="{fp}" '
+        'aria-label="Tick {tool} in run {run}">',
+        n=PICK + request.ticket,
+        fp=fingerprint(request),
+        tool=request.tool,
+        run=request.run_id,
     )
 
 

@@ -14,6 +14,7 @@ from call4agents.engine.budgets import spending_text
 from call4agents.engine.undos import undo_for
 
 from ._auth import Refused
+from ._doubt import card, settled_notice
 from ._html import Html, ago, clock, h, hidden, join, json_block, options, page, table
 from ._web import Ask, html
 
@@ -197,8 +198,10 @@ def run_page(ledger: Ledger, ask: Ask) -> Response:
     handoff = ledger.handoff(run_id) if status is not None else None
     spent = spending_text(ledger, run_id)
     parts = [
+        settled_notice(ledger, ask),
         h("<h2>Actions, in order</h2>"),
         _actions(actions, settled),
+        _in_doubt(actions, run_id, ask),
         h("<h2>Approvals</h2>"),
         _tickets(tickets) if tickets else h('<p class="empty">None asked.</p>'),
         h("<h2>Budget</h2><p>{s}</p>", s=spent or "No budget recorded for this run."),
@@ -213,6 +216,21 @@ def run_page(ledger: Ledger, ask: Ask) -> Response:
         )
     parts.append(_undo_part(actions, run_id, ask))
     return html(page(f"Run {run_id}", ask.who.name, ask.who.role, join(parts)))
+
+
+def _in_doubt(actions: list[EffectRecord], run_id: str, ask: Ask) -> Html:
+    """The run's own actions in doubt, each with the form the in-doubt queue shows: an
+    escalated run's hand-off names them, and here they are settled."""
+    doubt = [r for r in actions if r.state == "in_doubt"]
+    if not doubt:
+        return Html()
+    now, back = time.time(), f"/run?id={quote(run_id, safe='')}"
+    return join(
+        [
+            h("<h2>In doubt: {n} to settle</h2>", n=len(doubt)),
+            join(card(r, ask, now, back) for r in doubt),
+        ]
+    )
 
 
 def _settlements(ledger: Ledger, run_id: str) -> dict[str, AuditEntry]:

@@ -3,27 +3,23 @@ keyset links from one page of them to the next."""
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 from call4agents import WaitingFilter
 from call4agents.engine.approvals import ApprovalRequest
 from call4agents.model.kinds import KINDS
 from call4agents.storage.approval_rows import SORTS
 
 from ._auth import Refused
-from ._html import Html, h, join, options
+from ._html import Html, h, hidden, options
+from ._listing import AGE_WORDS, age_name, age_of, folded, kept, keyset_links
 
 SHOWN = 25  # tickets to a page, the oldest first unless sorted otherwise
 FILTERS = ("tool", "run", "kind", "asked", "q", "waited", "sort")
-WAITED = {"": None, "5m": 300.0, "1h": 3600.0, "24h": 86400.0}
 SORT_WORDS = {"oldest": "oldest first", "newest": "newest first", "expiring": "expiring first"}
 
 
 def where_of(query: dict[str, str]) -> WaitingFilter:
     text = {k: query.get(k, "").strip() or None for k in ("tool", "run", "kind", "asked", "q")}
-    waited = query.get("waited", "")
-    if waited not in WAITED:
-        raise Refused(400, f"unknown wait {waited!r}: pick one of {', '.join(WAITED)}")
+    waited = age_of(query, "waited", "wait")
     sort = query.get("sort") or "oldest"
     if sort not in SORTS:
         raise Refused(400, f"unknown sort {sort!r}: pick one of {', '.join(SORTS)}")
@@ -35,44 +31,41 @@ def where_of(query: dict[str, str]) -> WaitingFilter:
         kind=text["kind"],
         asked_by=text["asked"],
         search=text["q"],
-        older_than=WAITED[waited],
+        older_than=waited,
         sort=sort,
     )
 
 
-def filters(where: WaitingFilter) -> Html:
-    waited = next(k for k, v in WAITED.items() if v == where.older_than)
-    return h(
-        '<form method="get" action="/" class="filters">'
+def filters(where: WaitingFilter, query: dict[str, str]) -> Html:
+    fields = h(
         '<label>Tool <input name="tool" value="{tool}"></label>'
         '<label>Run id contains <input name="run" value="{run}"></label>'
         '<label>Kind <select name="kind">{kinds}</select></label>'
         '<label>Who asked contains <input name="asked" value="{asked}"></label>'
         '<label>Search <input name="q" type="search" value="{q}"></label>'
         '<label>Waiting longer than <select name="waited">{waits}</select></label>'
-        '<label>Order <select name="sort">{sorts}</select></label>'
-        "<button>Filter</button></form>",
+        '<label>Order <select name="sort">{sorts}</select></label>{view}',
         tool=where.tool or "",
         run=where.run_id or "",
         asked=where.asked_by or "",
         q=where.search or "",
         kinds=options({"": "any kind", **{k: k for k in KINDS}}, where.kind or ""),
-        waits=options({w: w or "any time" for w in WAITED}, waited),
+        waits=options(AGE_WORDS, age_name(where.older_than)),
         sorts=options(SORT_WORDS, where.sort),
+        view=hidden("view", query["view"]) if query.get("view") else Html(),
     )
+    return folded("/", fields, kept(query, FILTERS))
 
 
 def pages(
     query: dict[str, str], shown: list[ApprovalRequest], total: int, after: str | None
 ) -> Html:
     """Keyset links: the next page starts after this page's last ticket."""
-    kept = {k: v for k, v in query.items() if k in FILTERS and v}
-    links = []
-    if after is not None:
-        links.append(h('<a href="/?{q}">First page</a>', q=urlencode(kept)))
-    if len(shown) == SHOWN and total > SHOWN:
-        q = urlencode({**kept, "after": shown[-1].ticket})
-        links.append(h('<a href="/?{q}" rel="next">Next {n}</a>', q=q, n=SHOWN))
-    if not links:
-        return Html()
-    return h('<nav class="pages" aria-label="Pages">{l}</nav>', l=join(links))
+    return keyset_links(
+        "/",
+        kept(query, (*FILTERS, "view")),
+        last=shown[-1].ticket if shown else None,
+        more=len(shown) == SHOWN and total > SHOWN,
+        paged=after is not None,
+        size=SHOWN,
+    )

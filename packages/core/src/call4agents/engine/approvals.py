@@ -533,6 +533,15 @@ def waiting_counts(ledger: LedgerCore, run_ids: Sequence[str]) -> dict[str, int]
     return rows.waiting_counts(ledger.store, run_ids)
 
 
+def superseded(ledger: LedgerCore, tickets: Sequence[ApprovalRequest]) -> set[str]:
+    """Which of these tickets their run has asked about again since: a later ticket for the
+    same tool, in any state (the agent moved on, often with other arguments)."""
+    if not tickets:
+        return set()
+    last = rows.last_asked(ledger.store, sorted({t.run_id for t in tickets}))
+    return {t.ticket for t in tickets if last.get((t.run_id, t.tool), 0.0) > t.requested_at}
+
+
 def find_request(ledger: LedgerCore, ticket: str) -> ApprovalRequest | None:
     row = rows.one(ledger.store, ticket)
     return _request(row) if row is not None else None

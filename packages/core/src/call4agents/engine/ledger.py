@@ -29,6 +29,7 @@ from call4agents.storage import _db, _files, audit_rows, reads, run_rows
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.approval_rows import SORTS, WaitingFilter
 from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
+from call4agents.storage.reads import DoubtFilter
 from call4agents.storage.store import (
     Store,
     cannot_open,
@@ -422,6 +423,24 @@ class LedgerCore:
         """Every action in doubt, after judging lapsed leases and dead local owners."""
         self.sweep()
         return [record_of(r) for r in reads.in_doubt(self.store)]
+
+    def in_doubt_page(
+        self,
+        where: DoubtFilter | None = None,
+        *,
+        after: str | None = None,
+        limit: int = 25,
+    ) -> tuple[list[EffectRecord], int]:
+        """A page of the actions in doubt, those in doubt longest first, filtered by ``where``
+        (a :class:`DoubtFilter`), and how many it selects in all. ``after``: the key of the last
+        action of the page before, for the next one. Lapsed leases are judged first, as
+        :meth:`in_doubt` does."""
+        where = where or DoubtFilter()
+        if where.older_than is not None and not where.older_than >= 0:
+            raise ConfigurationError("older_than is seconds in doubt: 0 or more")
+        self.sweep()
+        found = reads.in_doubt_page(self.store, where, after=after, limit=limit)
+        return [record_of(r) for r in found], reads.in_doubt_total(self.store, where)
 
     def sweep(self) -> int:
         """Mark in doubt every started action whose local owner died, or whose lease lapsed

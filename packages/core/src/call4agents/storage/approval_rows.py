@@ -209,6 +209,19 @@ def waiting_counts(store: Store, run_ids: Sequence[str]) -> dict[str, int]:
         return {run_id: int(n) for run_id, n in conn.execute(stmt).all()}
 
 
+def last_asked(store: Store, run_ids: Sequence[str]) -> dict[tuple[str, str], float]:
+    """When each of these runs last asked about each tool, in any state: one read of the runs'
+    tickets (``c4a_approvals_run``) for a whole page of them."""
+    asked = func.max(approvals.c.requested_at)
+    stmt = (
+        select(approvals.c.run_id, approvals.c.tool, asked)
+        .where(approvals.c.run_id.in_(list(run_ids)))
+        .group_by(approvals.c.run_id, approvals.c.tool)
+    )
+    with store.read() as conn:
+        return {(run, tool): float(at) for run, tool, at in conn.execute(stmt).all()}
+
+
 def one(store: Store, ticket: str) -> Ticket | None:
     with store.read() as conn:
         row = conn.execute(select(approvals).where(approvals.c.ticket == ticket)).mappings().first()

@@ -234,6 +234,12 @@ def _v14(conn: Connection) -> None:
         index.create(conn, checkfirst=True)
 
 
+def _v15(conn: Connection) -> None:
+    # The in-doubt queue read by keyset, longest in doubt first (see tables.py).
+    found = next(i for i in effects.indexes if i.name == "c4a_effects_doubt")
+    found.create(conn, checkfirst=True)
+
+
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1,
     _v2,
@@ -249,6 +255,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v12,
     _v13,
     _v14,
+    _v15,
 ]
 # The schema version this code writes and reads: the number of migrations.
 CURRENT = len(MIGRATIONS)

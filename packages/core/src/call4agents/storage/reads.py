@@ -8,13 +8,14 @@ are returned as mappings of ``c4a_effects``' columns; the engine turns them into
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select, tuple_, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from .store import Store, now_sql
-from .tables import approvals, dedup_hits, effects, in_open_state, meta
+from .tables import approvals, dedup_hits, effects, in_doubt_only, in_open_state, meta
 from .tables import runs as runs_table
 
 Forget = Callable[..., None]  # a run's own notes: run_rows.forget(conn, run_id=..., before=...)
@@ -75,6 +76,56 @@ def in_doubt(store: Store) -> list[RowMapping]:
             select(effects).where(in_open_state("in_doubt")).order_by(effects.c.seq)
         )
         return list(rows.mappings())
+
+
+@dataclass(frozen=True)
+class DoubtFilter:
+    """Which actions in doubt a person wants to see. ``run_id`` and ``reason`` match anywhere
+    in the value (``reason``: why it is in doubt, its note or its error); ``older_than``: in doubt
+    for at least that many seconds, by the database clock."""
+
+    tool: str | None = None
+    run_id: str | None = None
+    reason: str | None = None
+    older_than: float | None = None
+
+
+def _doubt_conds(store: Store, f: DoubtFilter) -> list[ColumnElement[bool]]:
+    c = effects.c
+    conds: list[ColumnElement[bool]] = [in_doubt_only()]
+    if f.tool:
+        conds.append(c.tool == f.tool)
+    if f.run_id:
+        conds.append(c.run_id.contains(f.run_id, autoescape=True))
+    if f.reason:
+        conds.append(or_(*(col.contains(f.reason, autoescape=True) for col in (c.note, c.error))))
+    if f.older_than is not None:
+        conds.append(c.updated_at <= now_sql(store.dialect) - f.older_than)
+    return conds
+
+
+def in_doubt_page(
+    store: Store, f: DoubtFilter, *, after: str | None, limit: int
+) -> list[RowMapping]:
+    """One page of the actions in doubt that ``f`` selects, the longest in doubt first, starting
+    after the action whose key is ``after`` (keyset paging by the time it went into doubt, then
+    ``seq`` for ties: a range of ``c4a_effects_doubt`` however deep the page). An ``after`` that
+    is no action gives []."""
+    conds = _doubt_conds(store, f)
+    at, seq = effects.c.updated_at, effects.c.seq
+    with store.read() as conn:
+        if after is not None:
+            mark = conn.execute(select(at, seq).where(effects.c.key == after)).first()
+            if mark is None:
+                return []
+            conds.append(or_(at > mark[0], and_(at == mark[0], seq > mark[1])))
+        stmt = select(effects).where(*conds).order_by(at, seq).limit(limit)
+        return list(conn.execute(stmt).mappings())
+
+
+def in_doubt_total(store: Store, f: DoubtFilter) -> int:
+    with store.read() as conn:
+        return int(conn.execute(select(func.count()).where(*_doubt_conds(store, f))).scalar_one())
 
 
 def started(store: Store) -> list[Any]:

@@ -25,7 +25,8 @@
       note.textContent = "New items arrived: reload the page to see them.";
       return;
     }
-    const answer = await fetch(location.pathname, { credentials: "same-origin", cache: "no-store" });
+    const here = location.pathname + location.search; // the same view (lines or cards)
+    const answer = await fetch(here, { credentials: "same-origin", cache: "no-store" });
     if (!answer.ok) return;
     const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
     const next = fresh.getElementById("live-list");
@@ -68,17 +69,17 @@
   setInterval(poll, 2000);
 })();
 
-// Keyboard: j and k move between cards (tickets, in-doubt actions); on a ticket, a approves and
-// d denies, each only after a confirm that names the tool and the run, through the card's own
-// form, so the yes stays bound to the arguments that card shows. Keys typed into a field, or
-// with a modifier held, are left alone.
+// Keyboard: j and k move between cards (tickets, in-doubt actions) or the inbox's lines, and o
+// opens a line's card; on a ticket's card, a approves and d denies, each only after a confirm
+// that names the tool and the run, through the card's own form, so the yes stays bound to the
+// arguments that card shows. Keys typed into a field, or with a modifier held, are left alone.
 (function () {
   function cards() {
-    return Array.from(document.querySelectorAll("section.ticket, section.doubt"));
+    return Array.from(document.querySelectorAll("section.ticket, section.doubt, li.row"));
   }
 
   function current() {
-    return document.activeElement && document.activeElement.closest("section.ticket, section.doubt");
+    return document.activeElement && document.activeElement.closest("section.ticket, section.doubt, li.row");
   }
 
   function move(step) {
@@ -106,6 +107,10 @@
     const actions = { j: () => move(1), k: () => move(-1) };
     actions.a = () => decide(current(), "approve");
     actions.d = () => decide(current(), "deny");
+    actions.o = () => {
+      const link = current() && current().querySelector("a.open");
+      if (link) link.click();
+    };
     const act = actions[e.key];
     if (!act) return;
     e.preventDefault();
