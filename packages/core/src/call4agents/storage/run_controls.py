@@ -44,7 +44,9 @@ def write_status(
     )
     stmt = dialect_of(dialect).locked(select(runs.c.details).where(runs.c.run_id == run_id))
     details = json.loads(conn.execute(stmt).scalar_one() or "{}")
-    details[section] = data
+    # Each section says when it was written (database clock): an escalation keeps its own moment
+    # when an undo later changes the row, so a watcher tells one escalation from the next.
+    details[section] = {**data, "at": clock(conn)} if isinstance(data, dict) else data
     conn.execute(
         update(runs)
         .where(runs.c.run_id == run_id)
