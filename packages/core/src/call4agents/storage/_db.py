@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import select
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ _HOST = re.compile(r"[A-Za-z0-9._~%,-]*")
 _QUERY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Marks a pooled SQLite connection whose write transaction a fork waits for (``_forkgate``).
 _WRITER = "c4a_writer"
+_OPTIMIZED = "c4a_optimized"  # when `PRAGMA optimize` last ran on the connection (monotonic)
 _ENCODE_HINT = (
     "if the password holds characters such as @ : / ? # [ ] %, percent-encode it "
     "(Python: urllib.parse.quote(password, safe=''))"
@@ -101,8 +103,13 @@ def sqlite_engine(
     )
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+    def _on_connect(dbapi_conn: sqlite3.Connection, record: Any) -> None:
         _sqlite.configure(dbapi_conn, durability=durability, busy_timeout=busy_timeout)
+        with _forkgate.WRITES:  # it may write statistics
+            _sqlite.optimize(dbapi_conn, opening=True)
+        # The first return to the pool optimizes again, with the tables just used in mind (all
+        # SQLite before 3.46 looks at), then every OPTIMIZE_EVERY seconds.
+        record.info[_OPTIMIZED] = time.monotonic() - _sqlite.OPTIMIZE_EVERY
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
@@ -120,6 +127,18 @@ def sqlite_engine(
         token = record.info.pop(_WRITER, None)
         if token is not None:
             _forkgate.WRITES.leave(token)
+        now = time.monotonic()
+        if now - record.info.get(_OPTIMIZED, now) >= _sqlite.OPTIMIZE_EVERY:
+            record.info[_OPTIMIZED] = now
+            with _forkgate.WRITES:
+                _sqlite.optimize(_dbapi_conn)
+
+    @event.listens_for(engine, "close")
+    def _on_close(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        # SQLite's advice for every connection: optimize before closing it, when this process
+        # knows which tables it used (a command's run ends here).
+        with _forkgate.WRITES:
+            _sqlite.optimize(dbapi_conn)
 
     return engine
 

@@ -104,6 +104,32 @@ def configure(conn: sqlite3.Connection, *, durability: Durability, busy_timeout:
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
 
 
+# Rows ANALYZE samples per index when `PRAGMA optimize` runs it (SQLite's advice: 100 to 1000):
+# a few milliseconds however large the ledger, where a full ANALYZE reads every row.
+ANALYSIS_LIMIT = 400
+# Seconds between two `PRAGMA optimize` on one connection, at its return to the pool: cheap (it
+# re-analyzes only what changed a lot) yet often enough for a console that runs for months.
+OPTIMIZE_EVERY = 600.0
+
+
+def optimize(conn: sqlite3.Connection, *, opening: bool = False) -> None:
+    """Keep the planner's statistics current, as SQLite advises: ``PRAGMA optimize=0x10002`` as a
+    connection opens (SQLite 3.46 and later check every table; before, this does nothing), and
+    ``PRAGMA optimize`` now and then on a long-lived one (it analyzes the tables used on that
+    connection that were never analyzed or grew 25-fold). Without statistics SQLite may pick an
+    index that reads far more rows: a ledger nobody ever analyzed once took seconds per console
+    page. A ledger this user may only read, or one busy with a writer past the busy timeout,
+    keeps its statistics until the next turn."""
+    try:
+        conn.execute(f"PRAGMA analysis_limit={ANALYSIS_LIMIT}")
+        try:
+            conn.execute("PRAGMA optimize=0x10002" if opening else "PRAGMA optimize").fetchall()
+        finally:
+            conn.execute("PRAGMA analysis_limit=0")  # an ANALYZE someone asks for reads all
+    except sqlite3.Error:
+        return
+
+
 def _set_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
     # Switching a brand-new file to WAL needs a moment of exclusive access; processes opening it
     # together may see "database is locked" here before the busy handler applies, so retry.
