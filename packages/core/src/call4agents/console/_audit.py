@@ -11,7 +11,7 @@ from call4agents import AuditEntry, Ledger
 from call4agents.model.errors import ConfigurationError
 from call4agents.storage.audit_rows import ACTIONS, as_csv
 
-from ._auth import Refused
+from ._auth import Refused, shown_name
 from ._html import Html, clock, h, join, options, page, table
 from ._web import SECURITY_HEADERS, Ask, html, json_response
 
@@ -91,7 +91,7 @@ def _entries(found: list[AuditEntry]) -> Html:
     rows: list[list[object]] = [
         [
             clock(e.at),
-            e.actor,
+            shown_name(e.actor),
             e.action.replace("_", " "),
             h('<a href="/run?{q}">{r}</a>', q=urlencode({"id": e.run_id}), r=e.run_id),
             h("<code>{t}</code>", t=e.tool),

@@ -10,7 +10,11 @@ one of the proxy addresses the console was given (both, when both are set).
 In both modes a request must name the console by one of its own host names: a page on another
 site whose name was pointed at 127.0.0.1 (DNS rebinding) is refused before anything is read.
 Names are compared as people mean them: case-folded after Unicode NFKC normalization, so
-``Bob``, ``bob`` and a full-width ``ｂｏｂ`` are one user.
+``Bob``, ``bob`` and a full-width ``ｂｏｂ`` are one user. Letters of other scripts stay other
+letters: ``bоb`` with a Cyrillic ``о`` is not ``bob``, and wherever it is shown its mixed scripts
+are said (``shown_name``), so nobody reads it as the look-alike. A request that repeats the user
+or role header is refused: a proxy that adds its header to the client's instead of replacing it
+would otherwise let the client's own value through.
 """
 
 from __future__ import annotations
@@ -39,6 +43,33 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 def fold(name: str) -> str:
     """A user or role name as compared: NFKC-normalized, case-folded, outer spaces dropped."""
     return unicodedata.normalize("NFKC", name).strip().casefold()
+
+
+# Scripts people write one name in together: a Japanese name mixes kanji and kana.
+_ONE_SCRIPT = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HANGUL": "CJK"}
+
+
+def _script(letter: str) -> str:
+    """A letter's script, as the first word of its Unicode name says (LATIN, CYRILLIC...)."""
+    first = unicodedata.name(letter, "UNKNOWN").split(" ")[0]
+    return _ONE_SCRIPT.get(first, first)
+
+
+def shown_name(name: str) -> str:
+    """A name as pages show it: as it is, and when its letters come from several scripts, which
+    letters are foreign to the rest (``bоb (mixed scripts: о is Cyrillic)``), so a look-alike of
+    another user's name never passes for it."""
+    letters = [c for c in name if c.isalpha()]
+    scripts = [_script(c) for c in letters]
+    if len(set(scripts)) < 2:
+        return name
+    main = max(set(scripts), key=lambda s: (scripts.count(s), s == "LATIN"))
+    foreign = dict.fromkeys(
+        f"{c} is {script.title()}"
+        for c, script in zip(letters, scripts, strict=True)
+        if script != main
+    )
+    return f"{name} (mixed scripts: {', '.join(foreign)})"
 
 
 def host_name(host: str) -> str:
@@ -199,8 +230,16 @@ def viewer(request: Request, settings: ConsoleSettings) -> Viewer:
 
 
 def _header(request: Request, name: str) -> str:
-    """A header's text: proxies send names as UTF-8 bytes, which Starlette reads as Latin-1."""
-    value = request.headers.get(name) or ""
+    """A header's text: proxies send names as UTF-8 bytes, which Starlette reads as Latin-1. A
+    header given twice is refused, whichever copy the proxy set."""
+    values = request.headers.getlist(name)
+    if len(values) > 1:
+        raise Refused(
+            400,
+            f"the {name} header was sent {len(values)} times: the sign-in proxy must replace it, "
+            "not add to what the client sent; nothing was done",
+        )
+    value = values[0] if values else ""
     try:
         return value.encode("latin-1").decode("utf-8")
     except UnicodeError:
