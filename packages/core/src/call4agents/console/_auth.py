@@ -188,10 +188,19 @@ def check_proxy(headers: Mapping[str, str], client: str | None, settings: Consol
         return
     if settings.proxy_secret_header is not None and settings.proxy_secret:
         given = headers.get(settings.proxy_secret_header, "")
-        if not hmac.compare_digest(given.encode(), settings.proxy_secret.encode()):
+        if not same_secret(given, settings.proxy_secret):
             raise Refused(401, "this request did not come through the console's sign-in proxy")
     if settings.trusted_proxies and not _from_proxy(client, settings.trusted_proxies):
         raise Refused(401, "this request did not come from the console's sign-in proxy")
+
+
+def same_secret(given: str, expected: str) -> bool:
+    """Whether a token, cookie or CSRF value is the expected one, in constant time. Compared as
+    UTF-8 bytes: ``hmac.compare_digest`` refuses two strings beyond ASCII with a TypeError, and
+    what a client sends may hold any letter."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
 
 
 def _from_proxy(client: str | None, networks: tuple[Network, ...]) -> bool:
@@ -213,7 +222,7 @@ def viewer(request: Request, settings: ConsoleSettings) -> Viewer:
         session = fold(name)
     else:
         given = request.cookies.get(COOKIE) or _bearer(request)
-        if not given or not settings.token or not hmac.compare_digest(given, settings.token):
+        if not given or not settings.token or not same_secret(given, settings.token):
             raise Refused(
                 401,
                 "sign in with the address `call4agents console` printed (it holds the access "
@@ -256,7 +265,7 @@ def csrf_token(who: Viewer, settings: ConsoleSettings) -> str:
 
 
 def check_csrf(given: str | None, who: Viewer, settings: ConsoleSettings) -> None:
-    if not given or not hmac.compare_digest(given, csrf_token(who, settings)):
+    if not given or not same_secret(given, csrf_token(who, settings)):
         raise Refused(
             403,
             "this form has no valid CSRF token (it did not come from this console's page, or "
