@@ -7,7 +7,8 @@ Each backend gets a fresh ledger: one ticket and one action made through the lib
 copies of them made inside the database (see ``seed``) up to ``--tickets`` pending approval
 tickets asked over the last day and ``--actions`` recorded actions in runs of 50 spread over the
 last 30 days, 20 of them in doubt, each run with a cost and a completion time, and ``--audit``
-decisions over the same days. Each page is
+decisions over the same days (``--never-analyzed``: SQLite without planner statistics, as a
+ledger is until something analyzes it; every page should cost about the same). Each page is
 then requested through the app in this process (Starlette's test client: routing, ledger reads
 and rendering, no network) ``--rounds`` times; the table prints the median and the worst. The
 issue's target is 10,000 tickets and 1,000,000 actions under 100 ms a page; the defaults are
@@ -37,7 +38,7 @@ from starlette.testclient import TestClient
 import call4agents as c4a
 from call4agents.console import ConsoleSettings
 from call4agents.console._serve import app_to_serve
-from call4agents.storage import _fold, _live, _run_tally, _tally
+from call4agents.storage import _fold, _live, _run_tally, _sqlite, _tally
 from call4agents.storage.run_rows import COMPLETED_AT
 from call4agents.storage.tables import approvals, effects
 
@@ -69,7 +70,9 @@ PAGES = (
 TOKEN = "bench-token"
 
 
-def seed(ledger: c4a.Ledger, tickets: int, actions: int, audited: int) -> None:
+def seed(
+    ledger: c4a.Ledger, tickets: int, actions: int, audited: int, analyze: bool = True
+) -> None:
     """One real ticket and one real action through the library, then copies of each made inside
     the database (a recursive CTE on SQLite, generate_series on PostgreSQL), as
     bench_scale.py fills: a million actions through the API would take an hour and measure the
@@ -121,7 +124,7 @@ def seed(ledger: c4a.Ledger, tickets: int, actions: int, audited: int) -> None:
         _run_tally.create_triggers(conn)
         if pg:
             _live.create_triggers(conn)
-        else:
+        elif analyze:
             conn.exec_driver_sql("ANALYZE")
     if pg:
         with ledger.engine.begin() as conn:
@@ -220,7 +223,7 @@ def floor(ledger: c4a.Ledger) -> Callable[[], object]:
 def measure(name: str, url: str, schema: str | None, args: argparse.Namespace) -> dict[str, Any]:
     ledger = c4a.Ledger(url, schema=schema)
     started = time.perf_counter()
-    seed(ledger, args.tickets, args.actions, args.audit)
+    seed(ledger, args.tickets, args.actions, args.audit, analyze=not args.never_analyzed)
     print(
         f"{name}: seeded {args.tickets:,} tickets, {args.actions:,} actions and "
         f"{args.audit:,} decisions in "
@@ -271,8 +274,15 @@ def main() -> None:
     parser.add_argument("--actions", type=int, default=50_000)
     parser.add_argument("--audit", type=int, default=20_000, help="decisions in the audit")
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument(
+        "--never-analyzed",
+        action="store_true",
+        help="leave SQLite without planner statistics (no ANALYZE, no PRAGMA optimize)",
+    )
     parser.add_argument("--postgres", default=os.environ.get("CALL4AGENTS_TEST_POSTGRES_URL"))
     args = parser.parse_args()
+    if args.never_analyzed:
+        _sqlite.optimize = lambda conn, **_: None  # as a ledger nobody analyzed
     os.environ.setdefault("CALL4AGENTS_SECRET", "bench-secret-" + "x" * 40)
     results: dict[str, dict[str, Any]] = {}
     with LoadWatch() as load:

@@ -11,8 +11,9 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from email import message_from_bytes
+from email.header import decode_header, make_header
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any, ClassVar
@@ -266,3 +267,167 @@ def test_slack_and_email_need_no_shared_secret(monkeypatch: pytest.MonkeyPatch) 
     signed = argparse.Namespace(**{**vars(slack_only), "webhook_url": ["https://h.example.com/"]})
     with pytest.raises(c4a.ConfigurationError, match="need an HMAC secret"):
         _webhooks(signed)
+
+
+def _ask(run_id: str, tool: str) -> None:
+    @c4a.effect(name=tool, kind="irreversible", approval=True)
+    def act(amount: int) -> int:
+        return amount
+
+    with c4a.run(run_id), pytest.raises(c4a.ApprovalRequired):
+        act(1)
+
+
+def _wait_for(found: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 30
+    while not found() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_run_ids_and_tool_names_with_line_breaks_never_stop_the_email_nor_add_headers(
+    ledger: c4a.Ledger, smtp: tuple[int, _Inbox]
+) -> None:
+    port, inbox = smtp
+    receiver = Receiver.parse(f"smtp://127.0.0.1:{port}?from=c4a%40example.com&to=ops%40x.org")
+    notifier = Notifier(ledger, Webhooks([receiver], b"s", FAST), PUBLIC)
+    notifier.webhooks.start(ledger)
+    sly = "r\r\nBcc: thief@evil.org\r\nSubject: pwned"
+    try:
+        notifier.poll()
+        for i in range(6):  # more than a receiver's delivery threads
+            _ask(f"{sly}-{i}", "pay\nX-Injected: yes")
+        open_ticket("plain-1")
+        told = notifier.poll()
+        _wait_for(lambda: len(inbox.mails) == len(told))
+    finally:
+        notifier.webhooks.stop()
+    assert len(told) == 7
+    assert len(inbox.mails) == 7  # every one went out, the plain one too
+    for to, mail in inbox.mails:
+        assert to == ["ops@x.org"]  # no Bcc reached the envelope
+        assert mail["Bcc"] is None
+        assert mail["X-Injected"] is None
+        assert mail.get_all("Subject") is not None
+        assert len(mail.get_all("Subject") or []) == 1
+    subjects = sorted(str(m["Subject"]).replace("\r\n", "") for _, m in inbox.mails)  # unfolded
+    assert subjects[0] == "Call4Agents: Approval needed: pay in run plain-1"
+    assert "run r\\r\\nBcc: thief@evil.org\\r\\nSubject: pwned-0" in subjects[1]
+    assert "pay\\nX-Injected: yes" in subjects[1]
+    assert dead_letters.waiting(ledger.store, limit=10) == []
+
+
+def test_a_subject_beyond_ascii_is_encoded_as_rfc_2047_words(
+    ledger: c4a.Ledger, smtp: tuple[int, _Inbox]
+) -> None:
+    port, inbox = smtp
+    receiver = Receiver.parse(f"smtp://127.0.0.1:{port}?from=c4a%40example.com&to=ops%40x.org")
+    hooks = Webhooks([receiver], b"s", FAST)
+    hooks.start(ledger)
+    try:
+        event = {"id": "t:1", "event": "approval.requested", "run_id": "Zoë-7", "tool": "payé"}
+        assert hooks.send(receiver, event)
+    finally:
+        hooks.stop()
+    [(_, mail)] = inbox.mails
+    raw = mail.as_string()
+    assert "=?utf-8?" in raw.split("\n\n", 1)[0]  # the header on the wire is ASCII words
+    assert str(make_header(decode_header(mail["Subject"]))) == (
+        "Call4Agents: Approval needed: payé in run Zoë-7"
+    )
+
+
+def test_an_event_that_cannot_be_built_is_a_dead_letter_and_later_ones_still_go_out(
+    ledger: c4a.Ledger,
+    target: Any,
+    smtp: tuple[int, _Inbox],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from call4agents.controls import webhooks as module
+    from call4agents.facade.cli import main
+
+    built = module.notices.email
+
+    def refuse_poison(event: dict[str, Any], sender: str, to: list[str]) -> Message:
+        # A fault put in: building the message fails as a header value refused would.
+        if str(event.get("run_id", "")).startswith("poison"):
+            raise ValueError("Header values may not contain linefeed or carriage return")
+        return built(event, sender, to)
+
+    monkeypatch.setattr(module.notices, "email", refuse_poison)
+    port, inbox = smtp
+    receiver = Receiver.parse(f"smtp://127.0.0.1:{port}?from=c4a%40example.com&to=ops%40x.org")
+    hooks = Webhooks([receiver], b"s", Delivery(attempts=2, backoff=0.01, timeout=5, workers=2))
+    hooks.start(ledger)
+    try:
+        for i in range(4):  # more than its delivery threads: each would have died of one
+            hooks.submit({"id": f"t:p{i}", "event": "approval.requested", "run_id": f"poison{i}"})
+        _wait_for(lambda: len(dead_letters.waiting(ledger.store, limit=10)) == 4)
+        hooks.submit({"id": "t:ok", "event": "approval.requested", "run_id": "after"})
+        _wait_for(lambda: bool(inbox.mails))
+    finally:
+        hooks.stop()
+    [(_, mail)] = inbox.mails
+    assert "run after" in str(mail["Subject"])
+    letters = dead_letters.waiting(ledger.store, limit=10)
+    given_up = sorted(json.loads(d.event)["run_id"] for d in letters)
+    assert given_up == [f"poison{i}" for i in range(4)]
+    assert {d.attempts for d in letters} == {2}  # retried like a refused post
+    capsys.readouterr()
+    schema = ["--schema", target.schema] if target.schema else []
+    argv = ["webhooks", "--url", target.url, *schema]
+    assert main(argv) == 0
+    listed = capsys.readouterr().out
+    assert listed.count(receiver.url) == 4
+    assert "the message could not be built: ValueError: Header values may not contain" in listed
+
+
+def test_an_smtp_address_with_a_line_break_is_refused() -> None:
+    with pytest.raises(c4a.ConfigurationError, match="without line breaks"):
+        Receiver.parse("smtp://m.example.com?from=a%40x.org%0D%0ABcc%3A%20e%40v.org&to=b%40x.org")
+
+
+def test_states_that_came_and_went_between_two_looks_are_each_announced_once(
+    ledger: c4a.Ledger,
+) -> None:
+    notifier = Notifier(ledger, Webhooks([], b"s", FAST), PUBLIC)
+    notifier.poll()
+    quick = open_ticket("quick-1")
+    ledger.deny(quick.ticket, by="ann", reason="no")
+    brief = open_ticket("brief-1", approval_ttl=0.2)
+    doubt = make_in_doubt("doubt-1")
+    ledger.resolve(doubt.key, happened=True, by="bob", note="it went out")
+
+    @c4a.effect(name="note_down", kind="write", undo=lambda result, **_: None)
+    def note_down(text: str) -> str:
+        return text
+
+    with c4a.run("esc-1"):
+        note_down("started")
+        with pytest.raises(c4a.Escalated):
+            c4a.escalate("a person must look")
+    ledger.undo("esc-1")  # the row says "undone" before the watcher looks
+    time.sleep(0.3)
+    told = notifier.poll()
+    said = [(e["event"], e.get("ticket") or e.get("key") or e["run_id"]) for e in told]
+    assert said == [
+        ("approval.requested", brief.ticket),
+        ("approval.expired", brief.ticket),
+        ("run.escalated", "esc-1"),
+        ("approval.requested", quick.ticket),
+        ("approval.decided", quick.ticket),
+        ("action.in_doubt", doubt.key),
+        ("action.settled", doubt.key),
+    ]
+    asked = told[3]
+    assert (asked["id"], asked["run_id"], asked["url"]) == (
+        f"t:{quick.ticket}",
+        "quick-1",
+        f"{PUBLIC}/approvals/{quick.ticket}",
+    )
+    assert told[5]["id"] == f"d:{doubt.key}:{doubt.attempt}"
+    assert notifier.poll() == []  # each once
+    with c4a.run("esc-1"), pytest.raises(c4a.Escalated):
+        c4a.escalate("escalated again after the undo")
+    [again] = notifier.poll()
+    assert (again["event"], again["reason"]) == ("run.escalated", "escalated again after the undo")

@@ -6,6 +6,7 @@ stuck receiver held up or lost.
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 import socket
@@ -174,6 +175,59 @@ def test_a_user_name_with_control_characters_is_refused(ledger: c4a.Ledger) -> N
         answer = c.get("/", headers={"X-Forwarded-User": "olga\x1b[2J", **_secret()})
         assert answer.status_code == 400
         assert "control characters" in answer.text
+
+
+@pytest.mark.parametrize("header", ["X-Forwarded-User", "X-Role"])
+def test_a_repeated_user_or_role_header_is_refused(ledger: c4a.Ledger, header: str) -> None:
+    """A proxy that adds its header after the client's, instead of replacing it: whichever
+    copy came first, nothing is believed."""
+    request = open_ticket()
+    with header_mode(ledger, role_header="X-Role", **SECRET) as c:
+        given = {"X-Forwarded-User": "ann", "X-Role": "staff", **_secret()}
+        page = c.get(f"/approvals/{request.ticket}", headers=given).text
+        form = {"decision": "approve", "csrf": field(page, "csrf")}
+        form["fingerprint"] = field(page, "fingerprint")
+        added = "ceo@corp" if header == "X-Forwarded-User" else "viewer"
+        twice = [*given.items(), (header, added)]
+        answer = c.get("/", headers=twice)
+        assert answer.status_code == 400
+        assert f"the {header} header was sent 2 times" in html.unescape(answer.text)
+        assert "<nav" not in answer.text  # in the layout, signed in as nobody
+        decided = c.post(f"/approvals/{request.ticket}", data=form, headers=twice)
+        assert decided.status_code == 400
+    found = ledger.approval(request.ticket)
+    assert found is not None
+    assert found.state == "pending"
+
+
+def test_a_name_mixing_scripts_is_its_own_user_and_shown_as_such(ledger: c4a.Ledger) -> None:
+    """``bоb`` with a Cyrillic о is not the read-only ``bob``: it is whoever the proxy signed in,
+    and the page and the audit say its letters mix scripts, so nobody reads it as bob."""
+    request = open_ticket()
+    look_alike = "b\u043eb"
+    with header_mode(ledger, read_only_users=frozenset({"bob"}), **SECRET) as c:
+        headers: dict[str, Any] = {"X-Forwarded-User": look_alike.encode(), **_secret()}
+        home = html.unescape(c.get("/", headers=headers).text)
+        assert f"signed in as <b>{look_alike} (mixed scripts: \u043e is Cyrillic)</b>" in home
+        assert "(operator)" in home
+        answer = deny_as(c, request.ticket, headers)
+        assert answer.status_code == 200
+        audit = html.unescape(c.get("/audit", headers=headers).text)
+    [entry] = ledger.audit()
+    assert entry.actor == look_alike  # the real name, letter for letter
+    assert f"{look_alike} (mixed scripts: \u043e is Cyrillic)" in audit
+    with header_mode(ledger, read_only_users=frozenset({"bob"}), **SECRET) as c:
+        plain = html.unescape(c.get("/", headers={"X-Forwarded-User": "bob", **_secret()}).text)
+    assert "signed in as <b>bob</b> (read-only)" in plain
+
+
+def test_names_in_one_script_are_shown_as_they_are() -> None:
+    from call4agents.console._auth import shown_name
+
+    for name in ("bob", "Zoë Ørsted", "Дмитрий", "山田たろう", "ann-2@corp"):
+        assert shown_name(name) == name
+    assert shown_name("p\u0430ypal") == "p\u0430ypal (mixed scripts: \u0430 is Cyrillic)"
+    assert shown_name("Дмиtрий") == "Дмиtрий (mixed scripts: t is Latin)"
 
 
 def _secret() -> dict[str, str]:

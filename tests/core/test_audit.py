@@ -150,6 +150,7 @@ def test_the_audit_command(
     [entry] = json.loads(capsys.readouterr().out)
     assert entry["ticket"] == request.ticket
     assert entry["at"].endswith("+00:00")  # ISO 8601, as every --json time
+    assert entry["args"]["card"] == "***"  # what was decided on, masked as the card showed it
     assert cli.main(["audit", *url, "--csv"]) == cli.EXIT_OK
     [row] = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert (row["actor"], row["action"], row["reason"]) == (
@@ -157,6 +158,7 @@ def test_the_audit_command(
         "denied",
         "over the limit, again",
     )
+    assert json.loads(row["args"])["card"] == "***"
     assert cli.main(["audit", *url, "--by", "nobody"]) == cli.EXIT_OK
     assert "that match" in capsys.readouterr().out
     assert cli.main(["audit", *url, "--action", "approve"]) == cli.EXIT_ERROR

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from sqlalchemy import Engine, Table, delete, event, insert, text, update
 import call4agents as c4a
 from call4agents.controls import stats
 from call4agents.facade.cli import main
-from call4agents.storage import _run_tally, _tally
+from call4agents.storage import _db, _run_tally, _tally
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.tables import (
     approvals,
@@ -37,9 +38,32 @@ from call4agents.storage.tables import (
     tallies,
     timeline,
 )
-from tests.conftest import Target
+from tests.conftest import Target, make_target
 
 ROWS = 20_000
+ANALYZED = True  # False while a test runs on a ledger never analyzed (see ``target``)
+
+
+@pytest.fixture(params=["sqlite", "sqlite, never analyzed", "postgres"])
+def target(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Target]:
+    """A fresh ledger location on each backend; on SQLite also one whose statistics nobody ever
+    gathered (neither the test nor the ledger's own `PRAGMA optimize`), as a ledger is until
+    something analyzes it: the plans must be as good without them. PostgreSQL's autovacuum
+    analyzes on its own."""
+    never = request.param.endswith("never analyzed")
+    if never:
+        monkeypatch.setattr(__name__ + ".ANALYZED", False)
+        monkeypatch.setattr(_db, "optimize_sqlite", lambda conn, **_: None)
+    made = make_target(request.param.split(",")[0], tmp_path)
+    target = next(made)
+    yield target
+    for ledger in target.opened if never else []:
+        with ledger.engine.connect() as conn:
+            stat = "SELECT count(*) FROM sqlite_master WHERE name = 'sqlite_stat1'"
+            assert conn.exec_driver_sql(stat).scalar_one() == 0, "the ledger was analyzed"
+    next(made, None)
 
 
 def _fill(ledger: c4a.Ledger) -> None:
@@ -65,11 +89,18 @@ def _insert_analyzed(ledger: c4a.Ledger, table: Table, rows: list[dict[str, Any]
     """The rows, then fresh statistics for the planners."""
     with ledger.engine.begin() as conn:
         conn.execute(insert(table), rows)
-        if ledger.dialect == "postgresql":
-            prefix = f'"{ledger.schema}".' if ledger.schema else ""
-            conn.execute(text(f"ANALYZE {prefix}{table.name}"))
-        else:
-            conn.exec_driver_sql("ANALYZE")
+        _analyze(conn, ledger, table.name)
+
+
+def _analyze(conn: Any, ledger: c4a.Ledger, *tables: str) -> None:
+    """Fresh statistics for the planners, as an operator's ANALYZE would give them; nothing when
+    the test asks for a ledger never analyzed (SQLite keeps none until someone asks)."""
+    if ledger.dialect == "postgresql":
+        prefix = f'"{ledger.schema}".' if ledger.schema else ""
+        for table in tables:
+            conn.execute(text(f"ANALYZE {prefix}{table}"))
+    elif ANALYZED:
+        conn.exec_driver_sql("ANALYZE")
 
 
 def _sent(engine: Engine, operation: Callable[[], Any]) -> list[tuple[str, Any]]:
@@ -177,12 +208,7 @@ def _fill_more(ledger: c4a.Ledger) -> None:
         _tally.seed(conn)
         _run_tally.seed(conn)
     with ledger.engine.begin() as conn:
-        if ledger.dialect == "postgresql":
-            prefix = f'"{ledger.schema}".' if ledger.schema else ""
-            for table in (*LARGE, "c4a_tallies", "c4a_runs"):
-                conn.execute(text(f"ANALYZE {prefix}{table}"))
-        else:
-            conn.exec_driver_sql("ANALYZE")
+        _analyze(conn, ledger, *LARGE, "c4a_tallies", "c4a_runs")
 
 
 def _counters(now: float) -> list[dict[str, Any]]:
@@ -372,11 +398,7 @@ def test_figures_over_time_read_only_their_window(target: Target) -> None:
     with ledger.engine.begin() as conn:
         asked = now - _ticket_number() * 360.0
         conn.execute(update(approvals).values(requested_at=asked, expires_at=asked + 600))
-        if ledger.dialect == "postgresql":
-            prefix = f'"{ledger.schema}".' if ledger.schema else ""
-            conn.execute(text(f"ANALYZE {prefix}c4a_approvals"))
-        else:
-            conn.exec_driver_sql("ANALYZE")
+        _analyze(conn, ledger, "c4a_approvals")
     operations: dict[str, Callable[[], Any]] = {
         "series 1h": lambda: stats.series(ledger, 3600, 12),
         "series 24h": lambda: stats.series(ledger, 86400, 24),

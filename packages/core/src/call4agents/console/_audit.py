@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from urllib.parse import urlencode
 
@@ -9,9 +10,9 @@ from starlette.responses import Response
 
 from call4agents import AuditEntry, Ledger
 from call4agents.model.errors import ConfigurationError
-from call4agents.storage.audit_rows import ACTIONS, as_csv
+from call4agents.storage.audit_rows import ACTIONS, arguments, as_csv
 
-from ._auth import Refused
+from ._auth import Refused, shown_name
 from ._html import Html, clock, h, join, options, page, table
 from ._web import SECURITY_HEADERS, Ask, html, json_response
 
@@ -43,14 +44,19 @@ def audit(ledger: Ledger, ask: Ask) -> Response:
         )
     except ConfigurationError as exc:  # a before= naming no entry
         raise Refused(400, str(exc)) from exc
-    if export == "json":
-        return json_response([e.as_dict() for e in found])
-    if export == "csv":
+    if export:  # with the arguments decided on, redacted as the card showed them
+        args = arguments(ledger.store, found)
+        if export == "json":
+            return json_response([_exported(e, args.get(e.id)) for e in found])
         headers = {**SECURITY_HEADERS, "Content-Disposition": 'attachment; filename="audit.csv"'}
-        return Response(as_csv(found), media_type="text/csv", headers=headers)
+        return Response(as_csv(found, args), media_type="text/csv", headers=headers)
     query = {k: v for k, v in chosen.items() if v}
     body = join([_filters(chosen), _exports(query), _entries(found), _next(found, query)])
     return html(page("Audit", ask.who.name, ask.who.role, body, here="/audit"))
+
+
+def _exported(entry: AuditEntry, args: str | None) -> dict[str, object]:
+    return {**entry.as_dict(), "args": None if args is None else json.loads(args)}
 
 
 def _before(raw: str) -> int | None:
@@ -91,7 +97,7 @@ def _entries(found: list[AuditEntry]) -> Html:
     rows: list[list[object]] = [
         [
             clock(e.at),
-            e.actor,
+            shown_name(e.actor),
             e.action.replace("_", " "),
             h('<a href="/run?{q}">{r}</a>', q=urlencode({"id": e.run_id}), r=e.run_id),
             h("<code>{t}</code>", t=e.tool),

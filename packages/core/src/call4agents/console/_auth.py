@@ -10,7 +10,11 @@ one of the proxy addresses the console was given (both, when both are set).
 In both modes a request must name the console by one of its own host names: a page on another
 site whose name was pointed at 127.0.0.1 (DNS rebinding) is refused before anything is read.
 Names are compared as people mean them: case-folded after Unicode NFKC normalization, so
-``Bob``, ``bob`` and a full-width ``ｂｏｂ`` are one user.
+``Bob``, ``bob`` and a full-width ``ｂｏｂ`` are one user. Letters of other scripts stay other
+letters: ``bоb`` with a Cyrillic ``о`` is not ``bob``, and wherever it is shown its mixed scripts
+are said (``shown_name``), so nobody reads it as the look-alike. A request that repeats the user
+or role header is refused: a proxy that adds its header to the client's instead of replacing it
+would otherwise let the client's own value through.
 """
 
 from __future__ import annotations
@@ -39,6 +43,33 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 def fold(name: str) -> str:
     """A user or role name as compared: NFKC-normalized, case-folded, outer spaces dropped."""
     return unicodedata.normalize("NFKC", name).strip().casefold()
+
+
+# Scripts people write one name in together: a Japanese name mixes kanji and kana.
+_ONE_SCRIPT = {"HIRAGANA": "CJK", "KATAKANA": "CJK", "HANGUL": "CJK"}
+
+
+def _script(letter: str) -> str:
+    """A letter's script, as the first word of its Unicode name says (LATIN, CYRILLIC...)."""
+    first = unicodedata.name(letter, "UNKNOWN").split(" ")[0]
+    return _ONE_SCRIPT.get(first, first)
+
+
+def shown_name(name: str) -> str:
+    """A name as pages show it: as it is, and when its letters come from several scripts, which
+    letters are foreign to the rest (``bоb (mixed scripts: о is Cyrillic)``), so a look-alike of
+    another user's name never passes for it."""
+    letters = [c for c in name if c.isalpha()]
+    scripts = [_script(c) for c in letters]
+    if len(set(scripts)) < 2:
+        return name
+    main = max(set(scripts), key=lambda s: (scripts.count(s), s == "LATIN"))
+    foreign = dict.fromkeys(
+        f"{c} is {script.title()}"
+        for c, script in zip(letters, scripts, strict=True)
+        if script != main
+    )
+    return f"{name} (mixed scripts: {', '.join(foreign)})"
 
 
 def host_name(host: str) -> str:
@@ -157,10 +188,19 @@ def check_proxy(headers: Mapping[str, str], client: str | None, settings: Consol
         return
     if settings.proxy_secret_header is not None and settings.proxy_secret:
         given = headers.get(settings.proxy_secret_header, "")
-        if not hmac.compare_digest(given.encode(), settings.proxy_secret.encode()):
+        if not same_secret(given, settings.proxy_secret):
             raise Refused(401, "this request did not come through the console's sign-in proxy")
     if settings.trusted_proxies and not _from_proxy(client, settings.trusted_proxies):
         raise Refused(401, "this request did not come from the console's sign-in proxy")
+
+
+def same_secret(given: str, expected: str) -> bool:
+    """Whether a token, cookie or CSRF value is the expected one, in constant time. Compared as
+    UTF-8 bytes: ``hmac.compare_digest`` refuses two strings beyond ASCII with a TypeError, and
+    what a client sends may hold any letter."""
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
 
 
 def _from_proxy(client: str | None, networks: tuple[Network, ...]) -> bool:
@@ -182,7 +222,7 @@ def viewer(request: Request, settings: ConsoleSettings) -> Viewer:
         session = fold(name)
     else:
         given = request.cookies.get(COOKIE) or _bearer(request)
-        if not given or not settings.token or not hmac.compare_digest(given, settings.token):
+        if not given or not settings.token or not same_secret(given, settings.token):
             raise Refused(
                 401,
                 "sign in with the address `call4agents console` printed (it holds the access "
@@ -199,8 +239,16 @@ def viewer(request: Request, settings: ConsoleSettings) -> Viewer:
 
 
 def _header(request: Request, name: str) -> str:
-    """A header's text: proxies send names as UTF-8 bytes, which Starlette reads as Latin-1."""
-    value = request.headers.get(name) or ""
+    """A header's text: proxies send names as UTF-8 bytes, which Starlette reads as Latin-1. A
+    header given twice is refused, whichever copy the proxy set."""
+    values = request.headers.getlist(name)
+    if len(values) > 1:
+        raise Refused(
+            400,
+            f"the {name} header was sent {len(values)} times: the sign-in proxy must replace it, "
+            "not add to what the client sent; nothing was done",
+        )
+    value = values[0] if values else ""
     try:
         return value.encode("latin-1").decode("utf-8")
     except UnicodeError:
@@ -217,7 +265,7 @@ def csrf_token(who: Viewer, settings: ConsoleSettings) -> str:
 
 
 def check_csrf(given: str | None, who: Viewer, settings: ConsoleSettings) -> None:
-    if not given or not hmac.compare_digest(given, csrf_token(who, settings)):
+    if not given or not same_secret(given, csrf_token(who, settings)):
         raise Refused(
             403,
             "this form has no valid CSRF token (it did not come from this console's page, or "

@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ._auth import shown_name
+
 REDACTED = "***"  # how the ledger stores a redacted value in what it shows
 
 
@@ -145,7 +147,7 @@ def page(
             '<nav aria-label="Console">{nav}</nav>'
             '<span class="who">signed in as <b>{user}</b> ({role})</span>',
             nav=nav,
-            user=user,
+            user=shown_name(user),
             role=role,
         )
         if user is not None

@@ -12,6 +12,7 @@ from call4agents import AuditEntry, EffectRecord, Ledger, RunSummary
 from call4agents.engine.approvals import ApprovalRequest
 from call4agents.engine.budgets import spending_text
 from call4agents.engine.undos import undo_for
+from call4agents.storage import run_controls
 
 from ._auth import Refused
 from ._doubt import card, settled_notice
@@ -32,7 +33,6 @@ LISTED = 100  # runs to a page
 # How recently a listed run was active; counting every run ever recorded is slow on a large ledger.
 WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
 DEFAULT_WINDOW = "7d"
-ENDINGS_READ = 5000
 SETTLEMENTS_READ = 1000
 STATE_WORDS = {
     "succeeded": "done",
@@ -61,15 +61,12 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
     full = len(found) == LISTED
     found = _with_waiting_runs(ledger, found, tool, text, WINDOWS[window], before)
     waiting = Counter(ledger.waiting_by_run([r.run_id for r in found]))
-    # One read of the endings, not one per run listed.
-    endings = {s.run_id: s.status for s in ledger.endings(limit=ENDINGS_READ)}
+    # One read of the listed runs' endings, not one per run.
+    endings = run_controls.statuses_of(ledger.store, [r.run_id for r in found])
     rows = []
     now = time.time()
     for r in found:
         ending = endings.get(r.run_id)
-        if ending is None and r.run_id not in endings and len(endings) >= ENDINGS_READ:
-            status = ledger.run_status(r.run_id)  # an older ending than those read at once
-            ending = status.status if status is not None else None
         derived = ending or _state(r, waiting[r.run_id])
         if state and derived != state:
             continue

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from ._auth import (
     check_csrf,
     csrf_token,
     require_decider,
+    same_secret,
     viewer,
 )
 from ._html import Html, h, page
@@ -45,6 +45,9 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 MAX_FORM_BYTES = 1_000_000
+# Characters a filter in the address may hold: a run id, a tool name or a search fits many times
+# over, and SQLite refuses a LIKE pattern past 50,000 bytes (it read as the ledger failing).
+MAX_FILTER_CHARS = 1000
 STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
 
 
@@ -126,7 +129,7 @@ def endpoint(
                 check_csrf(form.get("csrf"), who, settings)
             ask = Ask(
                 who=who,
-                query=dict(request.query_params),
+                query=_query(request),
                 form=form,
                 path={k: str(v) for k, v in request.path_params.items()},
                 csrf=csrf_token(who, settings),
@@ -144,10 +147,23 @@ def endpoint(
     return serve
 
 
+def _query(request: Request) -> dict[str, str]:
+    """The address's filters, each refused (400) past MAX_FILTER_CHARS."""
+    query = dict(request.query_params)
+    for name, value in query.items():
+        if len(value) > MAX_FILTER_CHARS:
+            raise Refused(
+                400,
+                f"the {name} filter is {len(value):,} characters long: at most "
+                f"{MAX_FILTER_CHARS:,}; shorten it (a part of a run id or tool name matches)",
+            )
+    return query
+
+
 def _sign_in(request: Request, settings: ConsoleSettings) -> Response:
     """The token from the printed address becomes a cookie, and leaves the address bar."""
     given = request.query_params["token"]
-    if not settings.token or not hmac.compare_digest(given, settings.token):
+    if not settings.token or not same_secret(given, settings.token):
         return error_page(
             401, "that access token is not this console's: use the printed address", None
         )

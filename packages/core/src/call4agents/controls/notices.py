@@ -7,8 +7,10 @@ arguments it will run with, redacted values masked as the ledger keeps them (nev
 from __future__ import annotations
 
 import json
+import re
 import time
 from email.message import EmailMessage
+from email.policy import SMTP
 from typing import Any
 
 Event = dict[str, Any]
@@ -100,12 +102,16 @@ def slack(event: Event) -> dict[str, Any]:
 
 
 def email(event: Event, sender: str, to: list[str]) -> EmailMessage:
-    """A plain-text email; its Message-ID-like header carries the event id to drop repeats by."""
-    message = EmailMessage()
-    message["Subject"] = "Call4Agents: " + title(event)
+    """A plain-text email; its Message-ID-like header carries the event id to drop repeats by.
+
+    Run ids and tool names come from agents: in a header their line breaks and other control
+    characters are written out as escapes (``\\n``), so no value can start a header of its own,
+    and letters beyond ASCII are encoded as RFC 2047 words by the SMTP policy."""
+    message = EmailMessage(policy=SMTP)
+    message["Subject"] = header_text("Call4Agents: " + title(event))
     message["From"] = sender
     message["To"] = ", ".join(to)
-    message["X-Call4Agents-Event-Id"] = str(event.get("id", ""))
+    message["X-Call4Agents-Event-Id"] = header_text(str(event.get("id", "")))
     lines = [title(event), ""]
     lines += [f"{k}: {v}" for k, v in [*_run(event), *facts(event)]]
     shown = arguments(event)
@@ -116,6 +122,14 @@ def email(event: Event, sender: str, to: list[str]) -> EmailMessage:
     lines += ["", f"Event {event.get('id')}"]
     message.set_content("\n".join(lines) + "\n")
     return message
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def header_text(value: str) -> str:
+    """One header line: each control character (CR, LF, tab...) written out as an escape."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), value)
 
 
 def _run(event: Event) -> list[tuple[str, str]]:

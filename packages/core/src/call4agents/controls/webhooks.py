@@ -99,6 +99,11 @@ def _smtp(url: str, parts: SplitResult) -> Receiver:
             f"--webhook-url {_shown(url)!r}: an smtp:// address needs a host, from= and at least "
             "one to=, as in smtp://mail.example.com:587?from=c4a@example.com&to=ops@example.com"
         )
+    if any(notices.header_text(a) != a for a in (sender, *to)):
+        raise ConfigurationError(
+            f"--webhook-url {_shown(url)!r}: from= and to= must be plain addresses, without line "
+            "breaks or other control characters"
+        )
     port = parts.port or 25
     login = None
     if parts.username is not None:
@@ -160,11 +165,18 @@ class Webhooks:
                 event = waiting.get(timeout=0.5)
             except queue.Empty:
                 continue
-            self.send(receiver, event)
+            try:
+                self.send(receiver, event)
+            except Exception as exc:  # noqa: BLE001 - the thread outlives any one event
+                print(f"call4agents: webhook delivery failed: {exc!r}", file=sys.stderr)
 
     def send(self, receiver: Receiver, event: Event, *, keep: bool = True) -> bool:
         """Post one event, retrying with back-off; a dead letter if every attempt failed (unless
-        ``keep`` is False: a replayed letter is one already)."""
+        ``keep`` is False: a replayed letter is one already).
+
+        Any failure counts, not only the network's: an event that cannot be built into a message
+        (say, a value an email header refuses) is retried and kept like a refused post, so no
+        event is dropped unseen and no delivery thread dies of one."""
         error, wait = "", self.delivery.backoff
         for attempt in range(1, self.delivery.attempts + 1):
             try:
@@ -172,6 +184,8 @@ class Webhooks:
                 return True
             except OSError as exc:  # refused, timed out, or answered other than 2xx
                 error = str(exc) or type(exc).__name__
+            except Exception as exc:  # noqa: BLE001 - building the message failed: kept too
+                error = f"the message could not be built: {type(exc).__name__}: {exc}"
             if attempt == self.delivery.attempts or self._stop.wait(wait):
                 if keep:
                     self._give_up(receiver, event, error, attempt)
@@ -180,16 +194,17 @@ class Webhooks:
         return False
 
     def _give_up(self, receiver: Receiver, event: Event, error: str, attempts: int) -> None:
+        why = notices.header_text(error)  # one line, in the log and in `call4agents webhooks`
         print(
             f"call4agents: webhook {event.get('event')} to {receiver.url} given up after "
-            f"{attempts} attempt(s): {error}; kept as a dead letter",
+            f"{attempts} attempt(s): {why}; kept as a dead letter",
             file=sys.stderr,
         )
         if self._ledger is None:
             return
         try:
             text = json.dumps(event, default=str)
-            dead_letters.record(self._ledger.store, receiver.url, text, error, attempts)
+            dead_letters.record(self._ledger.store, receiver.url, text, why, attempts)
         except (Call4AgentsError, DatabaseFault) as exc:  # the one place left to say it
             print(f"call4agents: the dead letter could not be written: {exc}", file=sys.stderr)
 

@@ -114,6 +114,32 @@ def configure_sqlite(
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
 
 
+# Rows ANALYZE samples per index when `PRAGMA optimize` runs it (SQLite's advice: 100 to 1000):
+# a few milliseconds however large the ledger, where a full ANALYZE reads every row.
+ANALYSIS_LIMIT = 400
+# Seconds between two `PRAGMA optimize` on one connection, at its return to the pool: cheap (it
+# re-analyzes only what changed a lot) yet often enough for a console that runs for months.
+OPTIMIZE_EVERY = 600.0
+
+
+def optimize_sqlite(conn: sqlite3.Connection, *, opening: bool = False) -> None:
+    """Keep the planner's statistics current, as SQLite advises: ``PRAGMA optimize=0x10002`` as a
+    connection opens (SQLite 3.46 and later check every table; before, this does nothing), and
+    ``PRAGMA optimize`` now and then on a long-lived one (it analyzes the tables used on that
+    connection that were never analyzed or grew 25-fold). Without statistics SQLite may pick an
+    index that reads far more rows: a ledger nobody ever analyzed once took seconds per console
+    page. A ledger this user may only read, or one busy with a writer past the busy timeout,
+    keeps its statistics until the next turn."""
+    try:
+        conn.execute(f"PRAGMA analysis_limit={ANALYSIS_LIMIT}")
+        try:
+            conn.execute("PRAGMA optimize=0x10002" if opening else "PRAGMA optimize").fetchall()
+        finally:
+            conn.execute("PRAGMA analysis_limit=0")  # an ANALYZE someone asks for reads all
+    except sqlite3.Error:
+        return
+
+
 def _set_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
     # Switching a brand-new file to WAL needs a moment of exclusive access; processes opening it
     # together may see "database is locked" here before the busy handler applies, so retry.
@@ -234,6 +260,7 @@ _HOST = re.compile(r"[A-Za-z0-9._~%,-]*")
 _QUERY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Marks a pooled SQLite connection whose write transaction a fork waits for (``_forkgate``).
 _WRITER = "c4a_writer"
+_OPTIMIZED = "c4a_optimized"  # when `PRAGMA optimize` last ran on the connection (monotonic)
 _ENCODE_HINT = (
     "if the password holds characters such as @ : / ? # [ ] %, percent-encode it "
     "(Python: urllib.parse.quote(password, safe=''))"
@@ -363,8 +390,13 @@ def sqlite_engine(
     )
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+    def _on_connect(dbapi_conn: sqlite3.Connection, record: Any) -> None:
         configure_sqlite(dbapi_conn, durability=durability, busy_timeout=busy_timeout)
+        with _forkgate.WRITES:  # it may write statistics
+            optimize_sqlite(dbapi_conn, opening=True)
+        # The first return to the pool optimizes again, with the tables just used in mind (all
+        # SQLite before 3.46 looks at), then every OPTIMIZE_EVERY seconds.
+        record.info[_OPTIMIZED] = time.monotonic() - OPTIMIZE_EVERY
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
@@ -382,6 +414,18 @@ def sqlite_engine(
         token = record.info.pop(_WRITER, None)
         if token is not None:
             _forkgate.WRITES.leave(token)
+        now = time.monotonic()
+        if now - record.info.get(_OPTIMIZED, now) >= OPTIMIZE_EVERY:
+            record.info[_OPTIMIZED] = now
+            with _forkgate.WRITES:
+                optimize_sqlite(_dbapi_conn)
+
+    @event.listens_for(engine, "close")
+    def _on_close(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+        # SQLite's advice for every connection: optimize before closing it, when this process
+        # knows which tables it used (a command's run ends here).
+        with _forkgate.WRITES:
+            optimize_sqlite(dbapi_conn)
 
     return engine
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from typing import Any
@@ -18,7 +19,7 @@ from sqlalchemy import or_, select
 from call4agents.model.errors import ConfigurationError
 
 from .store import Conn, Store, now_sql
-from .tables import audit
+from .tables import approvals, audit, effects
 
 ACTIONS = ("approved", "denied", "happened", "did_not_happen")
 
@@ -81,15 +82,38 @@ def entries(
         return [AuditEntry(**row) for row in conn.execute(query).mappings()]
 
 
-def as_csv(found: list[AuditEntry]) -> str:
-    """The entries as CSV with a header row, times in ISO 8601 (UTC): for a spreadsheet."""
+def arguments(store: Store, found: list[AuditEntry]) -> dict[int, str | None]:
+    """By entry id, the arguments each decision was about as canonical JSON, redacted values
+    masked as the ticket's card showed them: the ticket's for a yes or no, the action's for a
+    settlement; None where ``gc`` has since removed them. Two reads for any number of entries."""
+    tickets = {e.ticket for e in found if e.ticket is not None}
+    keys = {e.key for e in found if e.ticket is None}
+    with store.read() as conn:
+        asked = dict(
+            conn.execute(
+                select(approvals.c.ticket, approvals.c.args).where(approvals.c.ticket.in_(tickets))
+            ).all()
+            if tickets
+            else []
+        )
+        acted = dict(
+            conn.execute(select(effects.c.key, effects.c.args).where(effects.c.key.in_(keys))).all()
+            if keys
+            else []
+        )
+    return {e.id: asked.get(e.ticket) if e.ticket is not None else acted.get(e.key) for e in found}
+
+
+def as_csv(found: list[AuditEntry], args: Mapping[int, str | None] | None = None) -> str:
+    """The entries as CSV with a header row, times in ISO 8601 (UTC): for a spreadsheet; with
+    ``args`` (see ``arguments``) a last column of the arguments decided on."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(_COLUMNS)
+    writer.writerow(_COLUMNS + (["args"] if args is not None else []))
     for entry in found:  # a tuple per row: asdict() copied each entry deeply, most of the time
         row = [getattr(entry, name) for name in _COLUMNS]
         row[_AT] = datetime.fromtimestamp(entry.at, tz=timezone.utc).isoformat()
-        writer.writerow(row)
+        writer.writerow(row if args is None else [*row, args.get(entry.id)])
     return out.getvalue()
 
 

@@ -9,7 +9,7 @@ cannot lose a count.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select, update
@@ -44,7 +44,9 @@ def write_status(
     )
     stmt = dialect_of(dialect).locked(select(runs.c.details).where(runs.c.run_id == run_id))
     details = json.loads(conn.execute(stmt).scalar_one() or "{}")
-    details[section] = data
+    # Each section says when it was written (database clock): an escalation keeps its own moment
+    # when an undo later changes the row, so a watcher tells one escalation from the next.
+    details[section] = {**data, "at": clock(conn)} if isinstance(data, dict) else data
     conn.execute(
         update(runs)
         .where(runs.c.run_id == run_id)
@@ -123,3 +125,12 @@ def add(conn: Conn, dialect: str, run_id: str, amounts: Mapping[str, float]) -> 
             .where(run_counters.c.run_id == run_id, run_counters.c.name == name)
             .values(value=run_counters.c.value + amount)
         )
+
+
+def statuses_of(store: Store, run_ids: Sequence[str]) -> dict[str, str]:
+    """The ending of each of these runs that has one, in one read."""
+    if not run_ids:
+        return {}
+    stmt = select(runs.c.run_id, runs.c.status).where(runs.c.run_id.in_(list(run_ids)))
+    with store.read() as conn:
+        return {str(run_id): str(status) for run_id, status in conn.execute(stmt).all()}

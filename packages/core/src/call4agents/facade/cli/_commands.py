@@ -172,13 +172,16 @@ def cmd_approvals(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from call4agents.storage import approval_rows
+
     if args.limit < 1:
         raise ConfigurationError("--limit must be at least 1")
     with _open(args) as ledger:
         ledger.sweep()  # so a dead worker's action shows as in doubt, not running
         found = ledger.runs(limit=args.limit)
-        waiting = collections.Counter(a.run_id for a in ledger.approvals(state="pending"))
-        found = _with_waiting_runs(found, ledger, waiting)[: args.limit]
+        pending = approval_rows.pending_by_run(ledger.store)
+        waiting = collections.Counter({run: n for run, (n, _) in pending.items()})
+        found = _with_waiting_runs(found, ledger, pending, args.limit)[: args.limit]
     if args.json:
         _print_json(
             [{**dataclasses.asdict(r), "approvals_waiting": waiting[r.run_id]} for r in found]
@@ -207,15 +210,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _with_waiting_runs(
-    found: list[RunSummary], ledger: Ledger, waiting: collections.Counter[str]
+    found: list[RunSummary], ledger: Ledger, pending: dict[str, tuple[int, float]], limit: int
 ) -> list[RunSummary]:
-    """The runs with actions, and those whose only records are approvals waiting for a person."""
+    """The runs with actions, and those whose only records are approvals waiting for a person:
+    the ``limit`` of them asked last, their tickets' times read in one query for all."""
     from call4agents.engine.ledger import RunSummary
+    from call4agents.storage import approval_rows
 
     known = {r.run_id for r in found}
-    for run_id in waiting.keys() - known:
-        asked = [a.requested_at for a in ledger.approvals(run_id)]
-        found.append(RunSummary(run_id, 0, 0, 0, 0, 0, min(asked), max(asked)))
+    only = sorted(pending.keys() - known, key=lambda run: pending[run][1], reverse=True)[:limit]
+    for run_id, (first, last) in approval_rows.asked_spans(ledger.store, only).items():
+        found.append(RunSummary(run_id, 0, 0, 0, 0, 0, first, last))
     return sorted(found, key=lambda r: r.last_at, reverse=True)
 
 
@@ -500,9 +505,13 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _with_args(entry: dict[str, Any], args: str | None) -> dict[str, Any]:
+    return {**entry, "args": None if args is None else json.loads(args)}
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     """Every decision and settlement, newest first; ``--csv`` for a spreadsheet."""
-    from call4agents.storage.audit_rows import as_csv
+    from call4agents.storage.audit_rows import arguments, as_csv
 
     since = time.time() - parse_age(args.since) if args.since else None
     with _open(args) as ledger:
@@ -515,10 +524,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
             before=args.before,
             limit=args.limit,
         )
+        # An export carries the arguments decided on, redacted as the card showed them.
+        shown = arguments(ledger.store, found) if args.csv or args.json else {}
     if args.csv:
-        print(as_csv(found), end="")
+        print(as_csv(found, shown), end="")
     elif args.json:
-        _print_json([entry.as_dict() for entry in found])
+        _print_json([_with_args(entry.as_dict(), shown.get(entry.id)) for entry in found])
     elif not found:
         print("No decisions or settlements recorded" + (" that match." if _filtered(args) else "."))
     else:
