@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import HumanInTheLoopMiddleware
+from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -327,3 +327,35 @@ def test_a_result_too_big_to_store_still_reaches_the_model_once(
 def test_credentials_are_refused_with_the_reason() -> None:
     with pytest.raises(c4a.ConfigurationError, match="strips injected arguments"):
         OnceOnly(tools={"send_email": {"credentials": {"api_key": "MAIL_API_KEY"}}})
+
+
+def test_a_tool_added_in_wrap_model_call_is_rejected_by_the_tool_node_instead(
+    backend: Backend, outbox: Outbox
+) -> None:
+    # LangChain rejects a tool another middleware adds in wrap_model_call, unless any middleware
+    # wraps tool calls (it may run such tools): with OnceOnly in the list the check is skipped.
+    refunded: list[int] = []
+
+    @tool
+    def refund(amount: int) -> str:
+        """Refund an amount."""
+        refunded.append(amount)
+        return "refunded"
+
+    class AddsATool(AgentMiddleware[Any, Any]):
+        def wrap_model_call(self, request: Any, handler: Any) -> Any:
+            return handler(request.override(tools=[*request.tools, refund]))
+
+    def agent(*middleware: AgentMiddleware[Any, Any]) -> Any:
+        scripted = ScriptedModel(tool_calls=[("refund", {"amount": 5})])
+        return create_agent(scripted, [emailer(outbox)], middleware=[AddsATool(), *middleware])
+
+    ask = {"messages": [HumanMessage("refund me")]}
+    with pytest.raises(ValueError, match="Middleware added tools"):
+        agent().invoke(ask, config())  # bare: LangChain's own check, before the model is called
+    once = OnceOnly(ledger=backend.ledger())
+    [told] = tool_messages(agent(once).invoke(ask, config()))
+    assert told.status == "error"
+    assert "refund is not a valid tool" in str(told.content)  # the ToolNode's own answer
+    assert refunded == []
+    assert once.ledger.effects("thread-1") == []  # type: ignore[union-attr]

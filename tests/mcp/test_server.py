@@ -7,8 +7,10 @@ the initialize handshake (``legacy``).
 
 from __future__ import annotations
 
+import importlib
 import json
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -804,3 +806,80 @@ def test_lowlevel_server_with_annotations(ledger: c4a.Ledger, outbox: Outbox) ->
 def test_credentials_cannot_be_injected_into_mcp_tools() -> None:
     with pytest.raises(c4a.ConfigurationError, match="credentials"):
         OnceOnly(tools={"send_email": {"credentials": {"api_key": "MAIL_KEY"}}})
+
+
+# -- as the bare SDK where once-only has nothing to say -------------------------------------------
+
+
+def test_a_call_to_an_unknown_tool_is_the_sdks_own_error_and_writes_nothing(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    async def main(server: MCPServer) -> CallToolResult:
+        async with Client(server) as client:
+            return await client.call_tool("send_emial", {"to": "bob"}, meta={KEY_META: "k-1"})
+
+    bare = anyio.run(main, MCPServer("mail"))
+    told = anyio.run(main, mail_server(outbox))
+    assert told.is_error
+    assert bare.is_error
+    assert text(told) == text(bare) == "Unknown tool: send_emial"
+    assert outcome(told) is None  # no ledger outcome, so nothing marks it retryable
+    assert ledger.effects() == []
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warnings given once per process: this test sees its own first one."""
+    monkeypatch.setattr(importlib.import_module("call4agents.integration"), "_warned", set())
+
+
+def keyless_calls(server: MCPServer, times: int) -> list[CallToolResult]:
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client:
+            return [
+                await client.call_tool("send_email", {"to": "bob", "body": "hi"})
+                for _ in range(times)
+            ]
+
+    return anyio.run(main)
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_the_keyless_warning_never_turns_a_call_into_an_error(
+    ledger: c4a.Ledger, outbox: Outbox, caplog: pytest.LogCaptureFixture
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as a suite with filterwarnings = error runs
+        results = keyless_calls(mail_server(outbox), 2)
+    assert [r.is_error for r in results] == [False, False]
+    assert outbox.count() == 2
+    [logged] = [r for r in caplog.records if "no idempotency key" in r.getMessage()]
+    assert logged.levelname == "WARNING"  # said once, in the log instead
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_the_keyless_warning_is_given_once_in_a_category_of_its_own(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    from call4agents_mcp import Call4AgentsWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        keyless_calls(mail_server(outbox), 3)
+    [warned] = [w for w in caught if "no idempotency key" in str(w.message)]
+    assert warned.category is Call4AgentsWarning
+    assert issubclass(Call4AgentsWarning, RuntimeWarning)
+
+
+@pytest.mark.usefixtures("fresh_warnings")
+def test_the_keyless_warning_can_be_filtered_by_its_category(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    from call4agents_mcp import Call4AgentsWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=Call4AgentsWarning)
+        [result] = keyless_calls(mail_server(outbox), 1)
+    assert not result.is_error
+    assert caught == []

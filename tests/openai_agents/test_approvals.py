@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from agents import Agent, Runner, RunResult, RunState, function_tool
-from agents.exceptions import ModelBehaviorError
+from agents.exceptions import ModelBehaviorError, UserError
 
 import call4agents as c4a
 from call4agents_openai_agents import OnceOnly
@@ -294,3 +294,23 @@ async def test_an_approval_inside_an_agent_used_as_a_tool(
     assert done.final_output == "all done"
     assert [(t.state, t.decided_by) for t in ledger.approvals("ticket-7")] == [("spent", "ann")]
     assert outbox.count() == 1
+
+
+async def test_a_state_yes_resumed_under_another_run_id_names_both(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    first = OnceOnly(tools=GATED, run_id="run-A").wrap(pay(outbox))
+    result = await Runner.run(first, "pay bob")
+    state = result.to_state()
+    state.approve(result.interruptions[0])  # the SDK's own yes, carried by the saved state
+    # Another process resumes the saved state, but its OnceOnly finds another run id.
+    agent = OnceOnly(tools=GATED, run_id="run-B").wrap(bank_agent(outbox.path, []))
+    resumed = await RunState.from_string(agent, state.to_string())
+    with pytest.raises(UserError, match="run 'run-A'") as raised:  # the SDK's tool error
+        await Runner.run(agent, resumed)
+    assert "resumed it as run 'run-B'" in str(raised.value)
+    assert isinstance(raised.value.__cause__, c4a.ConfigurationError)
+    assert outbox.count() == 0
+    [asked] = ledger.approvals("run-A")
+    assert asked.state == "pending"  # nothing was decided or spent under either run
+    assert ledger.effects("run-B") == []

@@ -17,6 +17,7 @@ from agents import (
     handoff,
 )
 from agents.exceptions import UserError
+from agents.tool_context import ToolContext
 
 import call4agents as c4a
 from call4agents_openai_agents import OnceOnly
@@ -324,13 +325,42 @@ async def test_handoff_agents_are_wrapped_too(ledger: c4a.Ledger, outbox: Outbox
         handoffs=[billing],
     )
     billing.handoffs = [triage]  # a cycle: each can hand back to the other
-    wrapped = OnceOnly().wrap(triage)
-    result = await Runner.run(wrapped, "go", context=RUN)
-    assert result.last_agent.name == "support"
-    assert result.last_agent is not billing
+    tools = list(billing.tools)
+    assert OnceOnly().wrap(triage) is triage  # the user's own agents, decorated in place
+    result = await Runner.run(triage, "go", context=RUN)
+    assert result.last_agent is billing
     assert outbox.count() == 1
     assert [r.tool for r in ledger.effects("ticket-7")] == ["send_email"]
-    assert triage.handoffs == [billing]  # the user's agents are not changed
+    assert triage.handoffs == [billing]
+    assert [t is u for t, u in zip(billing.tools, tools, strict=True)] == [True]
+
+
+async def test_the_sdks_identity_checks_hold_as_bare(ledger: c4a.Ledger, outbox: Outbox) -> None:
+    seen: list[bool] = []
+    agents: list[Agent[Any]] = []
+
+    for once in (None, OnceOnly()):
+
+        @function_tool
+        def send_email(ctx: ToolContext[Any], to: str, body: str) -> str:
+            """Email a customer."""
+            seen.append(ctx.agent is agents[-1])
+            return f"message {outbox.send(to)} sent to {to}"
+
+        agent = agent_with(
+            [send_email], [call("send_email", "c1", to="bob", body="hi")], [assistant_message("ok")]
+        )
+        agents.append(agent)
+        if once is not None:
+            assert once.wrap(agent) is agent
+            assert once.wrap(agent) is agent  # wrapping again changes nothing
+        result = await Runner.run(agent, "go", context=dict(RUN))
+        assert result.last_agent is agent
+        assert agent.tools == [send_email]
+        assert agent.tools[0] is send_email
+    assert seen == [True, True]
+    assert outbox.count() == 2  # bare, then once-only (the bare run recorded nothing)
+    assert [r.tool for r in ledger.effects("ticket-7")] == ["send_email"]
 
 
 async def test_a_handoff_object_to_an_unwrapped_agent_stops_the_run(
@@ -431,9 +461,10 @@ def test_misspelt_tool_options_warn(outbox: Outbox) -> None:
 
 def test_the_wrapped_tool_keeps_what_the_model_sees(outbox: Outbox) -> None:
     original = mailer(outbox)
+    before = dataclasses.replace(original)
     [wrapped] = OnceOnly().wrap(agent_with([original])).tools
-    assert isinstance(wrapped, FunctionTool)
+    assert wrapped is original  # decorated in place
     for field in ("name", "description", "params_json_schema", "strict_json_schema"):
-        assert getattr(wrapped, field) == getattr(original, field)
-    assert wrapped.on_invoke_tool is not original.on_invoke_tool
+        assert getattr(wrapped, field) == getattr(before, field)
+    assert wrapped.on_invoke_tool is not before.on_invoke_tool
     assert dataclasses.is_dataclass(wrapped)

@@ -31,7 +31,7 @@ def case(name: str, **kwargs: object) -> object:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = agent.run_sync(**kwargs)  # type: ignore[call-overload]
-    seen[name] = [str(w.message) for w in caught if w.category is RuntimeWarning]
+    seen[name] = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     return result
 
 

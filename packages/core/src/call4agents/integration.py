@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -239,6 +240,7 @@ __all__ = [
     "NOT_AN_ENVELOPE",
     "TRIGGERS",
     "Action",
+    "Call4AgentsWarning",
     "EffectOptions",
     "LedgerCore",
     "Row",
@@ -290,6 +292,7 @@ __all__ = [
 ]
 
 _warned: set[str] = set()
+_log = logging.getLogger("call4agents")
 
 
 def shown_other_args(action: Action) -> ApprovalRequest | None:
@@ -335,11 +338,24 @@ def open_ticket(action: Action) -> ApprovalRequest | None:
     return None
 
 
+class Call4AgentsWarning(RuntimeWarning):
+    """The category of every warning an integration gives (a side-effect call that runs without
+    the ledger, a tool name that matches no tool): filter it as one, e.g.
+    ``warnings.filterwarnings("ignore", category=Call4AgentsWarning)``."""
+
+
 def warn_once(topic: str, message: str) -> None:
-    """A warning shown once per process and topic (e.g. a side-effect tool with no stable run)."""
-    if topic not in _warned:
-        _warned.add(topic)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    """A warning shown once per process and topic (e.g. a side-effect tool with no stable run).
+
+    Never an error for the call that gave it: where a filter turns warnings into exceptions
+    (``filterwarnings = error``, as test suites set), the message goes to the log instead."""
+    if topic in _warned:
+        return
+    _warned.add(topic)
+    try:
+        warnings.warn(message, Call4AgentsWarning, stacklevel=3)
+    except Warning:
+        _log.warning("%s", message)
 
 
 # -- hooks in the tool's own terms ----------------------------------------------------------------

@@ -246,6 +246,9 @@ class OnceOnly(Extension):
     async def _tools_call(
         self, call: _Call, ctx: ServerRequestContext[Any, Any], call_next: CallNext, tier: _Tier
     ) -> HandlerResult:
+        if not await self._listed(call.tool, ctx, call_next, tier):
+            # No such tool: the SDK's own error goes back as it is, and nothing is recorded.
+            return await call_next(ctx)
         options = await self._options(call.tool, ctx, call_next, tier)
         caller = self._identity(ctx)  # here, not in the worker thread: it may read contextvars
         if call.key is None:
@@ -493,14 +496,30 @@ class OnceOnly(Extension):
         # A tool missing from the last listing may have been added since: ask again, but not
         # on every call of a tool the listing never shows.
         if age > _HINTS_TTL or (tool not in self._hints and age > _HINTS_RETRY):
-            self._hints_at = time.monotonic()
-            try:
-                self._hints = await _list_annotations(ctx, call_next)
-            except Exception as exc:  # noqa: BLE001 - a listing failure must not block the call
-                if not self._listing_failed:
-                    logger.warning("cannot list tools to read their annotations: %s", exc)
-                self._listing_failed = True
+            await self._list(ctx, call_next)
         return self._hints.get(tool) or {}
+
+    async def _listed(
+        self, tool: str, ctx: ServerRequestContext[Any, Any], call_next: CallNext, tier: _Tier
+    ) -> bool:
+        """Whether this client's tools/list shows ``tool`` (asked again when the last listing
+        did not); True when it cannot be told (an extension, a listing that failed), so that a
+        tool that exists is never run without the ledger."""
+        if not tier.can_list_tools or tool in self._hints:
+            return True
+        return not await self._list(ctx, call_next) or tool in self._hints
+
+    async def _list(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> bool:
+        """Read the tools and their annotations as this client sees them; False if it failed."""
+        self._hints_at = time.monotonic()
+        try:
+            self._hints = await _list_annotations(ctx, call_next)
+        except Exception as exc:  # noqa: BLE001 - a listing failure must not block the call
+            if not self._listing_failed:
+                logger.warning("cannot list tools to read their annotations: %s", exc)
+            self._listing_failed = True
+            return False
+        return True
 
 
 # -- helpers ------------------------------------------------------------------------------------

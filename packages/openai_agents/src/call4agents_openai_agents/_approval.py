@@ -29,6 +29,7 @@ from agents.tool_context import ToolContext
 
 from call4agents import (
     ApprovalRequest,
+    ConfigurationError,
     EffectOptions,
     LedgerError,
     UnstableArguments,
@@ -122,9 +123,28 @@ def carry_state_yes(action: Action, ctx: ToolContext[Any]) -> None:
     if shown_other_args(action) is not None:
         return  # an edited state: the yes was for what was shown; the gate says what changed
     now = time.time()
-    for ticket in tickets_for(action):
+    mine = tickets_for(action)
+    for ticket in mine:
         if ticket.state == "pending" and ticket.expires_at > now:
             # Decided or expired meanwhile: then the gate judges what is there.
             with contextlib.suppress(LedgerError):
                 action.ledger.approve(ticket.ticket, by=STATE_YES)
             return
+    if not mine:
+        _refuse_yes_of_another_run(action, now)
+
+
+def _refuse_yes_of_another_run(action: Action, now: float) -> None:
+    """The SDK's yes for a call the ledger asked about under another run id: the state was
+    resumed with another run id (another session, context or ``run_id=``). The yes cannot be
+    carried (a ticket binds its run), and running nothing without a word would hide why."""
+    for ticket in action.ledger.approvals(state="pending"):
+        elsewhere = ticket.run_id != action.run_id and ticket.tool == action.tool
+        if elsewhere and ticket.expires_at > now and ticket.covers(action):
+            raise ConfigurationError(
+                f"the RunState approves {action.tool}, which the ledger asked about in run "
+                f"{ticket.run_id!r} (ticket {ticket.ticket}), but this run resumed it as run "
+                f"{action.run_id!r}, so the yes does not carry and nothing ran: resume with run "
+                f"id {ticket.run_id!r} (the same session, context or OnceOnly(run_id=...)), or "
+                f"approve the call in the ledger for run {action.run_id!r}"
+            )

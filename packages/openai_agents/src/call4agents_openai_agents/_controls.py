@@ -285,14 +285,14 @@ Instructions = Callable[[RunContextWrapper[Any], "Agent[Any]"], Any]
 
 
 def hooks_for(controls: RunControls, agent: Agent[Any]) -> AgentHooks[Any] | None:
-    """The hooks of the wrapped copy of ``agent`` (unchanged if it was wrapped already)."""
+    """The hooks of the wrapped ``agent`` (unchanged if it was wrapped already)."""
     if getattr(agent.hooks, _MARK, False):
         return agent.hooks
     return BudgetHooks(controls, agent.hooks)
 
 
 def instructions_for(controls: RunControls, agent: Agent[Any]) -> Any:
-    """The instructions of the wrapped copy: the agent's own, plus the note once it is due."""
+    """The instructions of the wrapped agent: its own, plus the note once it is due."""
     original = agent.instructions
     if getattr(original, _MARK, False):
         return original

@@ -6,7 +6,7 @@ import asyncio
 import copy
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents import Agent, FunctionTool, Handoff, RunContextWrapper, RunState, Tool
 from agents.items import ToolApprovalItem
@@ -51,8 +51,8 @@ _UNSPENT = ("pending", "approved")
 class OnceOnly:
     """Makes the function tools of an Agents SDK agent once-only per run.
 
-    ``agent = OnceOnly().wrap(agent)`` returns a copy of the agent (and of the agents it hands
-    off to) whose function tools go through the Call4Agents ledger: a call repeated in the same
+    ``OnceOnly().wrap(agent)`` makes the agent itself (and the agents it hands off to) run its
+    function tools through the Call4Agents ledger, and returns it: a call repeated in the same
     run (a resumed ``RunState``, a re-delivered job, a second worker) returns the recorded result
     instead of running again; a call that was interrupted is reported to the model as in doubt.
 
@@ -122,13 +122,17 @@ class OnceOnly:
     # -- wrapping ---------------------------------------------------------------------------------
 
     def wrap(self, agent: TAgent) -> TAgent:
-        """A copy of ``agent`` (and of its handoff agents) with once-only function tools.
+        """Make ``agent`` (and the agents it hands off to) once-only, in place; returns ``agent``.
 
-        The copy's ``hooks`` count model requests and its ``instructions`` add the budget's
-        wrap-up note when due; the agent's own hooks and instructions still apply.
+        The SDK's identity checks keep holding: ``result.last_agent is agent``, ``ctx.agent is
+        agent``, the same handoff targets and the same tool objects. Each function tool's
+        ``on_invoke_tool`` (and ``needs_approval`` when a call may need a yes) now goes through
+        the ledger; the agent's ``hooks`` count model requests and its ``instructions`` add the
+        budget's wrap-up note when due, around the agent's own hooks and instructions. Wrapping
+        again (with this or another ``OnceOnly``) changes nothing.
         """
         seen: set[str] = set()
-        wrapped = self._wrap_agent(agent, {}, seen)
+        self._wrap_agent(agent, set(), seen)
         unknown = sorted(set(self._tools) - seen)
         if unknown:
             warn_once(
@@ -136,10 +140,11 @@ class OnceOnly:
                 f"OnceOnly(tools=...) names {unknown}, which no function tool of {agent.name!r} "
                 "or its handoff agents has; check the spelling (tool names as the model sees them)",
             )
-        return wrapped
+        return agent
 
     def tool(self, tool: FunctionTool, options: EffectOptions | None = None) -> FunctionTool:
-        """One function tool made once-only; also usable as a decorator over ``@function_tool``."""
+        """One function tool made once-only (a copy); also usable as a decorator over
+        ``@function_tool``."""
         if not isinstance(tool, FunctionTool):
             raise ConfigurationError(
                 f"OnceOnly.tool takes a FunctionTool (from @function_tool), not {type(tool)!r}"
@@ -150,40 +155,39 @@ class OnceOnly:
             return tool
         return _tools.build(self, tool, chosen)
 
-    def _wrap_agent(self, agent: TAgent, memo: dict[int, Agent[Any]], seen: set[str]) -> TAgent:
-        if id(agent) in memo:  # handoffs may form a cycle
-            return memo[id(agent)]  # type: ignore[return-value]
-        clone = agent.clone(
-            tools=[self._wrap_tool(t, seen) for t in agent.tools],
-            handoffs=[],
-            # Model requests are counted, and the wrap-up note shown, in the SDK's own way.
-            hooks=hooks_for(self.controls, agent),
-            instructions=instructions_for(self.controls, agent),
-        )
-        memo[id(agent)] = clone
-        clone.handoffs = [self._wrap_handoff(h, memo, seen) for h in agent.handoffs]
-        return cast(TAgent, clone)
+    def _wrap_agent(self, agent: Agent[Any], done: set[int], seen: set[str]) -> None:
+        if id(agent) in done:  # handoffs may form a cycle
+            return
+        done.add(id(agent))
+        for tool in agent.tools:
+            self._wrap_tool(tool, seen)
+        # Model requests are counted, and the wrap-up note shown, in the SDK's own way.
+        agent.hooks = hooks_for(self.controls, agent)
+        agent.instructions = instructions_for(self.controls, agent)
+        for item in agent.handoffs:
+            if isinstance(item, Agent):
+                self._wrap_agent(item, done, seen)
+            else:
+                self._check_handoff(item)
 
-    def _wrap_tool(self, tool: Tool, seen: set[str]) -> Tool:
+    def _wrap_tool(self, tool: Tool, seen: set[str]) -> None:
         if not isinstance(tool, FunctionTool) or _tools.is_wrapped(tool):
-            return tool
+            return
         seen.add(tool.name)
         if _tools.passes_through(tool, configured=tool.name in self._tools):
-            return _tools.build_agent_tool(self, tool) if _tools.is_agent_tool(tool) else tool
+            if _tools.is_agent_tool(tool):
+                _tools.take_invoker(tool, _tools.build_agent_tool(self, copy.copy(tool)))
+            return
         options = self.options_for(tool.name)
-        return _tools.build(self, tool, options) if options.recorded else tool
+        if options.recorded:
+            _tools.take_invoker(tool, _tools.build(self, copy.copy(tool), options))
 
-    def _wrap_handoff(
-        self, item: Agent[Any] | Handoff[Any, Any], memo: dict[int, Agent[Any]], seen: set[str]
-    ) -> Agent[Any] | Handoff[Any, Any]:
-        if isinstance(item, Agent):
-            return self._wrap_agent(item, memo, seen)
-        return self._checked_handoff(item)
-
-    def _checked_handoff(self, item: Handoff[Any, Any]) -> Handoff[Any, Any]:
+    def _check_handoff(self, item: Handoff[Any, Any]) -> None:
         # A handoff() object does not show its agent, so it cannot be wrapped here. Check the
         # agent it hands off to instead, and stop the run before an unrecorded tool can act.
         original = item.on_invoke_handoff
+        if getattr(original, _tools.MARK, False):
+            return
 
         async def on_invoke_handoff(ctx: RunContextWrapper[Any], args: str) -> Any:
             target = await original(ctx, args)
@@ -196,9 +200,8 @@ class OnceOnly:
                 )
             return target
 
-        checked = copy.copy(item)
-        checked.on_invoke_handoff = on_invoke_handoff
-        return checked
+        setattr(on_invoke_handoff, _tools.MARK, True)
+        item.on_invoke_handoff = on_invoke_handoff
 
     def _unwrapped_tools(self, agent: Agent[Any]) -> list[FunctionTool]:
         return [

@@ -1,6 +1,6 @@
-"""One function tool made once-only: a copy of the tool whose invoke path runs through the ledger.
+"""One function tool made once-only: its invoke path runs through the ledger.
 
-The copy keeps everything the SDK runs around the invoke path (schema, guardrails, timeout,
+The tool keeps everything the SDK runs around the invoke path (schema, guardrails, timeout,
 hooks). Only two public fields change: ``on_invoke_tool`` (the ledger around the original
 invoker) and, when a call may need a person's yes, ``needs_approval`` (see ``_approval``).
 
@@ -54,11 +54,18 @@ from ._tracing import ActionSpan
 Invoker = Callable[[ToolContext[Any], str], Awaitable[Any]]
 
 # Set on every invoker OnceOnly builds, so wrapping an agent twice records each call once.
-_MARK = "__call4agents_once_only__"
+MARK = "__call4agents_once_only__"
 
 
 def is_wrapped(tool: FunctionTool) -> bool:
-    return bool(getattr(tool.on_invoke_tool, _MARK, False))
+    return bool(getattr(tool.on_invoke_tool, MARK, False))
+
+
+def take_invoker(tool: FunctionTool, built: FunctionTool) -> None:
+    """Give the user's own ``tool`` the invoke path (and approval policy) of ``built``, the
+    once-only copy made from a snapshot of it: the agent keeps its own tool objects."""
+    tool.on_invoke_tool = built.on_invoke_tool
+    tool.needs_approval = built.needs_approval
 
 
 def passes_through(tool: FunctionTool, configured: bool) -> bool:
@@ -86,7 +93,7 @@ def build(once: Owner, tool: FunctionTool, options: EffectOptions) -> FunctionTo
     raising = set_function_tool_failure_error_function(copy.copy(tool), None)
     wrapped = copy.copy(tool)
     invoke = _invoker(once, tool, raising.on_invoke_tool, options)
-    setattr(invoke, _MARK, True)
+    setattr(invoke, MARK, True)
     wrapped.on_invoke_tool = invoke
     if once.may_need_approval(tool, options):
         wrapped.needs_approval = policy(once, tool, options)
@@ -125,7 +132,7 @@ def build_agent_tool(once: Owner, tool: FunctionTool) -> FunctionTool:
                     raise
                 return text
 
-    setattr(on_invoke_tool, _MARK, True)
+    setattr(on_invoke_tool, MARK, True)
     wrapped.on_invoke_tool = on_invoke_tool
     return wrapped
 

@@ -35,6 +35,7 @@ from call4agents import (
     EffectOptions,
     Ledger,
     OutcomeUnknown,
+    ResultNotStored,
 )
 from call4agents.integration import (
     Action,
@@ -46,7 +47,6 @@ from call4agents.integration import (
     current_run,
     ends_run,
     escalate_by_policy,
-    is_in_doubt_error,
     note_unrecorded,
     options_for,
     step,
@@ -88,10 +88,12 @@ class OnceOnly(AbstractCapability[Any]):
 
     The run id is the run's ``conversation_id``; ``scope="call"`` tools add the model's
     ``tool_call_id``. The whole run happens inside ``c4a.run(conversation_id)``, so tools and
-    your own hooks can call ``c4a.escalate(...)`` or ``c4a.budget_usage()``. Calls that are in
-    doubt, still running elsewhere, failed or denied go back to the model as tool results that
-    say so; a spent budget (``c4a.BudgetExceeded``) and an escalation (``c4a.Escalated``) end
-    the run and are raised out of ``agent.run(...)``.
+    your own hooks can call ``c4a.escalate(...)`` or ``c4a.budget_usage()``. A tool's own
+    exception reaches Pydantic AI as it would without this capability, once the ledger recorded
+    it. Calls that are in doubt or still running elsewhere go back to the model as a
+    ``ModelRetry`` that says so (counted by the tool's ``retries=``), a denied call as Pydantic
+    AI's ``ToolDenied``; a spent budget (``c4a.BudgetExceeded``) and an escalation
+    (``c4a.Escalated``) end the run and are raised out of ``agent.run(...)``.
     """
 
     # A default id declares "one per agent": a run's OnceOnly replaces the agent's outright
@@ -351,37 +353,47 @@ class OnceOnly(AbstractCapability[Any]):
     async def _run(
         self, action: Action, args: dict[str, Any], handler: WrapToolExecuteHandler
     ) -> Any:
-        attempt = 0
+        tool = _outcomes.ToolCall()
 
         async def execute() -> Any:
-            nonlocal attempt
-            attempt = c4a.current().attempt
             try:
-                return await handler(args)
-            except _outcomes.CONTROL_FLOW as exc:
+                tool.value = await handler(args)
+            except BaseException as exc:
+                tool.raised = exc
                 if _outcomes.timed_out(exc):
-                    # A tool timeout may leave the tool running: record it as in doubt.
+                    # A tool timeout may leave the tool running: recorded as in doubt.
                     raise OutcomeUnknown(f"{action.tool} timed out and may still act") from exc
                 raise
+            tool.returned = True
+            return tool.value
 
         try:
             return await arun_tool(action, execute)
-        except _outcomes.CONTROL_FLOW:
-            raise
-        except c4a.ApprovalRequired as exc:
-            raise _approvals.deferral(exc) from None
-        except Exception as exc:
+        except BaseException as exc:
             if ends_run(exc):
                 raise  # a budget cut or an escalation: the run ends, it is not the tool's result
-            if isinstance(exc, Call4AgentsError):
-                return _give_back(_outcomes.refused(exc))
-            # Any other error of the tool goes to the model as a result.
-            in_doubt = is_in_doubt_error(exc, action.options)
-            raise _outcomes.tool_raised(action, exc, attempt=attempt, in_doubt=in_doubt) from exc
+            own = tool.own(exc)
+            if own is None:
+                return self._ledger_said(exc, tool)
+        # The ledger recorded it; Pydantic AI handles it as it would without us (a ModelRetry
+        # spends a retry, a timeout is retried, anything else ends the run). Raised here, not
+        # in the except clause, so its context is the tool's own, as bare.
+        raise own
+
+    @staticmethod
+    def _ledger_said(exc: BaseException, tool: _outcomes.ToolCall) -> Any:
+        """The tool result for an outcome of the ledger's own (not the tool's exception)."""
+        if isinstance(exc, ResultNotStored) and tool.returned:
+            return tool.value  # it ran just now: Pydantic AI gets the value as it would bare
+        if isinstance(exc, c4a.ApprovalRequired):
+            raise _approvals.deferral(exc) from None
+        if isinstance(exc, Call4AgentsError):
+            return _give_back(_outcomes.refused(exc))
+        raise exc
 
 
 def _give_back(outcome: Any) -> Any:
-    """Raise a ToolFailed (Pydantic AI's failed-result signal); return anything else."""
+    """Raise a ModelRetry (a tool error counted by the tool's retries); return a ToolDenied."""
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome

@@ -1,14 +1,19 @@
 """How a tool call that did not simply succeed goes back to the model, in Pydantic AI's shapes.
 
-``ToolFailed`` becomes a tool return with ``outcome='failed'`` and, unlike ``ModelRetry``, spends
-no retry budget and adds no "please try again" text: an in-doubt call must never turn into a loop
-that calls the same tool again. A "no" becomes ``ToolDenied`` (``outcome='denied'``), the shape
-Pydantic AI itself uses for a denied deferred call.
+A tool's own exception is not this module's: the capability raises it to Pydantic AI as it was
+raised, once the ledger recorded it. What the ledger itself refuses (a call in doubt, still
+running elsewhere, with no stable arguments) becomes ``ModelRetry``: a tool error result that
+spends the tool's ``retries=``, so a model that keeps calling an in-doubt tool ends the run with
+Pydantic AI's own ``UnexpectedModelBehavior`` rather than looping to the request limit. A "no"
+becomes ``ToolDenied`` (``outcome='denied'``), the shape Pydantic AI itself uses for a denied
+deferred call.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic_ai import ToolDenied
 from pydantic_ai.exceptions import (
@@ -25,11 +30,10 @@ from call4agents import (
     ApprovalDenied,
     Call4AgentsError,
     ConfigurationError,
-    EffectInDoubt,
     LedgerError,
     UnstableArguments,
 )
-from call4agents.integration import Action, message_for_model
+from call4agents.integration import message_for_model
 
 # Pydantic AI's own control flow raised by a tool or an inner hook: it passes through untouched.
 CONTROL_FLOW: tuple[type[BaseException], ...] = (
@@ -43,7 +47,23 @@ CONTROL_FLOW: tuple[type[BaseException], ...] = (
 )
 
 
-def refused(exc: Call4AgentsError) -> ToolFailed | ToolDenied:
+@dataclass
+class ToolCall:
+    """What the tool itself did in this process: returned a value, or raised."""
+
+    value: Any = None
+    returned: bool = False
+    raised: BaseException | None = None
+
+    def own(self, exc: BaseException) -> BaseException | None:
+        """The tool's own exception when ``exc`` is it (or its timeout recorded as in doubt)."""
+        raised = self.raised
+        if raised is not None and (exc is raised or exc.__cause__ is raised):
+            return raised
+        return None
+
+
+def refused(exc: Call4AgentsError) -> ModelRetry | ToolDenied:
     """The tool result for a call the ledger did not run (in doubt, in progress, denied...).
 
     A setup mistake (no ledger open) or a database fault is the developer's to see, not the
@@ -55,25 +75,7 @@ def refused(exc: Call4AgentsError) -> ToolFailed | ToolDenied:
         raise exc
     if isinstance(exc, ApprovalDenied):
         return ToolDenied(message_for_model(exc))
-    return ToolFailed(message_for_model(exc))
-
-
-def tool_raised(action: Action, exc: Exception, *, attempt: int, in_doubt: bool) -> ToolFailed:
-    """The tool result for a tool that raised: failed (it did not act) or in doubt."""
-    error = action.error_text(exc)
-    if in_doubt:
-        doubt = EffectInDoubt(
-            key=action.key,
-            run_id=action.run_id,
-            tool=action.tool,
-            reason=f"it raised {error}",
-            attempt=attempt,
-        )
-        return ToolFailed(message_for_model(doubt))
-    return ToolFailed(
-        f"Tool {action.tool} failed and did not take effect: {error}. You may call it again "
-        "once the cause is fixed."
-    )
+    return ModelRetry(message_for_model(exc))
 
 
 def timed_out(exc: BaseException) -> bool:
