@@ -477,6 +477,7 @@ def test_console_script_in_subprocess(sqlite_target: Any) -> None:
 
 def test_quickstart_passes_its_arguments_through(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     from call4agents.facade import quickstart
+
     seen: list[list[str]] = []
     monkeypatch.setattr(quickstart, "main", lambda argv: seen.append(argv) or 7)
     assert cli(None, "quickstart", "--crash", "x")[0] == 7

@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 
 import call4agents as c4a
 from call4agents.facade import cli
-from call4agents.model.errors import LedgerError
+from call4agents.model.errors import ConfigurationError, LedgerError
 from tests.conftest import TEST_SECRET
 from tests.postgres.helpers import WORKER, deliveries, plain, report
 from tests.postgres.test_tls import _as_owner, _bin, _free_port, _run
@@ -124,6 +124,8 @@ def test_doctor_warns_of_asynchronous_replication_then_approves_synchronous(
     assert "sync_state async" in line
     assert "a failover can lose results the primary acknowledged" in line
     assert "synchronous_standby_names" in line
+    with pytest.raises(LedgerError, match=r"no standby of .* confirms its commits"):
+        c4a.Ledger(pair.primary, require_sync_standby=True, open_retry=0)
     with psycopg.connect(plain(pair.primary), autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (*)'")
         conn.execute("SELECT pg_reload_conf()")
@@ -132,6 +134,9 @@ def test_doctor_warns_of_asynchronous_replication_then_approves_synchronous(
         line = _doctor(pair.primary, capsys)
         assert line.startswith("OK")
         assert "an acknowledged result survives a failover" in line
+        c4a.Ledger(pair.primary, require_sync_standby=True).close()
+        with pytest.raises(ConfigurationError, match="durability='power'"):
+            c4a.Ledger(pair.primary, require_sync_standby=True, durability="process")
     finally:
         with psycopg.connect(plain(pair.primary), autocommit=True) as conn:
             conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
