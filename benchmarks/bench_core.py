@@ -1,6 +1,7 @@
 """What one once-only action costs in call4agents, next to the bare storage floor under it.
 
-    .venv/bin/python benchmarks/bench_core.py [--quick] [--postgres URL] [--n N] [--scale]
+    .venv/bin/python benchmarks/bench_core.py [--quick] [--postgres URL] [--pooled URL] [--n N]
+        [--scale]
 
 Every durability mode gets a fresh SQLite file (and, with PostgreSQL, a fresh schema that is
 dropped at the end). The bare-driver floor and the library run against the same file or server,
@@ -18,6 +19,12 @@ would make the floor look cheaper than any repeat could be). On PostgreSQL it ru
 the repeats use (see ``same_session``).
 ``floor, async`` sends each of the floor's two commits through ``asyncio.to_thread``, as any
 async caller must that may not block its event loop on the driver: the floor of the async path.
+
+``--pooled URL`` runs the PostgreSQL cases once more with the ledger behind a pooler (a URL of
+PgBouncer in transaction mode in front of ``--postgres``'s server, with
+``?c4a_pooler=transaction``), as ``postgresql pooled``: its floor is still the direct
+connection's, so its ratio says what the pooler adds to a fresh action against the same floor as
+the direct rows.
 
 Repeats: ``same process`` is served from memory; ``new process: lone`` is each action the first
 repeat of its own run, in a new view of the ledger (one read of the database); ``new process:
@@ -116,7 +123,7 @@ def ratios(result: Result, results: Sequence[Result]) -> tuple[float, float] | N
 
 def print_table(results: Sequence[Result]) -> None:
     head = (
-        f"{'backend':<10} {'durability':<10} {'case':<36} {'median µs':>10} {'mean µs':>10}"
+        f"{'backend':<17} {'durability':<10} {'case':<36} {'median µs':>10} {'mean µs':>10}"
         f" {'p95 µs':>10} {'p99 µs':>10} {'x floor (median/mean)':>22}"
     )
     print(head)
@@ -125,7 +132,7 @@ def print_table(results: Sequence[Result]) -> None:
         x = ratios(r, results)
         shown = "-" if x is None else f"{x[0]:.2f} / {x[1]:.2f}"
         print(
-            f"{r.backend:<10} {r.durability:<10} {r.case:<36} {r.median_us:>10.1f} "
+            f"{r.backend:<17} {r.durability:<10} {r.case:<36} {r.median_us:>10.1f} "
             f"{r.mean_us:>10.1f} {r.pct_us(0.95):>10.1f} {r.pct_us(0.99):>10.1f} {shown:>22}"
         )
 
@@ -266,9 +273,10 @@ class Target:
     schema: str | None
     bare: Bare
     scale: bool = False  # measured by bench_scale, not bench_target
+    via: str | None = None  # the ledger's URL when it goes through a pooler
 
     def ledger(self) -> c4a.Ledger:
-        return c4a.Ledger(self.url, durability=self.durability, schema=self.schema)
+        return c4a.Ledger(self.via or self.url, durability=self.durability, schema=self.schema)
 
     def result(self, case: str, samples: Sequence[int], floor: str | None = FLOOR) -> Result:
         return Result(self.backend, self.durability, case, samples, floor)
@@ -293,14 +301,17 @@ def open_sqlite(folder: Path, durability: Durability, tag: str = "") -> Target:
     return Target("sqlite", durability, url, None, bare, scale=bool(tag))
 
 
-def open_postgres(url: str, durability: Durability, tag: str = "") -> Target:
-    schema = f"c4a_bench_{os.getpid()}_{durability}{tag}"
+def open_postgres(
+    url: str, durability: Durability, tag: str = "", via: str | None = None
+) -> Target:
+    schema = f"c4a_bench_{os.getpid()}_{durability}{tag}{'_pooled' if via else ''}"
     c4a.Ledger(url, durability=durability, schema=schema).close()
     bare = pg_bare(url, schema, durability)
     for ddl in floor_ddl(postgresql.dialect()):
         bare.conn.execute(ddl)
     bare.conn.commit()
-    return Target("postgresql", durability, url, schema, bare, scale=bool(tag))
+    backend = "postgresql pooled" if via else "postgresql"
+    return Target(backend, durability, url, schema, bare, scale=bool(tag), via=via)
 
 
 # -- the cases -----------------------------------------------------------------------------------
@@ -511,6 +522,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         metavar="URL",
         help="also run on this PostgreSQL server",
     )
+    parser.add_argument(
+        "--pooled",
+        metavar="URL",
+        help="also run the PostgreSQL cases with the ledger behind this pooler's URL",
+    )
     parser.add_argument("--n", type=int, help="timed actions per case")
     parser.add_argument("--scale", action="store_true", help="fresh effect at 1k/100k/1M rows")
     args = parser.parse_args(argv)
@@ -524,6 +540,8 @@ def open_targets(args: argparse.Namespace, folder: Path, tag: str = "") -> list[
     targets = [open_sqlite(folder, d, tag) for d in modes]
     if args.postgres:
         targets += [open_postgres(args.postgres, d, tag) for d in modes]
+        if args.pooled and not tag:
+            targets += [open_postgres(args.postgres, d, via=args.pooled) for d in modes]
     return targets
 
 

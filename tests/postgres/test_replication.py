@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 
 import call4agents as c4a
 from call4agents.facade import cli
-from call4agents.model.errors import LedgerError
+from call4agents.model.errors import ConfigurationError, LedgerError
 from tests.conftest import TEST_SECRET
 from tests.postgres.helpers import WORKER, deliveries, plain, report
 from tests.postgres.test_tls import _as_owner, _bin, _free_port, _run
@@ -124,6 +124,8 @@ def test_doctor_warns_of_asynchronous_replication_then_approves_synchronous(
     assert "sync_state async" in line
     assert "a failover can lose results the primary acknowledged" in line
     assert "synchronous_standby_names" in line
+    with pytest.raises(LedgerError, match=r"no standby of .* confirms its commits"):
+        c4a.Ledger(pair.primary, require_sync_standby=True, open_retry=0)
     with psycopg.connect(plain(pair.primary), autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'ANY 1 (*)'")
         conn.execute("SELECT pg_reload_conf()")
@@ -132,6 +134,9 @@ def test_doctor_warns_of_asynchronous_replication_then_approves_synchronous(
         line = _doctor(pair.primary, capsys)
         assert line.startswith("OK")
         assert "an acknowledged result survives a failover" in line
+        c4a.Ledger(pair.primary, require_sync_standby=True).close()
+        with pytest.raises(ConfigurationError, match="durability='power'"):
+            c4a.Ledger(pair.primary, require_sync_standby=True, durability="process")
     finally:
         with psycopg.connect(plain(pair.primary), autocommit=True) as conn:
             conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
@@ -189,12 +194,16 @@ def test_a_failover_with_synchronous_replication_loses_nothing_and_runs_nothing_
             env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
     returned = {to: r for found in reports for to, r in found.get("results", {}).items()}
-    for found in reports:  # each worker went on through the failover, with no error
-        assert found["code"] == 0, found["stderr"]
-        assert found["errors"] == {}
+    failed = {to: e for found in reports for to, e in found.get("errors", {}).items()}
+    for found in reports:  # each worker went on through the failover, to its last key
+        assert found["code"] in (0, 1), found["stderr"]
+    # A call caught by the failover itself may fail (the database failed, or in doubt), and
+    # nothing else may.
+    assert all(e.startswith(("LedgerError", "EffectInDoubt")) for e in failed.values()), failed
+    assert len(failed) <= 3, failed  # at most the call each worker had under way
     final = json.loads(again.stdout.strip().splitlines()[-1])
     sent = [d["to"] for d in deliveries(outbox)]
     assert len(sent) == len(set(sent)), "an email went twice"
     for to, result in returned.items():
         assert final["results"].get(to) == result, f"{to}: its returned result was lost"
-    assert len(returned) == len(emails)  # including those after the failover
+    assert len(returned) + len(failed) == len(emails)

@@ -25,18 +25,13 @@ from call4agents.model import platform
 from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
 from call4agents.model.kinds import KINDS
-from call4agents.storage import _db, _files, audit_rows, reads, run_rows
+from call4agents.storage import _db, _files, audit_rows, diagnose, reads, run_rows
+from call4agents.storage._db import cannot_open, outage, outage_error, refuse_read_only
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.approval_rows import SORTS, WaitingFilter
 from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
 from call4agents.storage.reads import DoubtFilter
-from call4agents.storage.store import (
-    Store,
-    cannot_open,
-    outage,
-    outage_error,
-    refuse_read_only,
-)
+from call4agents.storage.store import Store
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
@@ -182,6 +177,23 @@ def _after_fork_in_child() -> None:
 platform.at_fork(after_in_child=_after_fork_in_child)
 
 
+def _refuse_without_sync_standby(engine: _db.Engine, url: str) -> None:
+    """``require_sync_standby=True``: open only where a commit is acknowledged once a standby
+    has it, so that a failover keeps every result the ledger returned."""
+    if engine.dialect.name != "postgresql":
+        raise ConfigurationError("require_sync_standby applies to PostgreSQL ledgers only")
+    found = diagnose.replication(engine)
+    synchronous = any(state in ("sync", "quorum") for _, state in found.standbys)
+    if not synchronous or found.synchronous_commit in ("off", "local"):
+        raise LedgerError(
+            f"require_sync_standby=True, but no standby of {url} confirms its commits "
+            f"(standbys: {len(found.standbys)}, synchronous_standby_names="
+            f"{found.synchronous_standby_names!r}, synchronous_commit="
+            f"{found.synchronous_commit}): set synchronous_standby_names (e.g. 'ANY 1 (*)') "
+            "with synchronous_commit=on on the primary, or drop the setting"
+        )
+
+
 class LedgerCore:
     """The ledger as the engine and the controls use it: its store, settings, secret and the
     results this process has seen; reading, settling and forgetting actions. Users open a
@@ -208,10 +220,17 @@ class LedgerCore:
         open_retry: float = 30.0,
         connect_args: Mapping[str, Any] | None = None,
         engine: _db.Engine | None = None,
+        require_sync_standby: bool = False,
     ) -> None:
         if lease <= 0 or wait < 0 or not open_retry >= 0:
             raise ConfigurationError("lease must be > 0 seconds, wait and open_retry >= 0 seconds")
         self._url = _db.engine_url(engine, url)
+        if require_sync_standby and durability == "process":
+            raise ConfigurationError(
+                "require_sync_standby=True needs durability='power': at 'process' a commit is "
+                "acknowledged before any standby (or the server's own disk) has it"
+            )
+        self._require_sync = require_sync_standby
         if allow_network_fs is None:
             allow_network_fs = os.environ.get("CALL4AGENTS_ALLOW_NETWORK_FS") == "1"
         self.engine = _db.make_engine(
@@ -274,6 +293,8 @@ class LedgerCore:
 
     def _open_once(self, auto_migrate: bool) -> None:
         refuse_read_only(self.engine)
+        if self._require_sync:
+            _refuse_without_sync_standby(self.engine, self.url)
         if auto_migrate:
             migrate(self.engine, schema=self.schema)
         else:

@@ -56,6 +56,9 @@ class Ledger(LedgerCore):
             ``{"sslrootcert": ..., "application_name": ...}``), over the ledger's defaults.
         engine: PostgreSQL: your own SQLAlchemy engine (``postgresql+psycopg://``), given
             instead of ``url``; the ledger uses its pool and connect arguments as they are.
+        require_sync_standby: PostgreSQL: refuse to open unless a synchronous standby confirms
+            the primary's commits (``synchronous_standby_names``), so that a failover keeps
+            every result returned; needs ``durability="power"``.
     """
 
     def undo(self, run_id: str, *, undos: dict[str, UndoFn] | None = None) -> UndoReport:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -276,13 +277,17 @@ _NETLOC_HOSTS = re.compile(
 )
 
 
+_ONE_HOST = re.compile(r"[A-Za-z0-9._~%-]+(?::[0-9]+)?")
+
+
 def _hosts_to_query(raw: str) -> str:
     """A URL naming several hosts in its netloc, rewritten to name them in its query
     (``?host=h1:5432&host=h2:5432``), the form SQLAlchemy's psycopg dialect hands to libpq."""
     found = _NETLOC_HOSTS.fullmatch(raw)
-    if found is None:
-        return raw
-    hosts = "&".join(f"host={h}" for h in found["hosts"].split(","))
+    named = found["hosts"].split(",") if found is not None else []
+    if found is None or not all(_ONE_HOST.fullmatch(h) for h in named):
+        return raw  # one host, or a URL split inside its password: parse_url judges it
+    hosts = "&".join(f"host={h}" for h in named)
     query = hosts + (f"&{found['query']}" if found["query"] else "")
     return f"{found['scheme']}://{found['user'] or ''}{found['path'] or '/'}?{query}"
 
@@ -574,6 +579,104 @@ def make_engine(
         pooler=pooler,
         connect_args=connect_args,
         engine=engine,
+    )
+
+
+# -- opening: what failed, and whether waiting may mend it ------------------------------------
+
+
+def short_error(exc: BaseException) -> str:
+    """The first line of a database error, without SQLAlchemy's statement and parameters."""
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def database_failed(exc: BaseException) -> LedgerError:
+    """A fault of the database (a dropped connection, a lock waited for too long) as the one-line
+    error every command shows."""
+    return LedgerError(f"the ledger database failed: {short_error(exc)}")
+
+
+def cannot_open(url: str, exc: BaseException) -> LedgerError:
+    """A ledger that could not be opened (no server, no file, no rights), ``url`` with its
+    password masked."""
+    error = short_error(exc)
+    missing = _MISSING_DATABASE.search(error)
+    if missing is not None:  # the server is up: the one step left is to make the database
+        return LedgerError(
+            f"cannot open the ledger at {url}: the PostgreSQL database {missing.group(1)!r} does "
+            f"not exist. Create it ({_createdb(url, missing.group(1))}), then try again"
+        )
+    return LedgerError(
+        f"cannot open the ledger at {url}: {error}. Check that the database is "
+        "reachable and that you may write to it (`call4agents doctor`)."
+    )
+
+
+# PostgreSQL's FATAL for a database name the server does not have (libpq's wording).
+_MISSING_DATABASE = re.compile(r'database "([^"]+)" does not exist')
+
+
+def _createdb(url: str, name: str) -> str:
+    """The ``createdb`` command that makes database ``name`` on the server ``url`` names."""
+    parts = urlsplit(url)
+    flags = [f"-h {parts.hostname}"] if parts.hostname else []
+    flags += [f"-p {parts.port}"] if parts.port else []
+    flags += [f"-U {parts.username}"] if parts.username else []
+    return " ".join(["createdb", *flags, name])
+
+
+# What a server says while it cannot take the ledger's writes for a while: it is down, starting,
+# stopping or recovering, the network is cut, or it is a standby (perhaps about to be promoted).
+_UNREACHABLE = (
+    "connection refused",
+    "could not connect",
+    "timeout expired",
+    "the database system is",
+    "server closed the connection unexpectedly",
+    "no route to host",
+    "network is unreachable",
+    "connection reset",
+    "temporary failure in name resolution",
+)
+_READ_ONLY = ("read-only", "recovery is in progress", "during recovery", "hot standby")
+
+
+def outage(exc: BaseException) -> str | None:
+    """``"read-only"`` or ``"unreachable"`` when opening failed because no read-write server
+    answers (worth trying again for a while); None for any other fault (a wrong password, no such
+    database, a certificate refused), which waiting would not mend."""
+    text = short_error(exc).lower()
+    if any(word in text for word in _READ_ONLY):
+        return "read-only"
+    return "unreachable" if any(word in text for word in _UNREACHABLE) else None
+
+
+class ReadOnlyServer(Exception):
+    """The server takes no writes (a standby, or a session set read-only): found while opening,
+    and judged as an outage, since a standby may be promoted."""
+
+
+def refuse_read_only(engine: Engine) -> None:
+    """Raise ``ReadOnlyServer`` if a PostgreSQL ledger's server would refuse its writes: a
+    ledger opened on a standby would otherwise fail only at its first action."""
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.connect() as conn:
+        if conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on":
+            raise ReadOnlyServer("the server is read-only")
+
+
+def outage_error(why: str, url: str, exc: BaseException, waited: float) -> LedgerError:
+    """The one error ``init`` raises after trying a read-write server for ``waited`` seconds."""
+    if why == "read-only":
+        return LedgerError(
+            f"the server at {url} is read-only (a replica, or a standby not promoted within "
+            f"{waited:g} s): point the URL at the primary or add target_session_attrs=read-write"
+        )
+    return LedgerError(
+        f"no PostgreSQL server answered at {url} within {waited:g} s ({short_error(exc)}): check "
+        "that it is up and reachable (`call4agents doctor`), or give it longer with open_retry="
     )
 
 
