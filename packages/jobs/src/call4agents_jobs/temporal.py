@@ -102,7 +102,7 @@ class _ActivityInbound(ActivityInboundInterceptor):
             async with c4a.run(run_id, ledger=self._once.ledger):
                 return await self.next.execute_activity(input)
         except c4a.Call4AgentsError as exc:
-            raise _application_error(exc) from exc
+            raise _application_error(exc) from None  # the error itself is what Temporal shows
 
 
 def _application_error(exc: c4a.Call4AgentsError) -> ApplicationError:
