@@ -4,9 +4,10 @@
 ``OnceOnly``, the email an ``@c4a.effect`` tool). STEP ``after`` starts the workflow and dies by
 SIGKILL in the step once the tool returned; ``inside`` dies inside the tool, after the email went
 out; ``before`` dies inside the tool before it went out. ``recover`` launches DBOS, which
-recovers the workflow the dead process left pending; ``resume`` resumes the failed workflow; both
-print its outcome as JSON. The ledger is ``$C4A_TEST_URL``: a tool's owner killed on this machine
-is known dead at once, so the recovery finds the action in doubt without waiting for a lease.
+recovers the workflow the dead process left pending, and prints its outcome as JSON. Each error
+the step meets before DBOS retries it is noted in ``EMAILS.errors``. The ledger is
+``$C4A_TEST_URL``: a tool's owner killed on this machine is known dead at once, so the recovery
+finds the action in doubt without waiting for a lease.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from call4agents_jobs.dbos import OnceOnly
 SYSDB, EMAILS, MODE = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 STEP = sys.argv[4] if len(sys.argv) > 4 else "recover"
 KILL = STEP if STEP in ("before", "inside", "after") else None
-MODE_AFTER = STEP
 WORKFLOW = "notify-1"
 
 DBOS(
@@ -53,7 +53,22 @@ send_email = c4a.effect(deliver) if MODE == "once" else deliver
 once = OnceOnly() if MODE == "once" else (lambda fn: fn)
 
 
-@DBOS.step()
+def seen(error: BaseException) -> bool:
+    """DBOS asks before each retry of the step: note the error where the test reads it."""
+    found = {"error": type(error).__name__, "message": str(error), "key": getattr(error, "key", "")}
+    with Path(str(EMAILS) + ".errors").open("a") as f:
+        f.write(json.dumps(found) + "\n")
+    return True
+
+
+# A step with a tool retries while its action is in doubt: a person's verdict lets it finish.
+@DBOS.step(
+    retries_allowed=True,
+    interval_seconds=0.2,
+    backoff_rate=1.0,
+    max_attempts=100_000,
+    should_retry=seen,
+)
 def send_step(to: str) -> str:
     sent = send_email(to)
     if KILL == "after":
@@ -72,9 +87,7 @@ if KILL:  # the first delivery: this process dies in the step
     with SetWorkflowID(WORKFLOW):
         notify("bob@example.com")
     sys.exit("the workflow returned although its process was to be killed")
-if MODE_AFTER == "resume":  # a person settled the action: DBOS runs the failed workflow again
-    DBOS.resume_workflow(WORKFLOW)
-# Otherwise DBOS.launch() recovered the workflow the dead process left pending.
+# DBOS.launch() recovered the workflow the dead process left pending.
 try:
     outcome = {"result": DBOS.retrieve_workflow(WORKFLOW).get_result()}
 except Exception as exc:

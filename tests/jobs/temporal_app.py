@@ -67,3 +67,23 @@ class Notify:
                 maximum_interval=timedelta(milliseconds=200),
             ),
         )
+
+
+@activity.defn
+def hand_over(reason: str) -> str:
+    c4a.escalate(reason)
+
+
+@workflow.defn
+class HandOver:
+    @workflow.run
+    async def run(self, reason: str) -> str:
+        return await workflow.execute_activity(
+            hand_over,
+            reason,
+            start_to_close_timeout=timedelta(minutes=5),
+            # Three attempts at most, so that a retryable failure ends the test too.
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=200), maximum_attempts=3
+            ),
+        )

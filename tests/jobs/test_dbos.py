@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,16 @@ def test_a_step_killed_after_the_tool_acted_is_recovered_without_acting_twice(
     assert app.sent() == emails
 
 
+def in_doubt_seen(app: App, recovery: subprocess.Popen[str]) -> dict[str, Any]:
+    """The first error the recovered step met, once DBOS is about to retry it."""
+    errors = Path(str(app.emails) + ".errors")
+    while not errors.exists() or not errors.read_text().strip():
+        assert recovery.poll() is None, recovery.communicate()
+        time.sleep(0.1)
+    found: dict[str, Any] = json.loads(errors.read_text().splitlines()[0])
+    return found
+
+
 @pytest.mark.parametrize(
     ("kill", "verdict", "result"),
     [
@@ -78,19 +89,28 @@ def test_a_step_killed_after_the_tool_acted_is_recovered_without_acting_twice(
         ("before", "--did-not-happen", "sent to bob@example.com"),  # it did not: sent once now
     ],
 )
-def test_a_workflow_in_doubt_fails_naming_the_key_then_finishes_once_settled(
+def test_a_step_in_doubt_fails_naming_the_key_until_settled_then_finishes(
     sqlite_target: Target, tmp_path: Path, kill: str, verdict: str, result: str | None
 ) -> None:
     app = App(sqlite_target, tmp_path, "once")
     app.killed(kill)
     sent = app.sent()
-    failed = app.outcome("recover")
-    assert failed["error"] == "EffectInDoubt", failed
-    key = failed["key"]
-    assert key
-    assert key[:12] in failed["message"]
-    assert app.sent() == sent  # recovery did not run the tool again
-
-    resolve(sqlite_target, key, verdict)
-    assert app.outcome("resume") == {"result": result}
+    # The recovery runs in a process of its own while a person settles the action.
+    argv = [sys.executable, str(CHILD), app.sysdb, str(app.emails), "once", "recover"]
+    env = sqlite_target.env()
+    with subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as recovery:
+        try:
+            failed = in_doubt_seen(app, recovery)
+            assert failed["error"] == "EffectInDoubt", failed
+            assert failed["key"][:12] in failed["message"]
+            assert app.sent() == sent  # the retries did not run the tool again
+            resolve(sqlite_target, failed["key"], verdict)
+            out, err = recovery.communicate(timeout=300)
+        finally:
+            if recovery.poll() is None:
+                recovery.kill()
+    assert recovery.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1]) == {"result": result}
     assert app.sent() == 1

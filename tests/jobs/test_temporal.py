@@ -16,13 +16,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from call4agents_jobs.temporal import OnceOnly
 from tests.conftest import Target, run_child
-from tests.jobs.temporal_app import Job, Notify, send
+from tests.jobs.temporal_app import HandOver, Job, Notify, hand_over, send
 from tests.jobs.temporal_server import temporal_server
 
 __all__ = ["temporal_server"]  # the session's server, a fixture
@@ -147,3 +147,37 @@ def test_a_worker_killed_inside_the_tool_leaves_the_activity_in_doubt_until_sett
 
     assert asyncio.run(scenario()) is None  # settled as sent, with no result recorded
     assert cluster.sent() == 1
+
+
+def test_an_escalation_fails_the_activity_for_good_typed_by_its_class(
+    temporal_server: str, sqlite_target: Target
+) -> None:
+    ledger = sqlite_target.open()
+    queue = f"hand-over-{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> BaseException:
+        client = await Client.connect(temporal_server)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            worker = Worker(
+                client,
+                task_queue=queue,
+                workflows=[HandOver],
+                activities=[hand_over],
+                activity_executor=pool,
+                interceptors=[OnceOnly(ledger=ledger)],
+                workflow_runner=UnsandboxedWorkflowRunner(),
+            )
+            async with worker:
+                run = client.execute_workflow(
+                    HandOver.run, "the customer asked for a manager", id=queue, task_queue=queue
+                )
+                with pytest.raises(WorkflowFailureError) as failed:
+                    await run
+        return failed.value.cause
+
+    activity_error = asyncio.run(scenario())
+    cause = activity_error.__cause__
+    assert isinstance(cause, ApplicationError), activity_error
+    assert cause.type == "Escalated"
+    assert cause.non_retryable  # not retried: an escalation does not change by retrying
+    assert "the customer asked for a manager" in cause.message
