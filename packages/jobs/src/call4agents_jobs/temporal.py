@@ -101,11 +101,13 @@ class _ActivityInbound(ActivityInboundInterceptor):
             # Temporal copies this context into the thread of a sync activity.
             async with c4a.run(run_id, ledger=self._once.ledger):
                 return await self.next.execute_activity(input)
-        except c4a.Call4AgentsError as exc:
+        except Exception as exc:
+            if not isinstance(exc, c4a.Call4AgentsError) and not ends_run(exc):
+                raise  # the tool's own error, as Temporal would see it without us
             raise _application_error(exc) from None  # the error itself is what Temporal shows
 
 
-def _application_error(exc: c4a.Call4AgentsError) -> ApplicationError:
+def _application_error(exc: Exception) -> ApplicationError:
     """The error as Temporal reports it: typed by its class, with the action in its details.
 
     In doubt, in progress and approval needed stay retryable: a retry never runs the tool blindly,
