@@ -1,7 +1,8 @@
 """A DBOS app whose workflow sends one email from a step, run as a child process.
 
 ``dbos_child.py SYSDB EMAILS MODE STEP``: MODE ``bare`` or ``once`` (the workflow under
-``OnceOnly``, the email an ``@c4a.effect`` tool). STEP ``after`` starts the workflow and dies by
+``OnceOnly``, the email an ``@c4a.effect`` tool), or ``once-no-retries`` (a step DBOS does not
+retry). STEP ``after`` starts the workflow and dies by
 SIGKILL in the step once the tool returned; ``inside`` dies inside the tool, after the email went
 out; ``before`` dies inside the tool before it went out. ``recover`` launches DBOS, which
 recovers the workflow the dead process left pending, and prints its outcome as JSON. Each error
@@ -49,8 +50,9 @@ def deliver(to: str) -> str:
     return f"sent to {to}"
 
 
-send_email = c4a.effect(deliver) if MODE == "once" else deliver
-once = OnceOnly() if MODE == "once" else (lambda fn: fn)
+ONCE = MODE in ("once", "once-no-retries")
+send_email = c4a.effect(deliver) if ONCE else deliver
+once = OnceOnly() if ONCE else (lambda fn: fn)
 
 
 def seen(error: BaseException) -> bool:
@@ -63,7 +65,7 @@ def seen(error: BaseException) -> bool:
 
 # A step with a tool retries while its action is in doubt: a person's verdict lets it finish.
 @DBOS.step(
-    retries_allowed=True,
+    retries_allowed=MODE != "once-no-retries",
     interval_seconds=0.2,
     backoff_rate=1.0,
     max_attempts=100_000,

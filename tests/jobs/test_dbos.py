@@ -114,3 +114,16 @@ def test_a_step_in_doubt_fails_naming_the_key_until_settled_then_finishes(
     assert recovery.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1]) == {"result": result}
     assert app.sent() == 1
+
+
+def test_without_step_retries_the_workflow_ends_with_the_in_doubt_error_and_its_key(
+    sqlite_target: Target, tmp_path: Path
+) -> None:
+    app = App(sqlite_target, tmp_path, "once-no-retries")
+    app.killed("inside")
+    failed = app.outcome("recover")  # the error came back through DBOS's serialization
+    assert failed["error"] == "EffectInDoubt", failed
+    [doubt] = sqlite_target.open().in_doubt()
+    assert failed["key"] == doubt.key
+    assert doubt.key[:12] in failed["message"]
+    assert app.sent() == 1
