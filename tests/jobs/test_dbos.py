@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Target, run_child
+from tests.conftest import EXAMPLES, Target, run_child, run_example
 
 CHILD = Path(__file__).with_name("dbos_child.py")
 
@@ -127,3 +127,13 @@ def test_without_step_retries_the_workflow_ends_with_the_in_doubt_error_and_its_
     assert failed["key"] == doubt.key
     assert doubt.key[:12] in failed["message"]
     assert app.sent() == 1
+
+
+def test_the_example_sends_once_and_a_second_process_sends_nothing(tmp_path: Path) -> None:
+    example = EXAMPLES / "jobs" / "dbos_emails.py"
+    out = run_example(example, tmp_path)
+    assert "workflow: sent to bob@example.com" in out
+    assert "step again: sent to bob@example.com" in out  # the recorded result
+    assert "emails sent by this process: 1" in out
+    again = run_example(example, tmp_path)  # the workflow and its action are recorded
+    assert "emails sent by this process: 0" in again
