@@ -1,0 +1,89 @@
+"""A Temporal workflow that sends one email from a sync activity, for the Temporal tests.
+
+The activity's arguments say where emails are counted, whether the email is an ``@c4a.effect``
+tool (``once``) or a plain function (``bare``), and where its first attempt dies by SIGKILL:
+``after`` the tool returned, ``inside`` the tool once the email went out, or ``none``. Later
+attempts (a retry on another worker) never die.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio import activity, workflow
+from temporalio.common import RetryPolicy
+
+import call4agents as c4a
+
+
+@dataclass
+class Job:
+    to: str
+    emails: str
+    mode: str = "once"
+    kill: str = "none"
+
+
+def _die_on_first_attempt(job: Job, point: str) -> None:
+    if job.kill == point and activity.info().attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def deliver(to: str, job: Job) -> str:
+    with Path(job.emails).open("a") as f:
+        f.write(to + "\n")
+    _die_on_first_attempt(job, "inside")
+    return f"sent to {to}"
+
+
+send_email = c4a.effect(ignore=("job",))(deliver)
+
+
+@activity.defn
+def send(job: Job) -> str:
+    # A heartbeat at the start: a worker killed from here on is noticed by its heartbeat timeout.
+    activity.heartbeat()
+    sent = send_email(job.to, job) if job.mode == "once" else deliver(job.to, job)
+    _die_on_first_attempt(job, "after")
+    return sent
+
+
+@workflow.defn
+class Notify:
+    @workflow.run
+    async def run(self, job: Job) -> str:
+        return await workflow.execute_activity(
+            send,
+            job,
+            start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=timedelta(seconds=3),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=200),
+                backoff_coefficient=1.0,
+                maximum_interval=timedelta(milliseconds=200),
+            ),
+        )
+
+
+@activity.defn
+def hand_over(reason: str) -> str:
+    c4a.escalate(reason)
+
+
+@workflow.defn
+class HandOver:
+    @workflow.run
+    async def run(self, reason: str) -> str:
+        return await workflow.execute_activity(
+            hand_over,
+            reason,
+            start_to_close_timeout=timedelta(minutes=5),
+            # Three attempts at most, so that a retryable failure ends the test too.
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=200), maximum_attempts=3
+            ),
+        )
