@@ -9,7 +9,25 @@ from typing import Any
 
 
 class Call4AgentsError(Exception):
-    """Base class of every error raised by Call4Agents itself."""
+    """Base class of every error raised by Call4Agents itself.
+
+    Every one survives ``pickle`` with its type, message and attributes, so a job queue's result
+    backend, a process pool or a durable engine hands back the error itself (and the key a person
+    needs for ``call4agents resolve``), not a ``TypeError`` from re-calling its constructor.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception's own reduce re-calls ``type(self)(*self.args)``, which the keyword-only
+        # constructors below refuse; rebuild from the message and attributes instead.
+        return (_restore, (type(self), self.args, self.__dict__.copy()))
+
+
+def _restore(cls: type[Call4AgentsError], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    """An unpickled error: its message args and attributes, without re-running its constructor."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class LedgerError(Call4AgentsError):
