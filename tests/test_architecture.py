@@ -38,7 +38,8 @@ TOP = {"call4agents", "call4agents.integration", "call4agents._moved", "call4age
 DOORS = {"call4agents", "call4agents.integration"}
 SQL = {"sqlalchemy", "psycopg", "psycopg2", "psycopg_pool", "sqlite3", "asyncpg"}
 FRAMEWORKS = {"langchain", "langchain_core", "langgraph", "pydantic_ai", "agents", "mcp", "openai"}
-NAMES_AN_INTEGRATION = re.compile(r"call4agents_(langgraph|mcp|pydantic_ai|openai_agents)")
+FRAMEWORKS |= {"celery", "kombu", "dramatiq", "rq", "redis", "dbos", "temporalio"}  # job engines
+NAMES_AN_INTEGRATION = re.compile(r"call4agents_(langgraph|mcp|pydantic_ai|openai_agents|jobs)")
 DEMOS = {"quickstart.py"}  # the core's demo of every framework
 MAX_LINES = 800
 
@@ -268,6 +269,6 @@ def test_the_checks_catch_what_they_guard() -> None:
     assert circles({"a": [("b", a_to_b)], "b": [("a", b_to_a)]}) == [["a", "b"]]
     typed = Import("a", (), typing_only=True, top_level=True)
     assert circles({"a": [("b", a_to_b)], "b": [("a", typed)]}) == []
-    assert len(INTEGRATIONS) == 4
+    assert len(INTEGRATIONS) == 5
     assert (CORE / "integration.py").exists()
     assert len(CORE_GRAPH) > 40  # the walk found the core's modules
