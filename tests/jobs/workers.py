@@ -25,7 +25,7 @@ import pytest
 from tests.postgres.helpers import unavailable
 
 ROOT = Path(__file__).parents[2]
-RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
+RABBITMQ = "amqp://guest:guest@127.0.0.1:5672/%2F"  # the default vhost, "/"
 REDIS = "redis://127.0.0.1:6379/11"
 # A loaded machine takes seconds to start a worker and to redeliver; this bound only turns a hang
 # into a failure.
