@@ -21,3 +21,9 @@ def test_dramatiq_emails(tmp_path: Path) -> None:
     reachable(RABBITMQ)
     out = run_example(JOBS / "dramatiq_emails.py", tmp_path)
     assert "deliveries: 2, emails sent: 1" in out
+
+
+def test_rq_emails(tmp_path: Path) -> None:
+    reachable("redis://127.0.0.1:6379/0")
+    out = run_example(JOBS / "rq_emails.py", tmp_path)
+    assert "sent to ann@example.com (runs: 2, emails sent: 1)" in out

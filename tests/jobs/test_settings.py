@@ -13,6 +13,7 @@ from celery import Celery
 import call4agents as c4a
 from call4agents_jobs.celery import OnceOnly as CeleryOnceOnly
 from call4agents_jobs.dramatiq import OnceOnly as DramatiqOnceOnly
+from call4agents_jobs.rq import OnceOnly as RqOnceOnly
 
 
 @pytest.mark.parametrize("engine", [CeleryOnceOnly, DramatiqOnceOnly])
@@ -60,7 +61,9 @@ def test_dramatiq_middleware_is_a_broker_middleware() -> None:
     assert isinstance(DramatiqOnceOnly(), dramatiq.Middleware)
 
 
-@pytest.mark.parametrize(("module", "engine"), [("celery", "celery"), ("dramatiq", "dramatiq")])
+@pytest.mark.parametrize(
+    ("module", "engine"), [("celery", "celery"), ("dramatiq", "dramatiq"), ("rq", "rq")]
+)
 def test_importing_without_the_engine_names_the_install_line(module: str, engine: str) -> None:
     hide = f"import sys; sys.modules[{engine!r}] = None; import call4agents_jobs.{module}"
     done = subprocess.run(
@@ -70,7 +73,7 @@ def test_importing_without_the_engine_names_the_install_line(module: str, engine
     assert f'pip install "call4agents-jobs[{engine}]"' in done.stderr.splitlines()[-1]
 
 
-@pytest.mark.parametrize("module", ["celery", "dramatiq"])
+@pytest.mark.parametrize("module", ["celery", "dramatiq", "rq"])
 def test_one_engines_module_imports_no_other_engine(module: str) -> None:
     engines = {"celery", "dramatiq", "rq", "dbos", "temporalio"}
     check = f"import sys, call4agents_jobs.{module}; print(sorted({engines!r} & set(sys.modules)))"
@@ -78,3 +81,10 @@ def test_one_engines_module_imports_no_other_engine(module: str) -> None:
         [sys.executable, "-c", check], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == repr([module])
+
+
+def test_rq_settings_are_checked_when_the_job_class_is_defined() -> None:
+    with pytest.raises(c4a.ConfigurationError, match=r"^Jobs\(ledger='ledger.db'\) is not a"):
+
+        class Jobs(RqOnceOnly):
+            ledger = "ledger.db"

@@ -61,6 +61,7 @@ class Jobs:
             C4A_JOBS_DIR=str(self.folder),
             C4A_JOBS_LEDGER=self.ledger,
             C4A_JOBS_SCHEMA=self.schema,
+            CALL4AGENTS_URL=self.ledger,  # the default ledger, for RQ's job class
             PYTHONPATH=str(ROOT),
         )
 
@@ -90,6 +91,13 @@ class Jobs:
             "dramatiq", "tests.jobs.dramatiq_app", "--processes", "1", "--threads", "1",
             "--queues", self.queue,
         )  # fmt: skip
+
+    def rq_worker(self) -> subprocess.Popen[bytes]:
+        """A burst worker: it ends when the queue is empty (retries included)."""
+        job_class = ["--job-class", "call4agents_jobs.rq.OnceOnly"] if self.ledger else []
+        return self.start(
+            "rq.cli", "worker", "--burst", "--url", self.broker, *job_class, self.queue
+        )
 
     def count(self, name: str) -> int:
         """Lines in a counting file: ``emails`` sent, job ``starts``."""
