@@ -38,7 +38,8 @@ TOP = {"call4agents", "call4agents.integration", "call4agents.__main__"}
 DOORS = {"call4agents", "call4agents.integration"}
 SQL = {"sqlalchemy", "psycopg", "psycopg2", "psycopg_pool", "sqlite3", "asyncpg"}
 FRAMEWORKS = {"langchain", "langchain_core", "langgraph", "pydantic_ai", "agents", "mcp", "openai"}
-NAMES_AN_INTEGRATION = re.compile(r"call4agents_(langgraph|mcp|pydantic_ai|openai_agents)")
+FRAMEWORKS |= {"celery", "kombu", "dramatiq", "rq", "redis", "dbos", "temporalio"}  # job engines
+NAMES_AN_INTEGRATION = re.compile(r"call4agents_(langgraph|mcp|pydantic_ai|openai_agents|jobs)")
 DEMOS = {"quickstart.py"}  # the core's demo of every framework
 MAX_LINES = 800
 
