@@ -1,8 +1,9 @@
 """LangChain's own agent tests, run bare and again with OnceOnly switched on.
 
-The tests come from the pinned release's sdist on PyPI (it ships them), unpacked at test time into
-a cache inside the environment, never into this repository. The chosen files are LangChain's
-middleware and tool-calling tests that run offline with its own fake model. The second run loads
+The tests come from the pinned release's sdist on the package index (it ships them), fetched by
+pip at test time and unpacked into a cache inside the environment, never into this repository.
+The chosen files are LangChain's middleware and tool-calling tests that run offline with its own
+fake model. The second run loads
 ``once_only_plugin``: ``OnceOnly()`` joins every ``create_agent`` middleware list, each test on a
 fresh SQLite ledger. Every test that passes bare must pass switched on, except the named
 differences below, each with its reason (and each must still be one, so the list stays short).
@@ -17,8 +18,6 @@ import re
 import subprocess
 import sys
 import tarfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -26,10 +25,6 @@ import pytest
 pytest.importorskip("langchain", reason="LangChain is not installed on this Python")
 
 VERSION = "1.5.2"
-SDIST = (
-    "https://files.pythonhosted.org/packages/c7/bb/"
-    "91eb9b4e4de6a1dd013148d31b2b0ce67bd8e32783ff639216263088cdd0/langchain-1.5.2.tar.gz"
-)
 SHA256 = "63816aee7f55503db5c4f266a0874047d417957ae70cbf27397325c584982c52"
 AGENTS = "tests/unit_tests/agents"
 FILES = [
@@ -62,11 +57,7 @@ def _suite() -> Path:
     root = Path(sys.prefix) / "framework-suites" / f"langchain-{VERSION}"
     if (root / "pytest.ini").exists():
         return root
-    try:
-        with urllib.request.urlopen(SDIST, timeout=60) as answer:
-            data = answer.read()
-    except (urllib.error.URLError, OSError) as exc:
-        _unavailable(f"PyPI is unreachable for langchain {VERSION}'s sdist: {exc}")
+    data = _download_sdist(root.parent)
     if hashlib.sha256(data).hexdigest() != SHA256:
         pytest.fail(f"langchain {VERSION}'s sdist does not match its pinned sha256")
     prefix = f"langchain-{VERSION}/"
@@ -78,6 +69,33 @@ def _suite() -> Path:
     # Its own rootdir and config, so this repository's pytest settings do not apply to it.
     (root / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     return root
+
+
+def _download_sdist(folder: Path) -> bytes:
+    """The release's sdist, fetched by pip from the index pip is set up to use."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fetched = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "--dest",
+            str(folder),
+            f"langchain=={VERSION}",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    sdist = folder / f"langchain-{VERSION}.tar.gz"
+    if fetched.returncode != 0 or not sdist.exists():
+        _unavailable(f"pip could not fetch langchain {VERSION}'s sdist: {fetched.stderr[-500:]}")
+    return sdist.read_bytes()
 
 
 def _passed(root: Path, *, once_only: bool) -> set[str]:
@@ -102,7 +120,7 @@ def test_every_test_passing_bare_passes_with_once_only() -> None:
     import langchain
 
     assert langchain.__version__ == VERSION, (
-        f"langchain {langchain.__version__} is installed; pin its tests here (VERSION, SDIST, "
+        f"langchain {langchain.__version__} is installed; pin its tests here (VERSION and "
         "SHA256) to the same release"
     )
     root = _suite()
