@@ -38,7 +38,7 @@ from starlette.testclient import TestClient
 import call4agents as c4a
 from call4agents.console import ConsoleSettings
 from call4agents.console._serve import app_to_serve
-from call4agents.storage import _fold, _live, _run_tally, _sqlite, _tally
+from call4agents.storage import _db, _fold, _live, _run_tally, _tally
 from call4agents.storage.run_rows import COMPLETED_AT
 from call4agents.storage.tables import approvals, effects
 
@@ -282,7 +282,7 @@ def main() -> None:
     parser.add_argument("--postgres", default=os.environ.get("CALL4AGENTS_TEST_POSTGRES_URL"))
     args = parser.parse_args()
     if args.never_analyzed:
-        _sqlite.optimize = lambda conn, **_: None  # as a ledger nobody analyzed
+        _db.optimize_sqlite = lambda conn, **_: None  # as a ledger nobody analyzed
     os.environ.setdefault("CALL4AGENTS_SECRET", "bench-secret-" + "x" * 40)
     results: dict[str, dict[str, Any]] = {}
     with LoadWatch() as load:

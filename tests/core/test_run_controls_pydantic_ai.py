@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, capture_run_messages
 
 import call4agents as c4a
 from call4agents_pydantic_ai import OnceOnly
@@ -94,12 +94,14 @@ def test_find_existing_on_a_pydantic_ai_tool(target: Target, tmp_path: Path) -> 
     ledger = c4a.init(target.open())
     outbox, recalled, tracker = Outbox(tmp_path / "out.jsonl"), [], []  # type: ignore[var-annotated]
     agent = agent_with(outbox, recalled, tracker, lose_first_answer=True)
-    first = agent.run_sync("handle it", conversation_id="conv-2")
+    # The tool's own timeout ends the run, as it would bare.
+    with capture_run_messages() as messages, pytest.raises(TimeoutError, match="answer was lost"):
+        agent.run_sync("handle it", conversation_id="conv-2")
     [ticket] = tracker  # created, but the tracker's answer was lost: the action is in doubt
     [record] = [r for r in ledger.effects("conv-2") if r.tool == "open_ticket"]
     assert record.state == "in_doubt"
     # The resumed run replays the model's calls: the finder settles the doubt with the ticket.
-    agent.run_sync(message_history=first.all_messages()[:2])
+    agent.run_sync(message_history=messages[:2])
     assert tracker == [ticket]
     [found] = [r for r in ledger.effects("conv-2") if r.tool == "open_ticket"]
     assert found.state == "succeeded"

@@ -197,10 +197,12 @@ def test_a_failover_with_synchronous_replication_loses_nothing_and_runs_nothing_
     failed = {to: e for found in reports for to, e in found.get("errors", {}).items()}
     for found in reports:  # each worker went on through the failover, to its last key
         assert found["code"] in (0, 1), found["stderr"]
-    # A call caught by the failover itself may fail (the database failed, or in doubt), and
-    # nothing else may.
+    # A call made while no read-write server answers fails before its claim (nothing ran; how
+    # many depends on how long the promotion takes on a busy machine), and only the call each
+    # worker had under way when the primary died may be in doubt. Nothing else may fail.
     assert all(e.startswith(("LedgerError", "EffectInDoubt")) for e in failed.values()), failed
-    assert len(failed) <= 3, failed  # at most the call each worker had under way
+    in_doubt = [to for to, e in failed.items() if e.startswith("EffectInDoubt")]
+    assert len(in_doubt) <= 3, failed  # at most the call each worker had under way
     final = json.loads(again.stdout.strip().splitlines()[-1])
     sent = [d["to"] for d in deliveries(outbox)]
     assert len(sent) == len(set(sent)), "an email went twice"
