@@ -38,12 +38,11 @@ from call4agents import (
 )
 from call4agents.integration import (
     Action,
+    OnceOnlySettings,
     Trigger,
     action_for,
     arun_finished,
     arun_tool,
-    check_escalate_on,
-    check_trigger,
     ends_run,
     escalate_by_policy,
     message_for_model,
@@ -137,17 +136,22 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         trigger: Trigger | None = None,
     ) -> None:
         super().__init__()
-        self.ledger = ledger
-        self.trigger = check_trigger(trigger)
-        self.default = default or EffectOptions()
+        self._shared = OnceOnlySettings.check(
+            ledger=ledger,
+            tools=tools,
+            default=default,
+            budget=budget,
+            escalate_on=escalate_on,
+            trigger=trigger,
+        )
+        self.ledger = self._shared.ledger
+        self.trigger = self._shared.trigger
+        self.default = self._shared.default
         # Not `self.tools`: create_agent reads a middleware's `tools` as tools it contributes.
-        self.tool_options = _checked_options(tools, self.default)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigurationError(
-                f"OnceOnly(budget=...) takes a c4a.Budget, not {type(budget).__name__}"
-            )
-        self.budget = budget
-        self.escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
+        self.tool_options = self._shared.tools
+        _refuse_credentials(self.tool_options, self.default)
+        self.budget = self._shared.budget
+        self.escalate_on = self._shared.escalate_on
         # The options tool calls run with: undo/find_existing/check speaking of the tool's own
         # value, and escalate_on added. Built now, so the undo registered under each tool's name
         # is the adapted one.
@@ -465,18 +469,8 @@ def _thread_or_none(execution_info: Any, state: Any) -> str | None:
     return thread_run_id(execution_info, state, "step")
 
 
-def _checked_options(tools: ToolOptions, default: EffectOptions) -> dict[str, EffectOptions]:
-    """Turn per-tool dicts into EffectOptions now, so a misspelt field fails at start-up."""
-    checked: dict[str, EffectOptions] = {}
-    for name, given in tools.items():
-        try:
-            checked[name] = options_for(name, {name: given}, default)
-        except TypeError as exc:
-            fields = ", ".join(f.name for f in dataclasses.fields(EffectOptions))
-            raise ConfigurationError(
-                f"OnceOnly(tools={{{name!r}: ...}}): {exc}. Valid fields: {fields}"
-            ) from None
-    for name, options in [*checked.items(), ("default", default)]:
+def _refuse_credentials(tools: Mapping[str, EffectOptions], default: EffectOptions) -> None:
+    for name, options in [*tools.items(), ("default", default)]:
         if options.credentials:
             # ToolNode strips every InjectedToolArg value from a tool call before it runs (so a
             # model cannot forge one), which leaves no way to hand the tool a secret.
@@ -485,7 +479,6 @@ def _checked_options(tools: ToolOptions, default: EffectOptions) -> dict[str, Ef
                 "LangGraph's ToolNode strips injected arguments from tool calls. Read the secret "
                 "inside the tool (environment, runtime.context); it never enters the ledger."
             )
-    return checked
 
 
 def _raise_if_wrong_order(exc: GraphInterrupt, call: _Call) -> None:

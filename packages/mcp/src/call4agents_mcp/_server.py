@@ -55,12 +55,11 @@ from call4agents import (
 from call4agents.integration import (
     Action,
     LedgerCore,
+    OnceOnlySettings,
     Row,
     Trigger,
     action_for,
     arun_tool,
-    check_escalate_on,
-    check_trigger,
     ends_run,
     escalate_by_policy,
     handoff,
@@ -176,21 +175,26 @@ class OnceOnly(Extension):
     ) -> None:
         if window is not None and not window > 0:
             raise ConfigurationError("window must be a positive number of seconds, or None")
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigurationError(
-                f"OnceOnly(budget=...) takes a c4a.Budget, not {type(budget).__name__}"
-            )
-        _refuse_credentials(default or EffectOptions(), tools or {})
-        self._ledger = ledger
+        self._shared = OnceOnlySettings.check(
+            ledger=ledger,
+            tools=tools,
+            default=default,
+            budget=budget,
+            escalate_on=escalate_on,
+            trigger=trigger,
+        )
+        _refuse_credentials(self._shared.default, self._shared.tools)
+        self._ledger = self._shared.ledger
         # Hooks (undo, find_existing, check) adapted once, here, so the undo registered under
-        # each tool's name is the one that is handed the tool's value.
+        # each tool's name is the one that is handed the tool's value. Adapted from the entries
+        # as given: a dict's finder makes its own check instead of inheriting the default's.
         self._tools = {name: _adapted(given) for name, given in (tools or {}).items()}
-        self._default = _hooks.for_tool_calls(default or EffectOptions())
+        self._default = _hooks.for_tool_calls(self._shared.default)
         for name in self._tools:
-            options_for(name, self._tools, self._default)  # registers undo=, checks the fields
-        self._budget = budget
-        self._escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
-        self._trigger = check_trigger(trigger)
+            options_for(name, self._tools, self._default)  # registers the adapted undo=
+        self._budget = self._shared.budget
+        self._escalate_on = self._shared.escalate_on
+        self._trigger = self._shared.trigger
         self._entered: dict[str, None] = {}  # runs this process entered, oldest first
         self._window = window
         self._identity = identity or authenticated_client
@@ -606,16 +610,9 @@ async def _outlive_cancel(work: Callable[[], Awaitable[T]], grace: float | None)
     return outcome[0]
 
 
-def _refuse_credentials(
-    default: EffectOptions, tools: Mapping[str, EffectOptions | Mapping[str, Any]]
-) -> None:
+def _refuse_credentials(default: EffectOptions, tools: Mapping[str, EffectOptions]) -> None:
     for name, options in {"default": default, **tools}.items():
-        given = (
-            options.credentials
-            if isinstance(options, EffectOptions)
-            else options.get("credentials")
-        )
-        if given:
+        if options.credentials:
             raise ConfigurationError(
                 f"{name}: credentials= cannot be injected into MCP tools (the SDK calls them with "
                 "the client's arguments); read the secret inside the tool instead"

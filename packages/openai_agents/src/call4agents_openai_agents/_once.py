@@ -23,11 +23,10 @@ from call4agents import (
 from call4agents.integration import (
     Action,
     LedgerCore,
+    OnceOnlySettings,
     ToolOptions,
     Trigger,
     action_for,
-    check_run_id,
-    check_trigger,
     current_run,
     options_for,
     warn_once,
@@ -95,26 +94,21 @@ class OnceOnly:
         escalate_on: Iterable[str] = (),
         trigger: Trigger | None = None,
     ) -> None:
-        self._ledger = ledger
-        self._run_id = check_run_id(run_id) if isinstance(run_id, str) else run_id
-        self.controls = RunControls(
+        self._shared = OnceOnlySettings.check(
+            ledger=ledger,
+            tools=tools,
+            default=default,
             budget=budget,
             escalate_on=escalate_on,
-            ledger=ledger,
-            run_id=self._run_id,
-            trigger=check_trigger(trigger),
-            options=self._options_of,
+            trigger=trigger,
+            run_id=run_id,
         )
-        self._tools: ToolOptions = dict(tools or {})
-        self._default = default or EffectOptions()
+        self._ledger = self._shared.ledger
+        self._run_id: RunIdSource = self._shared.run_id
+        self.controls = RunControls(self._shared, options=self._options_of)
+        self._tools: ToolOptions = self._shared.tools
+        self._default = self._shared.default
         self.trust_state_approvals = trust_state_approvals
-        for name, found in self._tools.items():  # a misspelt option fails here, not mid-run
-            if not isinstance(found, (EffectOptions, Mapping)):
-                raise ConfigurationError(f"tools[{name!r}] must be EffectOptions or a dict")
-            try:
-                options_for(name, self._tools, self._default)
-            except TypeError as exc:
-                raise ConfigurationError(f"tools[{name!r}]: {exc}") from None
 
     def _options_of(self, tool: str) -> EffectOptions:
         return options_for(tool, self._tools, self._default)
