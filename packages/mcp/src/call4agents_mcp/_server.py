@@ -184,7 +184,6 @@ class OnceOnly(Extension):
             trigger=trigger,
         )
         _refuse_credentials(self._shared.default, self._shared.tools)
-        self._ledger = self._shared.ledger
         # Hooks (undo, find_existing, check) adapted once, here, so the undo registered under
         # each tool's name is the one that is handed the tool's value. Adapted from the entries
         # as given: a dict's finder makes its own check instead of inheriting the default's.
@@ -192,9 +191,6 @@ class OnceOnly(Extension):
         self._default = _hooks.for_tool_calls(self._shared.default)
         for name in self._tools:
             options_for(name, self._tools, self._default)  # registers the adapted undo=
-        self._budget = self._shared.budget
-        self._escalate_on = self._shared.escalate_on
-        self._trigger = self._shared.trigger
         self._entered: dict[str, None] = {}  # runs this process entered, oldest first
         self._window = window
         self._identity = identity or authenticated_client
@@ -286,11 +282,11 @@ class OnceOnly(Extension):
         ``c4a.escalate()`` and ``@c4a.effect`` calls inside find the run and its budget, and
         ``c4a.current()`` says the call is not covered (``covered=False``)."""
         run_id = _run_id(caller or "anonymous")
-        await self._enter(run_id, self._ledger)
+        await self._enter(run_id, self._shared.ledger)
         seen, token = out.watch()
         try:
             with (
-                self._run(run_id, self._ledger),
+                self._run(run_id, self._shared.ledger),
                 uncovered_call(run_id, call.tool, _request_id(ctx)),
             ):
                 result = await call_next(ctx)
@@ -307,17 +303,17 @@ class OnceOnly(Extension):
 
     async def _enter(self, run_id: str, ledger: LedgerCore | None) -> None:
         """Record the trigger as this process first enters run ``run_id`` (once per run)."""
-        if self._trigger is None or run_id in self._entered:
+        if self._shared.trigger is None or run_id in self._entered:
             return
         if len(self._entered) >= _ENTERED_KEPT:  # a long-lived server's memory stays bounded
             self._entered.pop(next(iter(self._entered)))
         self._entered[run_id] = None  # before the write: a concurrent call does not repeat it
-        enter = functools.partial(run_entered, run_id, ledger=ledger, trigger=self._trigger)
+        enter = functools.partial(run_entered, run_id, ledger=ledger, trigger=self._shared.trigger)
         await anyio.to_thread.run_sync(enter)
 
     def _run(self, run_id: str, ledger: LedgerCore | None) -> c4a.run:
         """The run a call belongs to, with this server's budget (checked as the call claims)."""
-        return run_part(run_id, ledger=ledger, budget=self._budget)
+        return run_part(run_id, ledger=ledger, budget=self._shared.budget)
 
     async def _once(
         self,
@@ -411,10 +407,14 @@ class OnceOnly(Extension):
     async def _escalated(self, exc: BaseException, action: Action | None) -> Escalated | None:
         """The escalation ``escalate_on`` makes of ``exc`` (a refusal, an in-doubt failure, a
         budget cut), recorded by the core's policy; None when the policy does not cover it."""
-        if not self._escalate_on:
+        if not self._shared.escalate_on:
             return None
         escalate = functools.partial(
-            escalate_by_policy, exc, self._escalate_on, action=action, ledger=self._ledger
+            escalate_by_policy,
+            exc,
+            self._shared.escalate_on,
+            action=action,
+            ledger=self._shared.ledger,
         )
         try:
             await anyio.to_thread.run_sync(escalate)
@@ -431,7 +431,7 @@ class OnceOnly(Extension):
             key = _checked_key(call.key, call.tool)
             keyed = replace(options, key=lambda **_: key, scope="args")
             action = action_for(
-                call.tool, call.arguments, keyed, run_id=run_id, ledger=self._ledger
+                call.tool, call.arguments, keyed, run_id=run_id, ledger=self._shared.ledger
             )
             row = recorded(action)
             if recorded_with_other_args(action, row):
@@ -469,7 +469,7 @@ class OnceOnly(Extension):
                 scoped,
                 run_id=run_id,
                 call_id=call_id,
-                ledger=self._ledger,
+                ledger=self._shared.ledger,
             )
 
         if self._window is None:

@@ -103,15 +103,11 @@ class OnceOnly:
             trigger=trigger,
             run_id=run_id,
         )
-        self._ledger = self._shared.ledger
-        self._run_id: RunIdSource = self._shared.run_id
         self.controls = RunControls(self._shared, options=self._options_of)
-        self._tools: ToolOptions = self._shared.tools
-        self._default = self._shared.default
         self.trust_state_approvals = trust_state_approvals
 
     def _options_of(self, tool: str) -> EffectOptions:
-        return options_for(tool, self._tools, self._default)
+        return options_for(tool, self._shared.tools, self._shared.default)
 
     # -- wrapping ---------------------------------------------------------------------------------
 
@@ -127,7 +123,7 @@ class OnceOnly:
         """
         seen: set[str] = set()
         self._wrap_agent(agent, set(), seen)
-        unknown = sorted(set(self._tools) - seen)
+        unknown = sorted(set(self._shared.tools) - seen)
         if unknown:
             warn_once(
                 f"oa-unknown-{unknown}",
@@ -143,8 +139,8 @@ class OnceOnly:
             raise ConfigurationError(
                 f"OnceOnly.tool takes a FunctionTool (from @function_tool), not {type(tool)!r}"
             )
-        per_tool: ToolOptions = {tool.name: options} if options is not None else self._tools
-        chosen = self.controls.tool_options(options_for(tool.name, per_tool, self._default))
+        per_tool: ToolOptions = {tool.name: options} if options is not None else self._shared.tools
+        chosen = self.controls.tool_options(options_for(tool.name, per_tool, self._shared.default))
         if _tools.is_wrapped(tool) or not chosen.recorded:
             return tool
         return _tools.build(self, tool, chosen)
@@ -168,7 +164,7 @@ class OnceOnly:
         if not isinstance(tool, FunctionTool) or _tools.is_wrapped(tool):
             return
         seen.add(tool.name)
-        if _tools.passes_through(tool, configured=tool.name in self._tools):
+        if _tools.passes_through(tool, configured=tool.name in self._shared.tools):
             if _tools.is_agent_tool(tool):
                 _tools.take_invoker(tool, _tools.build_agent_tool(self, copy.copy(tool)))
             return
@@ -203,7 +199,7 @@ class OnceOnly:
             for t in agent.tools
             if isinstance(t, FunctionTool)
             and not _tools.is_wrapped(t)
-            and not _tools.passes_through(t, configured=t.name in self._tools)
+            and not _tools.passes_through(t, configured=t.name in self._shared.tools)
             and self.options_for(t.name).recorded
         ]
 
@@ -215,11 +211,11 @@ class OnceOnly:
 
     @property
     def run_id_source(self) -> RunIdSource:
-        return self._run_id
+        return self._shared.run_id
 
     def run_id_for(self, wrapper: RunContextWrapper[Any], tool: str) -> str:
         """The run id; raises ConfigurationError (how to fix it) when the run has none."""
-        return require_run_id(wrapper, self._run_id, tool)
+        return require_run_id(wrapper, self._shared.run_id, tool)
 
     def keyed(
         self,
@@ -231,7 +227,7 @@ class OnceOnly:
     ) -> Action:
         """Key one call of run ``run_id`` (an approval policy function runs here)."""
         return action_for(
-            tool, arguments, options, run_id=run_id, call_id=call_id, ledger=self._ledger
+            tool, arguments, options, run_id=run_id, call_id=call_id, ledger=self._shared.ledger
         )
 
     def action(
@@ -250,10 +246,12 @@ class OnceOnly:
     def options_for(self, tool: str) -> EffectOptions:
         """The options ``tool``'s calls run with: ``tools[tool]`` over ``default``, plus
         ``escalate_on``."""
-        return self.controls.tool_options(options_for(tool, self._tools, self._default))
+        return self.controls.tool_options(
+            options_for(tool, self._shared.tools, self._shared.default)
+        )
 
     def ledger_for(self, options: EffectOptions) -> LedgerCore:
-        return self._ledger or options.ledger or default_ledger()
+        return self._shared.ledger or options.ledger or default_ledger()
 
     # -- approvals --------------------------------------------------------------------------------
 
@@ -336,7 +334,12 @@ class OnceOnly:
 
         def keyed(run: str) -> Action:
             return action_for(
-                name, arguments, options, run_id=run, call_id=item.call_id, ledger=self._ledger
+                name,
+                arguments,
+                options,
+                run_id=run,
+                call_id=item.call_id,
+                ledger=self._shared.ledger,
             )
 
         chosen = run_id or self._known_run_id() or self._run_of_open_ticket(name, options, keyed)
@@ -348,7 +351,7 @@ class OnceOnly:
         run = current_run()
         if run is not None:
             return run.run_id
-        return self._run_id if isinstance(self._run_id, str) else None
+        return self._shared.run_id if isinstance(self._shared.run_id, str) else None
 
     def _run_of_open_ticket(
         self, name: str, options: EffectOptions, keyed: Callable[[str], Action]
@@ -380,6 +383,6 @@ class OnceOnly:
             raise ImportError(
                 'OnceOnly.mcp_meta needs call4agents-mcp: pip install "call4agents-core[mcp]"'
             ) from exc
-        run_id = require_run_id(context.run_context, self._run_id, context.tool_name)
+        run_id = require_run_id(context.run_context, self._shared.run_id, context.tool_name)
         key = idempotency_key(context.tool_name, context.arguments, run_id=run_id)
         return {KEY_META: key}
