@@ -34,6 +34,7 @@ PY311_ONLY = (
     "pydantic_ai",
     "core/test_run_controls_budget.py",
     "core/test_run_controls_pydantic_ai.py",
+    "core/test_integration_settings.py",
     "mcp/test_run_controls.py",
     "otel/test_langgraph.py",
     "otel/test_pydantic_ai.py",

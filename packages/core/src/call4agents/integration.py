@@ -12,16 +12,18 @@ import functools
 import inspect
 import json
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .engine import observe, run_notes
 from .engine.action import Action, EffectOptions, prepare
 from .engine.approvals import ApprovalRequest, first_shown
-from .engine.budgets import count_model_request, record_model_usage
+from .engine.budgets import Budget, count_model_request, record_model_usage
 from .engine.context import RunContext, Trigger, check_run_id, current_run
 from .engine.context import uncovered as uncovered_call
 from .engine.effect import aperform, perform
@@ -55,6 +57,7 @@ from .model.errors import (
     ApprovalRequired,
     BudgetExceeded,
     Call4AgentsError,
+    ConfigurationError,
     EffectInDoubt,
     EffectInProgress,
     ResultNotStored,
@@ -173,9 +176,9 @@ def run_entered(run_id: str, *, ledger: LedgerCore | None = None, trigger: Trigg
     return found
 
 
-def check_trigger(value: object) -> Trigger | None:
+def check_trigger(value: object, owner: str = "OnceOnly") -> Trigger | None:
     """An integration's ``OnceOnly(trigger=...)``: one of TRIGGERS or None, else a clear error."""
-    return run_notes.check_trigger(value, "OnceOnly")
+    return run_notes.check_trigger(value, owner)
 
 
 def ends_run(exc: BaseException) -> bool:
@@ -243,6 +246,7 @@ __all__ = [
     "Call4AgentsWarning",
     "EffectOptions",
     "LedgerCore",
+    "OnceOnlySettings",
     "Row",
     "RunContext",
     "Step",
@@ -255,6 +259,7 @@ __all__ = [
     "arun_tool",
     "canonical_args",
     "check_escalate_on",
+    "check_ledger",
     "check_run_id",
     "check_trigger",
     "count_model_request",
@@ -279,6 +284,7 @@ __all__ = [
     "recorded_with_other_args",
     "register_tool_payload",
     "register_tool_payload_shape",
+    "require_core",
     "run_continues",
     "run_entered",
     "run_finished",
@@ -395,3 +401,138 @@ def when_done(value: Any, convert: Callable[[Any], Any]) -> Any:
 
 async def _later(awaitable: Any, convert: Callable[[Any], Any]) -> Any:
     return convert(await awaitable)
+
+
+# -- what every integration's OnceOnly is given ---------------------------------------------------
+
+_NO_TOOLS: Mapping[str, EffectOptions] = MappingProxyType({})
+_OPTION_FIELDS = tuple(f.name for f in fields(EffectOptions))
+_CORE_FLAG = "__c4a_core__"  # set by this project's `call4agents/__init__.py`, by no other
+
+
+def require_core(extra: str) -> None:
+    """Stop an integration's import when ``call4agents`` is not this project's core.
+
+    PyPI's unrelated ``call4agents`` installs a package of the same name; its ``__init__`` lacks
+    the flag ours sets. The message names the one fix, with the integration's extra."""
+    if not getattr(sys.modules.get(__package__ or "call4agents"), _CORE_FLAG, False):
+        raise ImportError(
+            "the installed `call4agents` is not the Call4Agents core (PyPI has an unrelated "
+            "project of that name): pip uninstall call4agents, then "
+            f'pip install "call4agents-core[{extra}]"'
+        )
+
+
+def check_ledger(value: object, owner: str, *, url: bool = False) -> None:
+    """``owner(ledger=...)``: an open ``c4a.Ledger`` or None (and a URL when ``url``), else a
+    one-line ConfigurationError saying what to pass."""
+    if value is None or isinstance(value, Ledger):
+        return
+    if not url or not isinstance(value, str):
+        what = "a ledger URL such as 'postgresql+psycopg://host/db', " if url else ""
+        raise ConfigurationError(
+            f"{owner}(ledger=...) takes {what}an open c4a.Ledger, or None (c4a.init()'s); got "
+            f"{type(value).__name__}"
+        )
+    if "://" not in value:
+        raise ConfigurationError(
+            f"{owner}(ledger={value!r}) is not a ledger URL: pass 'sqlite:///path.db' or "
+            "'postgresql+psycopg://user@host/db'"
+        )
+
+
+@dataclass(frozen=True)
+class OnceOnlySettings:
+    """The settings every integration's ``OnceOnly`` takes, checked once by :meth:`check`.
+
+    ``tools`` holds each named tool's options already laid over ``default`` (a misspelt field
+    fails at start-up, not mid-run), ``escalate_on`` the policy as given: an integration adds
+    it to the options its calls run with (:func:`with_escalate_on`) and adapts hooks to its
+    framework's result shape itself. What only one framework has (MCP's ``identity=``, the
+    Agents SDK's ``trust_state_approvals=``) stays in that integration.
+    """
+
+    ledger: Ledger | None = None
+    tools: Mapping[str, EffectOptions] = field(default_factory=lambda: _NO_TOOLS)
+    default: EffectOptions = field(default_factory=EffectOptions)
+    budget: Budget | None = None
+    escalate_on: frozenset[str] = frozenset()
+    trigger: Trigger | None = None
+    run_id: str | Callable[..., str | None] | None = None
+
+    @classmethod
+    def check(
+        cls,
+        *,
+        ledger: object = None,
+        tools: object = None,
+        default: object = None,
+        budget: object = None,
+        escalate_on: object = (),
+        trigger: object = None,
+        run_id: object = None,
+        owner: str = "OnceOnly",
+    ) -> OnceOnlySettings:
+        """The settings as given to ``owner(...)``, each checked; the first bad one raises a
+        one-line ConfigurationError naming it and what it takes."""
+        check_ledger(ledger, owner)
+        if default is None:
+            default = EffectOptions()
+        elif not isinstance(default, EffectOptions):
+            raise ConfigurationError(
+                f"{owner}(default=...) takes a c4a.EffectOptions(...), not {type(default).__name__}"
+            )
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigurationError(
+                f"{owner}(budget=...) takes a c4a.Budget, e.g. c4a.Budget(max_tool_calls=20, "
+                f"max_model_requests=10), not {type(budget).__name__}"
+            )
+        return cls(
+            ledger=ledger,  # type: ignore[arg-type]  # checked above
+            tools=MappingProxyType(_checked_tools(tools, default, owner)),
+            default=default,
+            budget=budget,
+            escalate_on=frozenset(check_escalate_on(escalate_on, owner)),
+            trigger=check_trigger(trigger, owner),
+            run_id=_checked_run_id(run_id, owner),
+        )
+
+
+def _checked_tools(tools: object, default: EffectOptions, owner: str) -> dict[str, EffectOptions]:
+    """Each ``tools`` entry laid over ``default`` now, so a typo fails at construction."""
+    if tools is None:
+        return {}
+    if not isinstance(tools, Mapping):
+        raise ConfigurationError(
+            f"{owner}(tools=...) takes a dict of options by tool name, e.g. "
+            f'{{"lookup": {{"kind": "read"}}}}, not {type(tools).__name__}'
+        )
+    checked: dict[str, EffectOptions] = {}
+    for name, given in tools.items():
+        where = f"{owner}(tools={{{name!r}: ...}})"
+        if not isinstance(given, (EffectOptions, Mapping)):
+            raise ConfigurationError(
+                f"{where} must be EffectOptions or a dict of its fields, not {type(given).__name__}"
+            )
+        unknown = sorted(set(given) - set(_OPTION_FIELDS)) if isinstance(given, Mapping) else []
+        if unknown:
+            raise ConfigurationError(
+                f"{where}: unknown option(s) {', '.join(map(str, unknown))}. "
+                f"Valid fields: {', '.join(_OPTION_FIELDS)}"
+            )
+        try:
+            checked[name] = options_for(name, {name: given}, default)
+        except (TypeError, ConfigurationError) as exc:  # a bad value, e.g. kind="reads"
+            raise ConfigurationError(f"{where}: {exc}") from None
+    return checked
+
+
+def _checked_run_id(value: object, owner: str) -> str | Callable[..., str | None] | None:
+    if value is None or callable(value):
+        return value  # a function of the framework's context
+    if isinstance(value, str):
+        return check_run_id(value)
+    raise ConfigurationError(
+        f"{owner}(run_id=...) takes a stable id (a string) or a function returning one, not "
+        f"{type(value).__name__}"
+    )

@@ -14,6 +14,7 @@ import threading
 
 import call4agents as c4a
 from call4agents import ConfigurationError, EffectInDoubt, Ledger
+from call4agents.integration import check_ledger
 
 LedgerSetting = str | Ledger | None
 
@@ -27,17 +28,7 @@ class JobRuns:
     """
 
     def __init__(self, owner: str, ledger: LedgerSetting, run_prefix: str) -> None:
-        if ledger is not None and not isinstance(ledger, (str, Ledger)):
-            raise ConfigurationError(
-                f"{owner}(ledger=...) takes a ledger URL such as "
-                f"'postgresql+psycopg://host/db', an open c4a.Ledger, or None; got "
-                f"{type(ledger).__name__}"
-            )
-        if isinstance(ledger, str) and "://" not in ledger:
-            raise ConfigurationError(
-                f"{owner}(ledger={ledger!r}) is not a ledger URL: pass 'sqlite:///path.db' or "
-                "'postgresql+psycopg://user@host/db'"
-            )
+        check_ledger(ledger, owner, url=True)
         if not isinstance(run_prefix, str):
             raise ConfigurationError(
                 f"{owner}(run_prefix=...) takes a string such as 'jobs-'; got "

@@ -19,13 +19,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the fram
         f"1.5 needs Python 3.11 or later): {_INSTALL}"
     ) from exc
 
-import call4agents  # noqa: E402
+from call4agents.integration import require_core  # noqa: E402
 
-if not getattr(call4agents, "__c4a_core__", False):  # pragma: no cover
-    raise ImportError(
-        "the installed `call4agents` is not the Call4Agents core (PyPI has an unrelated project "
-        f"of that name): pip uninstall call4agents, then {_INSTALL}"
-    )
+require_core("langgraph")
 
 from ._checkpointer import LedgerCheckpointer  # noqa: E402
 from ._middleware import OnceOnly  # noqa: E402

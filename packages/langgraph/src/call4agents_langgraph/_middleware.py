@@ -38,12 +38,11 @@ from call4agents import (
 )
 from call4agents.integration import (
     Action,
+    OnceOnlySettings,
     Trigger,
     action_for,
     arun_finished,
     arun_tool,
-    check_escalate_on,
-    check_trigger,
     ends_run,
     escalate_by_policy,
     message_for_model,
@@ -137,28 +136,27 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         trigger: Trigger | None = None,
     ) -> None:
         super().__init__()
-        self.ledger = ledger
-        self.trigger = check_trigger(trigger)
-        self.default = default or EffectOptions()
-        # Not `self.tools`: create_agent reads a middleware's `tools` as tools it contributes.
-        self.tool_options = _checked_options(tools, self.default)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigurationError(
-                f"OnceOnly(budget=...) takes a c4a.Budget, not {type(budget).__name__}"
-            )
-        self.budget = budget
-        self.escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
+        self._shared = OnceOnlySettings.check(
+            ledger=ledger,
+            tools=tools,
+            default=default,
+            budget=budget,
+            escalate_on=escalate_on,
+            trigger=trigger,
+        )
+        _refuse_credentials(self._shared.tools, self._shared.default)
+        self.ledger, self.budget = self._shared.ledger, self._shared.budget  # read by _nodes
         # The options tool calls run with: undo/find_existing/check speaking of the tool's own
         # value, and escalate_on added. Built now, so the undo registered under each tool's name
         # is the adapted one.
-        self._for_calls = {name: self._for_call(o) for name, o in self.tool_options.items()}
+        self._for_calls = {name: self._for_call(o) for name, o in self._shared.tools.items()}
         self._nodes = _nodes.NodeSteps(self)
 
     # -- per-tool options ------------------------------------------------------------------------
 
     def options(self, tool: str) -> EffectOptions:
         """The options a tool runs with: ``tools[tool]`` over ``default``."""
-        return options_for(tool, self.tool_options, self.default)
+        return options_for(tool, self._shared.tools, self._shared.default)
 
     def _call_options(self, tool: str) -> EffectOptions:
         found = self._for_calls.get(tool)
@@ -167,7 +165,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         return found
 
     def _for_call(self, options: EffectOptions) -> EffectOptions:
-        return _hooks.for_tool_calls(with_escalate_on(options, self.escalate_on))
+        return _hooks.for_tool_calls(with_escalate_on(options, self._shared.escalate_on))
 
     # -- create_agent middleware and ToolNode wrappers ---------------------------------------------
 
@@ -213,7 +211,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
     def _note_unrecorded(self, request: ToolCallRequest) -> None:
         """A read (or a ``none`` tool) counts for the run: a read is the evidence behind it."""
         name = request.tool_call["name"]
-        if request.tool is not None or name in self.tool_options:
+        if request.tool is not None or name in self._shared.tools:
             note_unrecorded(self._call_options(name))
 
     def _prepare(self, request: ToolCallRequest) -> _Call | None:
@@ -221,7 +219,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         _order.check_no_pending_edit(request)
         tool_call = request.tool_call
         name = tool_call["name"]
-        if request.tool is None and name not in self.tool_options:
+        if request.tool is None and name not in self._shared.tools:
             return None  # ToolNode answers an unknown tool with an error; nothing can act
         options = self._call_options(name)
         if not options.recorded:
@@ -392,7 +390,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
         info = getattr(runtime, "execution_info", None) if runtime is not None else None
         run_id = _thread_or_none(info, request.state)
         if run_id is not None:
-            run_continues(run_id, ledger=self.ledger, trigger=self.trigger)
+            run_continues(run_id, ledger=self.ledger, trigger=self._shared.trigger)
         return run_id
 
     def _model_run(self, request: ModelRequest[Any]) -> contextlib.AbstractContextManager[Any]:
@@ -419,7 +417,7 @@ class OnceOnly(AgentMiddleware[OnceOnlyState, Any, Any]):
     def _escalate_budget(self, exc: BudgetExceeded) -> None:
         """A model request refused by the budget hands the run over, if so configured (a tool
         call refused by it is escalated by the core, through the tool's escalate_on)."""
-        escalate_by_policy(exc, self.escalate_on, ledger=self.ledger)
+        escalate_by_policy(exc, self._shared.escalate_on, ledger=self.ledger)
 
     # -- custom nodes ------------------------------------------------------------------------------
 
@@ -465,18 +463,8 @@ def _thread_or_none(execution_info: Any, state: Any) -> str | None:
     return thread_run_id(execution_info, state, "step")
 
 
-def _checked_options(tools: ToolOptions, default: EffectOptions) -> dict[str, EffectOptions]:
-    """Turn per-tool dicts into EffectOptions now, so a misspelt field fails at start-up."""
-    checked: dict[str, EffectOptions] = {}
-    for name, given in tools.items():
-        try:
-            checked[name] = options_for(name, {name: given}, default)
-        except TypeError as exc:
-            fields = ", ".join(f.name for f in dataclasses.fields(EffectOptions))
-            raise ConfigurationError(
-                f"OnceOnly(tools={{{name!r}: ...}}): {exc}. Valid fields: {fields}"
-            ) from None
-    for name, options in [*checked.items(), ("default", default)]:
+def _refuse_credentials(tools: Mapping[str, EffectOptions], default: EffectOptions) -> None:
+    for name, options in [*tools.items(), ("default", default)]:
         if options.credentials:
             # ToolNode strips every InjectedToolArg value from a tool call before it runs (so a
             # model cannot forge one), which leaves no way to hand the tool a secret.
@@ -485,7 +473,6 @@ def _checked_options(tools: ToolOptions, default: EffectOptions) -> dict[str, Ef
                 "LangGraph's ToolNode strips injected arguments from tool calls. Read the secret "
                 "inside the tool (environment, runtime.context); it never enters the ledger."
             )
-    return checked
 
 
 def _raise_if_wrong_order(exc: GraphInterrupt, call: _Call) -> None:

@@ -73,11 +73,6 @@ def _check_environment() -> None:
             "call4agents_mcp needs the MCP Python SDK (mcp>=2.3): "
             'pip install "call4agents-core[mcp]"'
         ) from error
-    import call4agents as core
+    from call4agents.integration import require_core
 
-    if not getattr(core, "__c4a_core__", False):  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the installed `call4agents` is not the Call4Agents core (PyPI has an unrelated "
-            "project of that name): pip uninstall call4agents, then "
-            'pip install "call4agents-core[mcp]"'
-        )
+    require_core("mcp")

@@ -55,12 +55,11 @@ from call4agents import (
 from call4agents.integration import (
     Action,
     LedgerCore,
+    OnceOnlySettings,
     Row,
     Trigger,
     action_for,
     arun_tool,
-    check_escalate_on,
-    check_trigger,
     ends_run,
     escalate_by_policy,
     handoff,
@@ -176,21 +175,22 @@ class OnceOnly(Extension):
     ) -> None:
         if window is not None and not window > 0:
             raise ConfigurationError("window must be a positive number of seconds, or None")
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigurationError(
-                f"OnceOnly(budget=...) takes a c4a.Budget, not {type(budget).__name__}"
-            )
-        _refuse_credentials(default or EffectOptions(), tools or {})
-        self._ledger = ledger
+        self._shared = OnceOnlySettings.check(
+            ledger=ledger,
+            tools=tools,
+            default=default,
+            budget=budget,
+            escalate_on=escalate_on,
+            trigger=trigger,
+        )
+        _refuse_credentials(self._shared.default, self._shared.tools)
         # Hooks (undo, find_existing, check) adapted once, here, so the undo registered under
-        # each tool's name is the one that is handed the tool's value.
+        # each tool's name is the one that is handed the tool's value. Adapted from the entries
+        # as given: a dict's finder makes its own check instead of inheriting the default's.
         self._tools = {name: _adapted(given) for name, given in (tools or {}).items()}
-        self._default = _hooks.for_tool_calls(default or EffectOptions())
+        self._default = _hooks.for_tool_calls(self._shared.default)
         for name in self._tools:
-            options_for(name, self._tools, self._default)  # registers undo=, checks the fields
-        self._budget = budget
-        self._escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
-        self._trigger = check_trigger(trigger)
+            options_for(name, self._tools, self._default)  # registers the adapted undo=
         self._entered: dict[str, None] = {}  # runs this process entered, oldest first
         self._window = window
         self._identity = identity or authenticated_client
@@ -282,11 +282,11 @@ class OnceOnly(Extension):
         ``c4a.escalate()`` and ``@c4a.effect`` calls inside find the run and its budget, and
         ``c4a.current()`` says the call is not covered (``covered=False``)."""
         run_id = _run_id(caller or "anonymous")
-        await self._enter(run_id, self._ledger)
+        await self._enter(run_id, self._shared.ledger)
         seen, token = out.watch()
         try:
             with (
-                self._run(run_id, self._ledger),
+                self._run(run_id, self._shared.ledger),
                 uncovered_call(run_id, call.tool, _request_id(ctx)),
             ):
                 result = await call_next(ctx)
@@ -303,17 +303,17 @@ class OnceOnly(Extension):
 
     async def _enter(self, run_id: str, ledger: LedgerCore | None) -> None:
         """Record the trigger as this process first enters run ``run_id`` (once per run)."""
-        if self._trigger is None or run_id in self._entered:
+        if self._shared.trigger is None or run_id in self._entered:
             return
         if len(self._entered) >= _ENTERED_KEPT:  # a long-lived server's memory stays bounded
             self._entered.pop(next(iter(self._entered)))
         self._entered[run_id] = None  # before the write: a concurrent call does not repeat it
-        enter = functools.partial(run_entered, run_id, ledger=ledger, trigger=self._trigger)
+        enter = functools.partial(run_entered, run_id, ledger=ledger, trigger=self._shared.trigger)
         await anyio.to_thread.run_sync(enter)
 
     def _run(self, run_id: str, ledger: LedgerCore | None) -> c4a.run:
         """The run a call belongs to, with this server's budget (checked as the call claims)."""
-        return run_part(run_id, ledger=ledger, budget=self._budget)
+        return run_part(run_id, ledger=ledger, budget=self._shared.budget)
 
     async def _once(
         self,
@@ -407,10 +407,14 @@ class OnceOnly(Extension):
     async def _escalated(self, exc: BaseException, action: Action | None) -> Escalated | None:
         """The escalation ``escalate_on`` makes of ``exc`` (a refusal, an in-doubt failure, a
         budget cut), recorded by the core's policy; None when the policy does not cover it."""
-        if not self._escalate_on:
+        if not self._shared.escalate_on:
             return None
         escalate = functools.partial(
-            escalate_by_policy, exc, self._escalate_on, action=action, ledger=self._ledger
+            escalate_by_policy,
+            exc,
+            self._shared.escalate_on,
+            action=action,
+            ledger=self._shared.ledger,
         )
         try:
             await anyio.to_thread.run_sync(escalate)
@@ -427,7 +431,7 @@ class OnceOnly(Extension):
             key = _checked_key(call.key, call.tool)
             keyed = replace(options, key=lambda **_: key, scope="args")
             action = action_for(
-                call.tool, call.arguments, keyed, run_id=run_id, ledger=self._ledger
+                call.tool, call.arguments, keyed, run_id=run_id, ledger=self._shared.ledger
             )
             row = recorded(action)
             if recorded_with_other_args(action, row):
@@ -465,7 +469,7 @@ class OnceOnly(Extension):
                 scoped,
                 run_id=run_id,
                 call_id=call_id,
-                ledger=self._ledger,
+                ledger=self._shared.ledger,
             )
 
         if self._window is None:
@@ -606,16 +610,9 @@ async def _outlive_cancel(work: Callable[[], Awaitable[T]], grace: float | None)
     return outcome[0]
 
 
-def _refuse_credentials(
-    default: EffectOptions, tools: Mapping[str, EffectOptions | Mapping[str, Any]]
-) -> None:
+def _refuse_credentials(default: EffectOptions, tools: Mapping[str, EffectOptions]) -> None:
     for name, options in {"default": default, **tools}.items():
-        given = (
-            options.credentials
-            if isinstance(options, EffectOptions)
-            else options.get("credentials")
-        )
-        if given:
+        if options.credentials:
             raise ConfigurationError(
                 f"{name}: credentials= cannot be injected into MCP tools (the SDK calls them with "
                 "the client's arguments); read the secret inside the tool instead"

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
@@ -33,9 +33,8 @@ from agents.exceptions import AgentsException
 import call4agents as c4a
 from call4agents import Budget, ConfigurationError, EffectOptions
 from call4agents.integration import (
-    Trigger,
+    OnceOnlySettings,
     arun_finished,
-    check_escalate_on,
     count_model_request,
     current_run,
     ends_run,
@@ -108,23 +107,14 @@ class RunControls:
 
     def __init__(
         self,
-        *,
-        budget: Budget | None,
-        escalate_on: Iterable[str],
-        ledger: LedgerCore | None,
-        run_id: RunIdSource,
-        trigger: Trigger | None = None,
+        settings: OnceOnlySettings,
         options: Callable[[str], EffectOptions] | None = None,
     ) -> None:
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigurationError(
-                f"OnceOnly(budget=...) takes a c4a.Budget, not {type(budget).__name__}"
-            )
-        self.budget = budget
-        self.escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
-        self.ledger = ledger
-        self.run_id = run_id
-        self.trigger = trigger
+        self.budget = settings.budget
+        self.escalate_on = settings.escalate_on
+        self.ledger = settings.ledger
+        self.run_id: RunIdSource = settings.run_id
+        self.trigger = settings.trigger
         self.options = options
 
     # -- the run as a whole: its trigger, reads, and completion -----------------------------------

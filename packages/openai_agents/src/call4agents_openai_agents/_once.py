@@ -23,11 +23,10 @@ from call4agents import (
 from call4agents.integration import (
     Action,
     LedgerCore,
+    OnceOnlySettings,
     ToolOptions,
     Trigger,
     action_for,
-    check_run_id,
-    check_trigger,
     current_run,
     options_for,
     warn_once,
@@ -95,29 +94,20 @@ class OnceOnly:
         escalate_on: Iterable[str] = (),
         trigger: Trigger | None = None,
     ) -> None:
-        self._ledger = ledger
-        self._run_id = check_run_id(run_id) if isinstance(run_id, str) else run_id
-        self.controls = RunControls(
+        self._shared = OnceOnlySettings.check(
+            ledger=ledger,
+            tools=tools,
+            default=default,
             budget=budget,
             escalate_on=escalate_on,
-            ledger=ledger,
-            run_id=self._run_id,
-            trigger=check_trigger(trigger),
-            options=self._options_of,
+            trigger=trigger,
+            run_id=run_id,
         )
-        self._tools: ToolOptions = dict(tools or {})
-        self._default = default or EffectOptions()
+        self.controls = RunControls(self._shared, options=self._options_of)
         self.trust_state_approvals = trust_state_approvals
-        for name, found in self._tools.items():  # a misspelt option fails here, not mid-run
-            if not isinstance(found, (EffectOptions, Mapping)):
-                raise ConfigurationError(f"tools[{name!r}] must be EffectOptions or a dict")
-            try:
-                options_for(name, self._tools, self._default)
-            except TypeError as exc:
-                raise ConfigurationError(f"tools[{name!r}]: {exc}") from None
 
     def _options_of(self, tool: str) -> EffectOptions:
-        return options_for(tool, self._tools, self._default)
+        return options_for(tool, self._shared.tools, self._shared.default)
 
     # -- wrapping ---------------------------------------------------------------------------------
 
@@ -133,7 +123,7 @@ class OnceOnly:
         """
         seen: set[str] = set()
         self._wrap_agent(agent, set(), seen)
-        unknown = sorted(set(self._tools) - seen)
+        unknown = sorted(set(self._shared.tools) - seen)
         if unknown:
             warn_once(
                 f"oa-unknown-{unknown}",
@@ -149,8 +139,8 @@ class OnceOnly:
             raise ConfigurationError(
                 f"OnceOnly.tool takes a FunctionTool (from @function_tool), not {type(tool)!r}"
             )
-        per_tool: ToolOptions = {tool.name: options} if options is not None else self._tools
-        chosen = self.controls.tool_options(options_for(tool.name, per_tool, self._default))
+        per_tool: ToolOptions = {tool.name: options} if options is not None else self._shared.tools
+        chosen = self.controls.tool_options(options_for(tool.name, per_tool, self._shared.default))
         if _tools.is_wrapped(tool) or not chosen.recorded:
             return tool
         return _tools.build(self, tool, chosen)
@@ -174,7 +164,7 @@ class OnceOnly:
         if not isinstance(tool, FunctionTool) or _tools.is_wrapped(tool):
             return
         seen.add(tool.name)
-        if _tools.passes_through(tool, configured=tool.name in self._tools):
+        if _tools.passes_through(tool, configured=tool.name in self._shared.tools):
             if _tools.is_agent_tool(tool):
                 _tools.take_invoker(tool, _tools.build_agent_tool(self, copy.copy(tool)))
             return
@@ -209,7 +199,7 @@ class OnceOnly:
             for t in agent.tools
             if isinstance(t, FunctionTool)
             and not _tools.is_wrapped(t)
-            and not _tools.passes_through(t, configured=t.name in self._tools)
+            and not _tools.passes_through(t, configured=t.name in self._shared.tools)
             and self.options_for(t.name).recorded
         ]
 
@@ -221,11 +211,11 @@ class OnceOnly:
 
     @property
     def run_id_source(self) -> RunIdSource:
-        return self._run_id
+        return self._shared.run_id
 
     def run_id_for(self, wrapper: RunContextWrapper[Any], tool: str) -> str:
         """The run id; raises ConfigurationError (how to fix it) when the run has none."""
-        return require_run_id(wrapper, self._run_id, tool)
+        return require_run_id(wrapper, self._shared.run_id, tool)
 
     def keyed(
         self,
@@ -237,7 +227,7 @@ class OnceOnly:
     ) -> Action:
         """Key one call of run ``run_id`` (an approval policy function runs here)."""
         return action_for(
-            tool, arguments, options, run_id=run_id, call_id=call_id, ledger=self._ledger
+            tool, arguments, options, run_id=run_id, call_id=call_id, ledger=self._shared.ledger
         )
 
     def action(
@@ -256,10 +246,12 @@ class OnceOnly:
     def options_for(self, tool: str) -> EffectOptions:
         """The options ``tool``'s calls run with: ``tools[tool]`` over ``default``, plus
         ``escalate_on``."""
-        return self.controls.tool_options(options_for(tool, self._tools, self._default))
+        return self.controls.tool_options(
+            options_for(tool, self._shared.tools, self._shared.default)
+        )
 
     def ledger_for(self, options: EffectOptions) -> LedgerCore:
-        return self._ledger or options.ledger or default_ledger()
+        return self._shared.ledger or options.ledger or default_ledger()
 
     # -- approvals --------------------------------------------------------------------------------
 
@@ -342,7 +334,12 @@ class OnceOnly:
 
         def keyed(run: str) -> Action:
             return action_for(
-                name, arguments, options, run_id=run, call_id=item.call_id, ledger=self._ledger
+                name,
+                arguments,
+                options,
+                run_id=run,
+                call_id=item.call_id,
+                ledger=self._shared.ledger,
             )
 
         chosen = run_id or self._known_run_id() or self._run_of_open_ticket(name, options, keyed)
@@ -354,7 +351,7 @@ class OnceOnly:
         run = current_run()
         if run is not None:
             return run.run_id
-        return self._run_id if isinstance(self._run_id, str) else None
+        return self._shared.run_id if isinstance(self._shared.run_id, str) else None
 
     def _run_of_open_ticket(
         self, name: str, options: EffectOptions, keyed: Callable[[str], Action]
@@ -386,6 +383,6 @@ class OnceOnly:
             raise ImportError(
                 'OnceOnly.mcp_meta needs call4agents-mcp: pip install "call4agents-core[mcp]"'
             ) from exc
-        run_id = require_run_id(context.run_context, self._run_id, context.tool_name)
+        run_id = require_run_id(context.run_context, self._shared.run_id, context.tool_name)
         key = idempotency_key(context.tool_name, context.arguments, run_id=run_id)
         return {KEY_META: key}

@@ -24,13 +24,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the fram
         f"which is not installed or too old: {_FIX}"
     ) from exc
 
-import call4agents as _core  # noqa: E402  (only after the framework check above)
+from call4agents.integration import require_core  # noqa: E402  (after the framework check)
 
-if not getattr(_core, "__c4a_core__", False):  # pragma: no cover - a foreign `call4agents`
-    raise ImportError(
-        "the installed `call4agents` package is not Call4Agents' core (PyPI has an unrelated "
-        f"project of that name): uninstall it, then {_FIX}"
-    )
+require_core("pydantic-ai")
 
 from ._capability import OnceOnly  # noqa: E402
 

@@ -6,7 +6,6 @@ import asyncio
 import copy
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import fields
 from types import MappingProxyType
 from typing import Any
 
@@ -31,7 +30,6 @@ from call4agents import (
     Budget,
     BudgetExceeded,
     Call4AgentsError,
-    ConfigurationError,
     EffectOptions,
     Ledger,
     OutcomeUnknown,
@@ -39,11 +37,10 @@ from call4agents import (
 )
 from call4agents.integration import (
     Action,
+    OnceOnlySettings,
     Trigger,
     action_for,
     arun_tool,
-    check_escalate_on,
-    check_trigger,
     current_run,
     ends_run,
     escalate_by_policy,
@@ -59,7 +56,6 @@ from ._run_id import run_id_of
 
 _NO_TOOLS: Mapping[str, EffectOptions | Mapping[str, Any]] = MappingProxyType({})
 _WRITE = EffectOptions()
-_OPTION_NAMES = frozenset(f.name for f in fields(EffectOptions))
 
 
 class OnceOnly(AbstractCapability[Any]):
@@ -110,24 +106,21 @@ class OnceOnly(AbstractCapability[Any]):
         escalate_on: Collection[str] = (),
         trigger: Trigger | None = None,
     ) -> None:
-        if not isinstance(default, EffectOptions):
-            raise ConfigurationError("OnceOnly(default=...) takes a c4a.EffectOptions(...)")
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigurationError(
-                "OnceOnly(budget=...) takes a c4a.Budget(...), e.g. "
-                "c4a.Budget(max_tool_calls=20, max_model_requests=10)"
-            )
-        self.ledger = ledger
-        self.trigger = check_trigger(trigger)
-        self.escalate_on = frozenset(check_escalate_on(escalate_on, "OnceOnly"))
+        settings = OnceOnlySettings.check(
+            ledger=ledger,
+            tools=tools,
+            default=default,
+            budget=budget,
+            escalate_on=escalate_on,
+            trigger=trigger,
+        )
+        self._shared = settings
+        self.ledger, self.trigger, self.budget = settings.ledger, settings.trigger, settings.budget
+        self.escalate_on = settings.escalate_on
         # The core escalates by policy where each call runs, so the policy goes in the options.
-        self.default = with_escalate_on(default, self.escalate_on)
-        self.budget = budget
+        self.default = with_escalate_on(settings.default, self.escalate_on)
         self.tools: Mapping[str, EffectOptions] = MappingProxyType(
-            {
-                name: with_escalate_on(_tool_options(name, given, default), self.escalate_on)
-                for name, given in tools.items()
-            }
+            {name: with_escalate_on(o, self.escalate_on) for name, o in settings.tools.items()}
         )
         self._reset()
 
@@ -397,22 +390,3 @@ def _give_back(outcome: Any) -> Any:
     if isinstance(outcome, BaseException):
         raise outcome
     return outcome
-
-
-def _tool_options(
-    tool: str, given: EffectOptions | Mapping[str, Any], default: EffectOptions
-) -> EffectOptions:
-    """Resolve one ``tools`` entry now, so a typo fails at construction, not mid-run."""
-    if not isinstance(given, (EffectOptions, Mapping)):
-        raise ConfigurationError(
-            f"OnceOnly(tools={{{tool!r}: ...}}) takes c4a.EffectOptions(...) or a dict of its "
-            f"fields, not {type(given).__name__}"
-        )
-    if isinstance(given, Mapping):
-        unknown = sorted(set(given) - _OPTION_NAMES)
-        if unknown:
-            raise ConfigurationError(
-                f"OnceOnly(tools={{{tool!r}: ...}}): unknown option(s) {', '.join(unknown)}; "
-                f"known: {', '.join(sorted(_OPTION_NAMES))}"
-            )
-    return options_for(tool, {tool: given}, default)
