@@ -20,6 +20,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.workflow import ActivityConfig
 
+from call4agents_pydantic_ai import OnceOnly
 from tests.jobs.temporal_app import Job, send
 
 
@@ -65,4 +66,24 @@ class EmailAgent:
     @workflow.run
     async def run(self, job: Job) -> str:
         result = await agent.run("Tell Bob his refund is on its way", deps=job)
+        return result.output
+
+
+# The Pydantic AI integration's capability on a Temporal agent: its hooks run in workflow code.
+capped = Agent(
+    FunctionModel(llm),
+    name="capped-emailer",
+    deps_type=Job,
+    tools=[send_email],
+    capabilities=[OnceOnly(), TemporalDurability(activity_config=ACTIVITIES)],
+)
+
+
+@workflow.defn
+class CappedEmailAgent:
+    __pydantic_ai_agents__: ClassVar[list[Agent[Job, Any]]] = [capped]
+
+    @workflow.run
+    async def run(self, job: Job) -> str:
+        result = await capped.run("Tell Bob his refund is on its way", deps=job)
         return result.output
