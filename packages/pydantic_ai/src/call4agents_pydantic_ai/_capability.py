@@ -20,7 +20,6 @@ from pydantic_ai.capabilities import (
     WrapRunHandler,
     WrapToolExecuteHandler,
 )
-from pydantic_ai.durable_exec import BaseDurabilityCapability
 from pydantic_ai.exceptions import ToolFailed, UserError
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.models import ModelRequestContext
@@ -403,7 +402,12 @@ def _refuse_temporal_workflow(ctx: RunContext[Any]) -> None:
     on replay. Pydantic AI's Temporal plugin fails the workflow on a ``UserError``, so this says
     why, once, instead. (On DBOS the workflow is ordinary code, and the capability composes.)
     """
-    durability = BaseDurabilityCapability.from_agent(ctx.agent) if ctx.agent else None
+    try:
+        from pydantic_ai.durable_exec import BaseDurabilityCapability
+    except ImportError:  # a Pydantic AI 2 release from before durability capabilities
+        return
+    agent = getattr(ctx, "agent", None)
+    durability = BaseDurabilityCapability.from_agent(agent) if agent is not None else None
     if durability is None or durability.engine_name != "Temporal":
         return
     if durability.in_durable_context:
