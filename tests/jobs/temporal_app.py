@@ -8,6 +8,7 @@ attempts (a retry on another worker) never die.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 from dataclasses import dataclass
@@ -15,9 +16,13 @@ from datetime import timedelta
 from pathlib import Path
 
 from temporalio import activity, workflow
+from temporalio.client import Client
 from temporalio.common import RetryPolicy
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 import call4agents as c4a
+from call4agents.integration import LedgerCore
+from call4agents_jobs.temporal import OnceOnly
 
 
 @dataclass
@@ -87,3 +92,39 @@ class HandOver:
                 initial_interval=timedelta(milliseconds=200), maximum_attempts=3
             ),
         )
+
+
+async def connect(address: str, app: str) -> Client:
+    """A client for ``app``: ``notify`` (``Notify``) or ``agent`` (the Pydantic AI agent, whose
+    plugin sets the client's data converter and registers the agent's activities)."""
+    if app == "agent":
+        from pydantic_ai.durable_exec.temporal import PydanticAIPlugin
+
+        return await Client.connect(address, plugins=[PydanticAIPlugin()])
+    return await Client.connect(address)
+
+
+def worker(
+    client: Client,
+    queue: str,
+    app: str,
+    ledger: LedgerCore | None,
+    pool: concurrent.futures.ThreadPoolExecutor,
+) -> Worker:
+    """A worker of ``app`` on ``queue``: with ``OnceOnly`` over ``ledger``, or bare without one."""
+    if app == "agent":
+        from tests.jobs.temporal_agent_app import EmailAgent
+
+        workflows: list[type] = [EmailAgent]
+        activities: list[object] = []  # the plugin adds the agent's
+    else:
+        workflows, activities = [Notify], [send]
+    return Worker(
+        client,
+        task_queue=queue,
+        workflows=workflows,
+        activities=activities,
+        activity_executor=pool,
+        interceptors=[OnceOnly(ledger=ledger)] if ledger is not None else [],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )

@@ -22,19 +22,22 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from call4agents_jobs.temporal import OnceOnly
 from tests.conftest import Target, run_child
-from tests.jobs.temporal_app import HandOver, Job, Notify, hand_over, send
-from tests.jobs.temporal_server import temporal_server
-
-__all__ = ["temporal_server"]  # the session's server, a fixture
+from tests.jobs.temporal_app import HandOver, Job, connect, hand_over, worker
 
 CHILD = Path(__file__).with_name("temporal_child.py")
 
 
 class Cluster:
-    """One task queue on the session's server, a ledger, and a file of emails."""
+    """One task queue on the session's server, a ledger, and a file of emails.
 
-    def __init__(self, address: str, target: Target, tmp_path: Path, mode: str) -> None:
-        self.address, self.target, self.mode = address, target, mode
+    ``app`` is what the workers run: ``notify`` (the ``Notify`` workflow) or ``agent`` (the
+    Pydantic AI agent of ``temporal_agent_app``).
+    """
+
+    def __init__(
+        self, address: str, target: Target, tmp_path: Path, mode: str, app: str = "notify"
+    ) -> None:
+        self.address, self.target, self.mode, self.app = address, target, mode, app
         self.queue = f"emails-{uuid.uuid4().hex[:8]}"
         self.emails = tmp_path / "emails.txt"
         self.ledger = target.open()
@@ -45,24 +48,19 @@ class Cluster:
     def sent(self) -> int:
         return len(self.emails.read_text().splitlines()) if self.emails.exists() else 0
 
-    def worker(self, client: Client, pool: concurrent.futures.Executor) -> Worker:
+    async def client(self) -> Client:
+        return await connect(self.address, self.app)
+
+    def worker(self, client: Client, pool: concurrent.futures.ThreadPoolExecutor) -> Worker:
         """The second worker, in this process, with or without OnceOnly as the mode says."""
-        interceptors = [OnceOnly(ledger=self.ledger)] if self.mode == "once" else []
-        return Worker(
-            client,
-            task_queue=self.queue,
-            workflows=[Notify],
-            activities=[send],
-            activity_executor=pool,
-            interceptors=interceptors,
-            workflow_runner=UnsandboxedWorkflowRunner(),
-        )
+        ledger = self.ledger if self.mode == "once" else None
+        return worker(client, self.queue, self.app, ledger, pool)
 
     async def start_and_kill_first_worker(self, client: Client, kill: str) -> str:
         """Start the workflow, and run the first worker until its activity kills it."""
-        workflow_id = f"notify-{uuid.uuid4().hex[:8]}"
+        workflow_id = f"{self.app}-{uuid.uuid4().hex[:8]}"
         await client.start_workflow(
-            Notify.run, self.job(kill), id=workflow_id, task_queue=self.queue
+            self.workflow(), self.job(kill), id=workflow_id, task_queue=self.queue
         )
         done = await asyncio.to_thread(
             run_child,
@@ -70,11 +68,27 @@ class Cluster:
             self.address,
             self.queue,
             self.mode,
+            self.app,
             env=self.target.env(),
             timeout=120,
         )
         assert done.returncode == -signal.SIGKILL, done.stderr
         return workflow_id
+
+    def workflow(self) -> str:
+        """The workflow type the app's workers run."""
+        return "EmailAgent" if self.app == "agent" else "Notify"
+
+    async def kill_and_retry(self, kill: str) -> str:
+        """The first worker killed at ``kill`` in its activity; the workflow's result, once a
+        second worker took the retry and finished it."""
+        client = await self.client()
+        workflow_id = await self.start_and_kill_first_worker(client, kill)
+        assert self.sent() == 1
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            async with self.worker(client, pool):
+                result: str = await client.get_workflow_handle(workflow_id).result()
+                return result
 
 
 @pytest.mark.parametrize(("mode", "emails"), [("bare", 2), ("once", 1)])
@@ -82,17 +96,7 @@ def test_a_worker_killed_after_the_tool_acted_and_the_retry_sends_nothing_more(
     temporal_server: str, sqlite_target: Target, tmp_path: Path, mode: str, emails: int
 ) -> None:
     cluster = Cluster(temporal_server, sqlite_target, tmp_path, mode)
-
-    async def scenario() -> str:
-        client = await Client.connect(temporal_server)
-        workflow_id = await cluster.start_and_kill_first_worker(client, "after")
-        assert cluster.sent() == 1
-        with concurrent.futures.ThreadPoolExecutor(4) as pool:
-            async with cluster.worker(client, pool):
-                result: str = await client.get_workflow_handle(workflow_id).result()
-                return result
-
-    assert asyncio.run(scenario()) == "sent to bob@example.com"
+    assert asyncio.run(cluster.kill_and_retry("after")) == "sent to bob@example.com"
     assert cluster.sent() == emails
 
 
@@ -131,7 +135,7 @@ def test_a_worker_killed_inside_the_tool_leaves_the_activity_in_doubt_until_sett
     cluster = Cluster(temporal_server, sqlite_target, tmp_path, "once")
 
     async def scenario() -> object:
-        client = await Client.connect(temporal_server)
+        client = await cluster.client()
         workflow_id = await cluster.start_and_kill_first_worker(client, "inside")
         handle = client.get_workflow_handle(workflow_id)
         with concurrent.futures.ThreadPoolExecutor(4) as pool:

@@ -163,6 +163,7 @@ class OnceOnly(AbstractCapability[Any]):
         Pydantic AI carries context variables set here into the run body, its tool tasks and
         delegate agents started from tools, which then count against this run's budget.
         """
+        _refuse_temporal_workflow(ctx)
         whole = _run_controls.scope(
             ctx.conversation_id, self.ledger, self.budget, whole=True, trigger=self.trigger
         )
@@ -383,6 +384,32 @@ class OnceOnly(AbstractCapability[Any]):
         if isinstance(exc, Call4AgentsError):
             return _give_back(_outcomes.refused(exc))
         raise exc
+
+
+def _refuse_temporal_workflow(ctx: RunContext[Any]) -> None:
+    """Refuse to run in a Temporal workflow, where the capability's hooks cannot work.
+
+    With ``TemporalDurability`` the agent loop, and so every capability hook, runs in workflow
+    code, which must not do I/O: Temporal refuses the threads the ledger's calls run in (the
+    workflow task would fail, and be retried, without end), and the ledger's answers would differ
+    on replay. Pydantic AI's Temporal plugin fails the workflow on a ``UserError``, so this says
+    why, once, instead. (On DBOS the workflow is ordinary code, and the capability composes.)
+    """
+    try:
+        from pydantic_ai.durable_exec import BaseDurabilityCapability
+    except ImportError:  # a Pydantic AI 2 release from before durability capabilities
+        return
+    agent = getattr(ctx, "agent", None)
+    durability = BaseDurabilityCapability.from_agent(agent) if agent is not None else None
+    if durability is None or durability.engine_name != "Temporal":
+        return
+    if durability.in_durable_context:
+        raise UserError(
+            "call4agents_pydantic_ai.OnceOnly cannot run in a Temporal workflow (its hooks would "
+            "do I/O in workflow code): remove it from this TemporalDurability agent, and run the "
+            "worker with call4agents_jobs.temporal.OnceOnly and the tool's side effect under "
+            "@c4a.effect"
+        )
 
 
 def _give_back(outcome: Any) -> Any:
