@@ -78,7 +78,8 @@ def test_sys_modules_none(sqlite_target: Target, tmp_path: Path) -> None:
 
 def test_switched_off_by_environment(sqlite_target: Target, tmp_path: Path) -> None:
     prelude = "import os, sys\nos.environ['CALL4AGENTS_OTEL'] = '0'\n"
-    body = "import call4agents\nfrom call4agents.engine import observe\nassert observe.hook is None\n"
+    body = "import call4agents\nfrom call4agents.engine import observe\n"
+    body += "assert observe.hook is None\n"
     done = subprocess.run(
         [sys.executable, "-c", prelude + body], capture_output=True, text=True, check=False
     )
