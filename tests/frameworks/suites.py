@@ -132,7 +132,9 @@ def assert_same_outcomes(
     bare: set[str], switched_on: set[str], expected: Mapping[str, str], *, at_least: int
 ) -> None:
     """Every test passing bare passes switched on, except ``expected``, each still a difference."""
-    assert len(bare) > at_least  # the chosen files ran, not an import error's handful
-    assert sorted(bare - switched_on - set(expected)) == []
+    assert len(bare) > at_least, f"only {len(bare)} passed bare"  # not an import error's handful
+    differ = sorted(bare - switched_on - set(expected))
+    assert differ == [], f"{len(differ)} pass bare and fail switched on: {differ}"
     # Each named difference is still one: a fix shows here, and its entry goes.
-    assert sorted(t for t in expected if t not in bare or t in switched_on) == []
+    gone = sorted(t for t in expected if t not in bare or t in switched_on)
+    assert gone == [], f"named as differences but no longer one: {gone}"
