@@ -7,8 +7,8 @@ Each run is a pytest of its own in a child process, rooted in that folder with t
 own settings, so this repository's pytest configuration and plugins do not apply to it.
 
 Which sdists ship their tests: ``langchain``, ``openai-agents`` and ``mcp`` do (each has a
-``test_*_suite.py`` here); ``pydantic-ai-slim`` does not (its tests live only in its repository,
-and the ``pydantic-ai`` meta-package's sdist has none either), so Pydantic AI has no suite here.
+``test_*_suite.py`` here); ``pydantic-ai-slim``'s does not (its tests live only in its
+repository), so Pydantic AI has no suite here.
 """
 
 from __future__ import annotations
