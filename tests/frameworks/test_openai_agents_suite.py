@@ -78,7 +78,13 @@ _IDENTITY = (
     "two agents of the same name and fields: the handoff goes to the second, which equals the "
     "first bare (dataclass ==) but not once each has its own wrapped instructions and hooks"
 )
-_SPANS = "the integration's own tracing spans are counted with the SDK's"
+UNSTEADY = {
+    "tests/test_cancel_streaming.py::"
+    "test_cancel_with_pending_parallel_input_guardrail_finishes_cleanup": (
+        "counts the spans started before a cancel lands; switched on, the integration's own "
+        "span sometimes starts first (it failed in two runs of three)"
+    ),
+}
 
 _RUNNER = "tests/test_agent_runner.py"
 _STREAMED = "tests/test_agent_runner_streamed.py"
@@ -112,8 +118,6 @@ EXPECTED: dict[str, str] = {
     f"{_SCOPED}::test_function_exact_approval_preserves_native_sticky_rejection": _HANDOFF,
     f"{_SCOPED}::test_sticky_approval_stays_with_agent_across_handoffs": _HANDOFF,
     f"{_SCOPED}::test_tied_duplicate_owner_restore_requires_reapproval": _HANDOFF,
-    "tests/test_cancel_streaming.py::"
-    "test_cancel_with_pending_parallel_input_guardrail_finishes_cleanup": _SPANS,
     f"{_HITL}::test_execute_path_skips_needs_approval_checker_when_status_resolved": _POLICY,
     f"{_HITL}::test_nested_agent_tool_does_not_inherit_parent_approvals": _CONVERTED,
     **{
@@ -150,4 +154,4 @@ def test_every_test_passing_bare_passes_with_once_only() -> None:
     root = suites.unpacked(RELEASE)
     bare = suites.passed(root, FILES, plugin=None)
     switched_on = suites.passed(root, FILES, plugin="once_only_agents_plugin")
-    suites.assert_same_outcomes(bare, switched_on, EXPECTED, at_least=500)
+    suites.assert_same_outcomes(bare, switched_on, EXPECTED, at_least=500, unsteady=UNSTEADY)
