@@ -8,17 +8,14 @@ ledger of its own. Nothing else of the tests changes.
 
 from __future__ import annotations
 
-import importlib
 import uuid
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import langchain.agents
 import langchain.agents.factory
-import pytest
+from plugin_ledger import _fresh_ledger  # noqa: F401  (an autouse fixture, by import)
 
-import call4agents as c4a
 from call4agents_langgraph import OnceOnly
 
 _bare_create_agent = langchain.agents.factory.create_agent
@@ -38,15 +35,3 @@ def _create_agent(*args: Any, middleware: Sequence[Any] = (), **kwargs: Any) -> 
 # Before the test modules are imported, so their `from ... import create_agent` gets this one.
 langchain.agents.factory.create_agent = _create_agent  # type: ignore[assignment]
 langchain.agents.create_agent = _create_agent  # type: ignore[assignment]
-
-
-@pytest.fixture(autouse=True)
-def _fresh_ledger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    folder: Path = tmp_path_factory.mktemp("ledger")
-    ledger = c4a.init(f"sqlite:///{folder / 'ledger.db'}")
-    try:
-        yield
-    finally:
-        ledger.close()
-        default = importlib.import_module("call4agents.engine.default")
-        default._default_ledger = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from agents import Agent, Runner, RunResult, RunState, function_tool
@@ -183,6 +183,30 @@ async def test_the_tools_own_needs_approval_is_bound_to_the_ledger(
     once.approve(state, result.interruptions[0], by="ann")
     await Runner.run(wrapped, state)
     assert outbox.count() == 1
+
+
+@pytest.mark.parametrize("once_only", [False, True], ids=["bare", "once-only"])
+async def test_a_needs_approval_neither_bool_nor_callable_is_refused_as_bare(
+    ledger: c4a.Ledger, outbox: Outbox, once_only: bool
+) -> None:
+    @function_tool(needs_approval=cast(Any, "always"))
+    def close_account(customer: str) -> str:
+        """Close a customer's account."""
+        outbox.send(customer)
+        return f"closed {customer}"
+
+    agent = Agent(
+        name="bank",
+        model=bank_agent(
+            outbox.path, [call("close_account", "c1", customer="bob")], [assistant_message("ok")]
+        ).model,
+        tools=[close_account],
+    )
+    if once_only:
+        agent = OnceOnly().wrap(agent)
+    with pytest.raises(UserError, match="needs_approval"):
+        await Runner.run(agent, "close bob's account", context=dict(RUN))
+    assert outbox.count() == 0
 
 
 async def test_a_policy_asks_only_for_the_calls_it_names(

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents import FunctionTool, RunContextWrapper
+from agents.exceptions import UserError
 from agents.tool_context import ToolContext
 
 from call4agents import (
@@ -76,9 +77,14 @@ async def approval_needed(
     """The ledger's policy (tool options, side-effect class) or the tool's own SDK policy."""
     if action.needs_approval:
         return True
-    own = tool.needs_approval
-    if not callable(own):
-        return bool(own)
+    own: object = tool.needs_approval
+    if isinstance(own, bool):
+        return own
+    if not callable(own):  # the SDK refuses it the same way when the tool runs bare
+        raise UserError(
+            f"Invalid needs_approval value on tool {tool.name!r}: expected a bool or callable, "
+            f"got {type(own).__name__}."
+        )
     found: Any = own(ctx, params, call_id)
     if inspect.isawaitable(found):  # the SDK accepts plain functions here too
         found = await found

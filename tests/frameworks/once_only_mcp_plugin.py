@@ -1,0 +1,28 @@
+"""A pytest plugin that switches OnceOnly on in the MCP Python SDK's own tests.
+
+Loaded with ``-p once_only_mcp_plugin`` (this folder on ``PYTHONPATH``): every ``MCPServer``
+the tests make gets ``OnceOnly()`` first in its ``middleware`` list (outside the tests' own, so
+a test finding its middleware last still does), and each test records in a fresh SQLite ledger
+of its own. Nothing else of the tests changes.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from plugin_ledger import _fresh_ledger  # noqa: F401  (an autouse fixture, by import)
+
+from call4agents_mcp import OnceOnly
+
+_bare_init = MCPServer.__init__
+
+
+@functools.wraps(_bare_init)
+def _init(self: MCPServer, *args: Any, middleware: Sequence[Any] | None = None, **kw: Any) -> None:
+    _bare_init(self, *args, middleware=[OnceOnly(), *(middleware or ())], **kw)
+
+
+MCPServer.__init__ = _init  # type: ignore[method-assign]

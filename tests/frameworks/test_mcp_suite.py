@@ -1,0 +1,94 @@
+"""The MCP Python SDK's own server and client tests, run bare and again with OnceOnly switched on.
+
+The pinned release's sdist on the package index ships its tests; ``suites`` fetches and unpacks
+them. The chosen files are its tests of ``MCPServer`` tools, tool errors, validation, elicitation,
+cancellation, extensions and middleware, driven through the SDK's in-memory client. Its conftest
+is left out (it wants BlockBuster and Logfire, which measure nothing of tools), and so is one
+file that imports the repository's examples, which the sdist does not ship; its
+``filterwarnings = error`` stays. The second run loads ``once_only_mcp_plugin``: ``OnceOnly()``
+joins every ``MCPServer``'s middleware, each test on a fresh SQLite ledger. Every test that
+passes bare must pass switched on, except the named differences below.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from tests.frameworks import suites
+
+pytest.importorskip("mcp.server.mcpserver", reason="the MCP SDK is not installed on this Python")
+
+RELEASE = suites.Release(
+    project="mcp",
+    version="2.3.0",
+    sha256="8b147a50441cf059dc88c684e0aeed3687f0aa0f39c6cde7b90330effd2b34d8",
+    folder="mcp-2.3.0",
+    # The SDK's own settings that matter here (its pyproject's): warnings are errors, but for
+    # its advisory deprecations.
+    ini=(
+        "[pytest]\nxfail_strict = true\n"
+        "markers =\n    requirement(id): links a test to a requirement\n"
+        "filterwarnings =\n    error\n"
+        "    ignore:.*is deprecated as of 2026-07-28 \\(SEP-2577\\).:mcp.MCPDeprecationWarning\n"
+        "    ignore:Client-to-server progress is deprecated as of 2026-07-28.*"
+        ":mcp.MCPDeprecationWarning\n"
+        "    ignore:ping is removed as of 2026-07-28.*:mcp.MCPDeprecationWarning\n"
+    ),
+)
+_SERVER = "tests/server/mcpserver"
+FILES = [
+    f"{_SERVER}/test_server.py",
+    f"{_SERVER}/test_tool_manager.py",
+    f"{_SERVER}/test_extension.py",
+    f"{_SERVER}/test_elicitation.py",
+    f"{_SERVER}/test_url_elicitation.py",
+    f"{_SERVER}/test_url_elicitation_error_throw.py",
+    f"{_SERVER}/tools",
+    "tests/server/test_validation.py",
+    "tests/server/test_cancel_handling.py",
+    "tests/server/test_lowlevel_exception_handling.py",
+    "tests/client/test_client.py",
+]
+_ADVERTISED = (
+    "OnceOnly is an MCP extension: the server's capabilities name it (io.call4agents/once-only, "
+    "with its idempotency key's _meta name and window), so an exact snapshot of them differs"
+)
+_KEYLESS = (
+    "a tool call with no idempotency key from a caller the server cannot name is logged once a "
+    "process as a call4agents warning; a test asserting no log records sees it (issue 47)"
+)
+EXPECTED = {
+    f"{_SERVER}/test_server.py::"
+    "test_server_advertises_change_notifications_on_the_modern_wire_by_default": _ADVERTISED,
+    f"{_SERVER}/test_server.py::test_subscriptions_false_neither_advertises_nor_serves_listen": (
+        _ADVERTISED
+    ),
+    f"{_SERVER}/test_extension.py::"
+    "test_extension_settings_advertised_under_server_capabilities": _ADVERTISED,
+    f"{_SERVER}/test_extension.py::test_extension_settings_dropped_on_legacy_handshake": (
+        _ADVERTISED
+    ),
+    "tests/client/test_client.py::test_client_is_initialized": _ADVERTISED,
+    f"{_SERVER}/test_server.py::"
+    "test_tool_raising_unexpected_exception_is_logged_once_at_error_with_its_traceback": _KEYLESS,
+    f"{_SERVER}/test_server.py::test_tool_raising_tool_error_is_logged_at_info_without_traceback": (
+        _KEYLESS
+    ),
+    f"{_SERVER}/test_server.py::"
+    "test_tool_argument_validation_failure_is_logged_at_info_without_traceback": _KEYLESS,
+    f"{_SERVER}/test_server.py::test_tool_raising_mcp_error_is_not_logged_by_mcpserver": _KEYLESS,
+    f"{_SERVER}/test_server.py::test_resource_error_escaping_a_tool_is_anticipated": _KEYLESS,
+}
+
+
+@pytest.mark.slow
+def test_every_test_passing_bare_passes_with_once_only() -> None:
+    suites.check_installed(RELEASE, importlib.metadata.version("mcp"))
+    root = suites.unpacked(RELEASE)
+    # The conftest's fixtures are of no use here (see above); the anyio plugin runs the tests.
+    options = ["--noconftest", "-p", "no:asyncio"]
+    bare = suites.passed(root, FILES, plugin=None, options=options)
+    switched_on = suites.passed(root, FILES, plugin="once_only_mcp_plugin", options=options)
+    suites.assert_same_outcomes(bare, switched_on, EXPECTED, at_least=300)
