@@ -107,7 +107,13 @@ def test_find_existing_on_a_pydantic_ai_tool(target: Target, tmp_path: Path) -> 
     assert found.state == "succeeded"
     assert found.result == ticket
     assert found.resolved_by == "check"
-    assert sorted(outbox.sent()) == ["ann@example.com", "bob@example.com"]
+    # The run's other calls ran beside the ticket's; the timeout that ended the run may have
+    # cancelled one of them mid-call, which leaves it in doubt (never re-sent) rather than sent.
+    sent = outbox.sent()
+    assert len(sent) == len(set(sent))  # nothing went twice
+    emails = {r.args["to"]: r.state for r in ledger.effects("conv-2") if r.tool == "send_email"}
+    assert all(state == "succeeded" for to, state in emails.items() if to in sent)
+    assert all(state == "in_doubt" for to, state in emails.items() if to not in sent)
 
 
 def test_escalate_a_pydantic_ai_conversation(target: Target, tmp_path: Path) -> None:

@@ -113,8 +113,10 @@ def passed(
     plugin: str | None,
     options: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
+    some: bool = True,
 ) -> set[str]:
-    """The node ids of the tests in ``files`` that pass, with ``plugin`` loaded if named."""
+    """The node ids of the tests in ``files`` (files or node ids) that pass, with ``plugin``
+    loaded if named; ``some``: at least one must pass (not an import error)."""
     pytest_args = ["-p", "no:cacheprovider", "-q", "-rA", "-n", "0", *options]
     loaded = ["-p", plugin] if plugin else []
     child_env = dict(os.environ, PYTHONPATH=str(PLUGIN_DIR), **(env or {}))
@@ -128,8 +130,21 @@ def passed(
         check=False,
     )
     found = set(re.findall(r"^PASSED (\S+)", done.stdout, flags=re.MULTILINE))
-    assert found, done.stdout[-3000:] + done.stderr[-3000:]
+    assert found or not some, done.stdout[-3000:] + done.stderr[-3000:]
     return found
+
+
+def second_look(
+    root: Path, bare: set[str], switched_on: set[str], expected: Mapping[str, str], plugin: str
+) -> set[str]:
+    """``switched_on`` with the unexpected differences run once more, switched on: a framework's
+    own timing tests (parallel calls, cancellation) sometimes fail on a busy machine whatever the
+    plugin, and one that passes on its second run is no difference."""
+    named = set(expected)
+    again = sorted(t for t in bare - switched_on if t not in named and t.split("[")[0] not in named)
+    if not again:
+        return switched_on
+    return switched_on | passed(root, again, plugin=plugin, some=False)
 
 
 def assert_same_outcomes(
