@@ -48,3 +48,16 @@ def field(page: str, name: str) -> str:
     found = re.search(rf'name="{name}" value="([^"]*)"', page)
     assert found, f"no {name} field on the page"
     return found.group(1)
+
+
+def signed_in(ledger: c4a.Ledger, token: str, **settings: str) -> Any:
+    """A test client of a console opened with ``token`` (``operator="ann"`` unless told),
+    already signed in by it."""
+    from starlette.testclient import TestClient
+
+    from call4agents.console import ConsoleSettings, create_app
+
+    values = {"operator": "ann", "token": token, **settings}
+    c = TestClient(create_app(ledger, ConsoleSettings(**values)), base_url="http://127.0.0.1")
+    c.get(f"/?token={token}")
+    return c

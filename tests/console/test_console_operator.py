@@ -18,23 +18,15 @@ from sqlalchemy import update
 from starlette.testclient import TestClient
 
 import call4agents as c4a
-from call4agents.console import ConsoleSettings, create_app
 from call4agents.storage.tables import effects
-from tests.console.helpers import field, make_in_doubt, open_ticket
+from tests.console.helpers import field, make_in_doubt, open_ticket, signed_in
 
 TOKEN = "t0ken-for-operators"
 
 
-def signed_in(ledger: c4a.Ledger, **settings: str) -> TestClient:
-    values = {"operator": "ann", "token": TOKEN, **settings}
-    c = TestClient(create_app(ledger, ConsoleSettings(**values)), base_url="http://127.0.0.1")
-    c.get(f"/?token={TOKEN}")
-    return c
-
-
 @pytest.fixture
 def ann(ledger: c4a.Ledger) -> Iterator[TestClient]:
-    with signed_in(ledger) as c:
+    with signed_in(ledger, TOKEN) as c:
         yield c
 
 
@@ -171,9 +163,9 @@ def test_an_escalated_runs_action_in_doubt_is_settled_on_its_page(
 
 def test_a_read_only_user_sees_a_runs_doubt_but_cannot_settle_it(ledger: c4a.Ledger) -> None:
     record = make_in_doubt("mail-5")
-    with signed_in(ledger) as operator:
+    with signed_in(ledger, TOKEN) as operator:
         csrf = field(operator.get("/doubt").text, "csrf")
-    with signed_in(ledger, read_only="vic", operator="vic") as vic:
+    with signed_in(ledger, TOKEN, read_only="vic", operator="vic") as vic:
         page = vic.get("/run?id=mail-5").text
         assert "In doubt: 1 to settle" in page
         assert "Read-only: you cannot settle it." in page

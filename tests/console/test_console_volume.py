@@ -15,23 +15,15 @@ from sqlalchemy import update
 from starlette.testclient import TestClient
 
 import call4agents as c4a
-from call4agents.console import ConsoleSettings, create_app
 from call4agents.storage.tables import approvals, effects
-from tests.console.helpers import field, open_ticket
+from tests.console.helpers import field, open_ticket, signed_in
 
 TOKEN = "t0ken-for-volume"
 
 
-def signed_in(ledger: c4a.Ledger, **settings: str) -> TestClient:
-    values = {"operator": "ann", "token": TOKEN, **settings}
-    c = TestClient(create_app(ledger, ConsoleSettings(**values)), base_url="http://127.0.0.1")
-    c.get(f"/?token={TOKEN}")
-    return c
-
-
 @pytest.fixture
 def ann(ledger: c4a.Ledger) -> Iterator[TestClient]:
-    with signed_in(ledger) as c:
+    with signed_in(ledger, TOKEN) as c:
         yield c
 
 
@@ -169,7 +161,7 @@ def test_bulk_refusals(ann: TestClient, ledger: c4a.Ledger) -> None:
     many = {f"apr_{i:020x}": "x" for i in range(101)}
     assert "tick at most 100 tickets" in bulk(ann, "approve", many)
     assert ledger.approval(t.ticket).state == "pending"  # type: ignore[union-attr]
-    with signed_in(ledger, read_only="bob", operator="bob") as bob:
+    with signed_in(ledger, TOKEN, read_only="bob", operator="bob") as bob:
         page = bob.get("/").text
         assert 'id="bulk"' not in page
         assert bulk(bob, "approve", picks_on(ann.get("/").text)).startswith("403 ")
