@@ -497,7 +497,10 @@ def postgres_engine(
 
 
 def _sync_off(conn: Any) -> None:
-    conn.exec_driver_sql(f"SELECT {SYNC_OFF}")
+    # A read commits nothing, so the setting would change nothing there; through a pooler its
+    # statement is one more round trip, on every read.
+    if not conn.get_execution_options().get("c4a_read", False):
+        conn.exec_driver_sql(f"SELECT {SYNC_OFF}")
 
 
 def pg_connect_args(url: URL, durability: Durability, pooler: str | None = None) -> dict[str, str]:
@@ -662,7 +665,7 @@ def refuse_read_only(engine: Engine) -> None:
     ledger opened on a standby would otherwise fail only at its first action."""
     if engine.dialect.name != "postgresql":
         return
-    with engine.connect() as conn:
+    with engine.connect().execution_options(c4a_read=True) as conn:
         if conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on":
             raise ReadOnlyServer("the server is read-only")
 
