@@ -189,7 +189,7 @@ def bench_durability(direct: str, pooled: str, durability: Durability, n: int) -
         tag = f"{os.getpid()}-{time.time_ns()}"
         for name, ledger in ledgers.items():
             cases[name] = fresh_chunk(ledger, f"{name}-{tag}")
-        samples = interleave(cases, range(n), min(100, n))
+        samples = interleave(cases, range(n), min(100, n), rounds=50)
     finally:
         for ledger in ledgers.values():
             ledger.close()
