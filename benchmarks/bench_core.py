@@ -24,7 +24,12 @@ async caller must that may not block its event loop on the driver: the floor of 
 PgBouncer in transaction mode in front of ``--postgres``'s server, with
 ``?c4a_pooler=transaction``), as ``postgresql pooled``: its floor is still the direct
 connection's, so its ratio says what the pooler adds to a fresh action against the same floor as
-the direct rows.
+the direct rows. Beside it, ``floor through the pooler`` is the same bare floor sent through the
+pooler as a pooled client must send it: no server-side prepared statement (the next transaction
+may run on another server connection), the table named with its schema (no startup
+``search_path``), and at ``process`` synchronous commit turned off inside each statement (no
+startup ``options``), so it costs no extra round trip. Its ratio to the direct floor is what the
+pooler alone costs a client that does the least.
 
 Repeats: ``same process`` is served from memory; ``new process: lone`` is each action the first
 repeat of its own run, in a new view of the ledger (one read of the database); ``new process:
@@ -63,6 +68,7 @@ Chunk = Callable[[range], list[int]]  # times one action per id, in ns
 
 RUN_ID = "bench-run"
 FLOOR = "floor (2 commits)"
+POOLED_FLOOR = "floor through the pooler"
 SELECT_FLOOR = "floor: PK select"
 AFLOOR = "floor, async (2 commits in threads)"
 FRESH, AFRESH = "fresh effect (sync)", "fresh effect (async)"
@@ -204,22 +210,36 @@ REPEAT_SELECT = "SELECT result FROM {table} WHERE key = {m}"
 
 class Bare:
     """The bare driver (sqlite3 or psycopg), no SQLAlchemy: ``conn`` writes, ``reader`` looks up
-    in autocommit (one statement, one round trip) on a cursor it keeps."""
+    in autocommit (one statement, one round trip) on a cursor it keeps. ``table``: the floor's
+    table as the statements name it; ``setting``: a value each write computes first (a pooled
+    client's ``set_config``, which must ride inside the statement)."""
 
-    def __init__(self, conn: Any, sql: Sql, reader: Any = None) -> None:
-        self.conn, self.sql, self.reader = conn, sql, reader or conn
+    def __init__(
+        self,
+        conn: Any,
+        sql: Sql,
+        reader: Any = None,
+        table: str = "bench_floor",
+        setting: str | None = None,
+        tag: str = "floor",
+    ) -> None:
+        self.conn, self.sql, self.reader, self.tag = conn, sql, reader or conn, tag
         self.cursor = self.reader.cursor()
         m, now = sql.mark, sql.now
+        values = f"{m}, {m}, {m}, {m}, {m}, {m}, 'started', 1, {now} + {m}, {now}, {now}"
+        source = f"VALUES ({values})"
+        if setting is not None:
+            source = f"SELECT {values} FROM (SELECT {setting}) AS one"
         self.insert = (
-            "INSERT INTO bench_floor (key, run_id, tool, kind, args, owner, state, attempt, "
-            f"lease_expires_at, created_at, updated_at) VALUES ({m}, {m}, {m}, {m}, {m}, {m}, "
-            f"'started', 1, {now} + {m}, {now}, {now}) ON CONFLICT (key) DO NOTHING "
+            f"INSERT INTO {table} (key, run_id, tool, kind, args, owner, state, attempt, "
+            f"lease_expires_at, created_at, updated_at) {source} ON CONFLICT (key) DO NOTHING "
             "RETURNING attempt"
         )
         self.update = (
-            f"UPDATE bench_floor SET state = 'succeeded', result = {m}, error = NULL, note = NULL,"
-            f" owner = NULL, lease_expires_at = NULL, updated_at = {now} WHERE key = {m} AND "
-            "attempt = 1 AND state IN ('started', 'in_doubt')"
+            f"UPDATE {table} SET state = 'succeeded', result = {m}, error = NULL, note = NULL,"
+            f" owner = NULL, lease_expires_at = NULL, updated_at = {now} "
+            + ("" if setting is None else f"FROM (SELECT {setting}) AS one ")
+            + f"WHERE key = {m} AND attempt = 1 AND state IN ('started', 'in_doubt')"
         )
         self.select = REPEAT_SELECT.format(table="c4a_effects", m=m)
 
@@ -233,7 +253,7 @@ class Bare:
 
     def action(self, i: int, between: float = 0.0) -> None:
         """Intent, then result; ``between`` seconds of the tool's own work in the middle."""
-        key = fake_key("floor", i)
+        key = fake_key(self.tag, i)
         self.commit(self.insert, (key, RUN_ID, "bench.send", "write", f'{{"i":{i}}}', OWNER, 30.0),
                     fetch=True)  # fmt: skip
         if between:
@@ -262,6 +282,19 @@ def pg_bare(url: str, schema: str, durability: Durability) -> Bare:
     return Bare(conn, PG_SQL, reader=psycopg.connect(url, options=options, autocommit=True))
 
 
+def pg_bare_pooled(url: str, schema: str, durability: Durability) -> Bare:
+    """The bare floor through a transaction pooler: what ``Bare`` does, as a pooled client may."""
+    import psycopg
+
+    from call4agents.storage._db import POOLER_SETTING, SYNC_OFF
+
+    plain = sqlalchemy.engine.make_url(url).difference_update_query([POOLER_SETTING])
+    dsn = plain.set(drivername="postgresql").render_as_string(hide_password=False)
+    conn = psycopg.connect(dsn, autocommit=False, prepare_threshold=None)
+    setting = SYNC_OFF if durability == "process" else None
+    return Bare(conn, PG_SQL, table=f'"{schema}".bench_floor', setting=setting, tag="pooled")
+
+
 # -- one backend in one durability mode --------------------------------------------------------
 
 
@@ -274,6 +307,7 @@ class Target:
     bare: Bare
     scale: bool = False  # measured by bench_scale, not bench_target
     via: str | None = None  # the ledger's URL when it goes through a pooler
+    pooled_bare: Bare | None = None  # the floor through that pooler
 
     def ledger(self) -> c4a.Ledger:
         return c4a.Ledger(self.via or self.url, durability=self.durability, schema=self.schema)
@@ -284,6 +318,8 @@ class Target:
     def close(self) -> None:
         self.bare.reader.close()
         self.bare.conn.close()
+        if self.pooled_bare is not None:
+            self.pooled_bare.conn.close()
         if self.schema:  # made for this run only; a new connection, in case the old one died
             import psycopg
 
@@ -311,7 +347,9 @@ def open_postgres(
         bare.conn.execute(ddl)
     bare.conn.commit()
     backend = "postgresql pooled" if via else "postgresql"
-    return Target(backend, durability, url, schema, bare, scale=bool(tag), via=via)
+    pooled = pg_bare_pooled(via, schema, durability) if via else None
+    return Target(backend, durability, url, schema, bare, scale=bool(tag), via=via,
+                  pooled_bare=pooled)  # fmt: skip
 
 
 # -- the cases -----------------------------------------------------------------------------------
@@ -355,10 +393,14 @@ def bench_writes(t: Target, ledger: c4a.Ledger, n: int, warm: int) -> list[Resul
         FRESH: sync_chunk(ledger, send),
         AFRESH: async_chunk(ledger, loop),
     }
+    if t.pooled_bare is not None:
+        cases[POOLED_FLOOR] = floor_chunk(t.pooled_bare)
     samples = interleave(cases, range(n), warm)
     loop.close()
+    pooled = [t.result(POOLED_FLOOR, samples[POOLED_FLOOR])] if t.pooled_bare else []
     return [
         t.result(FLOOR, samples[FLOOR], floor=None),
+        *pooled,
         t.result(AFLOOR, samples[AFLOOR], floor=None),
         t.result(FRESH, samples[FRESH]),
         t.result(AFRESH, samples[AFRESH], floor=AFLOOR),
@@ -439,11 +481,11 @@ def same_session(ledger: c4a.Ledger, schema: str) -> Callable[[str], None]:
 def bench_target(t: Target, n: int, warm: int) -> list[Result]:
     ledger = t.ledger()
     try:
-        floor, afloor, *fresh = bench_writes(t, ledger, n, warm)
+        *floors, afloor, fresh, afresh = bench_writes(t, ledger, n, warm)
         cached, select_floor, *from_db = bench_repeats(t, ledger, n, warm)
     finally:
         ledger.close()
-    return [floor, afloor, select_floor, *fresh, cached, *from_db]
+    return [*floors, afloor, select_floor, fresh, afresh, cached, *from_db]
 
 
 # -- ledger size -----------------------------------------------------------------------------------
@@ -567,8 +609,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         results = run_all(args, Path(tmp))
     print_table(results)
     print(
-        f"\nx floor: {FRESH!r} against {FLOOR!r}, {AFRESH!r} against {AFLOOR!r}, "
-        f"repeats from a new process against {SELECT_FLOOR!r}."
+        f"\nx floor: {FRESH!r} and {POOLED_FLOOR!r} against {FLOOR!r} (the direct connection's, "
+        f"pooled or not), {AFRESH!r} against {AFLOOR!r}, repeats from a new process against "
+        f"{SELECT_FLOOR!r}."
     )
 
 

@@ -7,6 +7,7 @@ full runs): it keeps the scripts that make those figures from rotting as the lib
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import PG_ENV, postgres_url
+from tests.postgres.helpers import unavailable
 
 BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 
@@ -102,3 +104,34 @@ def test_bench_postgres_every_part() -> None:
     ):
         assert line in out, out
     assert "server process on another CPU" in out or "placement: skipped" in out  # placement
+
+
+@pytest.mark.slow
+def test_bench_pooler() -> None:
+    """Its own PgBouncer in front of the test server, every case, and the split by cause."""
+    url = postgres_url()
+    if shutil.which("pgbouncer") is None and not Path("/usr/sbin/pgbouncer").exists():
+        unavailable("bench_pooler needs PgBouncer (Debian: apt-get install pgbouncer)")
+    out = bench("bench_pooler.py", "--n", "20", "--durability", "process", postgres=url)
+    for case in (
+        "round trip (SELECT 1), pooled",
+        "floor through the pooler",
+        "fresh effect (sync), no prepare",
+        "fresh effect (sync), pooled",
+        "parsing and planning unprepared statements",
+    ):
+        assert case in out, out
+
+
+@pytest.mark.slow
+def test_bench_failover() -> None:
+    """A primary and a standby of its own, the primary's machine killed under load, the standby
+    promoted, every call repeated: one short round, figures not judged."""
+    bench_failover = BENCHMARKS / "bench_failover.py"
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/pg_basebackup")):
+        unavailable("bench_failover needs PostgreSQL's server programs (initdb, pg_basebackup)")
+    out = bench(bench_failover.name, "--rounds", "1", "--workers", "2", "--seconds", "0.5")
+    assert "asynchronous replication" in out
+    row = out.strip().splitlines()[-1].split()
+    assert row[0] == "1"
+    assert int(row[1]) > 0  # results were acknowledged

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from sqlalchemy import event
 
 import call4agents as c4a
 from call4agents.facade import cli
@@ -160,6 +161,30 @@ def test_workers_racing_behind_a_transaction_pooler_run_each_key_once(
         by_key = {to: r["pid"] for to, r in found["results"].items()}
         assert by_key == {to: reports[0]["results"][to]["pid"] for to in emails}
     assert _advisory_locks(bouncer) == 0  # nothing held on a server connection others share
+
+
+def test_behind_a_pooler_process_durability_is_set_in_each_write_and_no_read(
+    bouncer: Bouncer,
+) -> None:
+    """No startup options behind a pooler: each write transaction turns synchronous commit off
+    for itself, and a read, which commits nothing, spends no round trip on it."""
+    ledger = c4a.Ledger(bouncer.url, schema="sync_off", durability="process")
+    sent: list[str] = []
+    # Listened to, the ledger sends every statement through the engine, where it is seen.
+    event.listen(ledger.engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    try:
+        send = c4a.effect(name="send", ledger=ledger)(lambda to: f"sent {to}")
+        with c4a.run("sync-off"):
+            assert send("a") == "sent a"
+        assert any("synchronous_commit" in s for s in sent)
+        with ledger.store.tx() as conn:
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "off"
+        sent.clear()
+        assert [e.args for e in ledger.effects()] == [{"to": "a"}]
+        assert sent
+        assert not any("synchronous_commit" in s for s in sent)
+    finally:
+        ledger.close()
 
 
 def test_a_statement_mode_pooler_is_refused_in_one_line(bouncer: Bouncer) -> None:

@@ -1,14 +1,18 @@
 """libpq's URL forms and a server that is not (yet) there: several hosts in the netloc or the
-query with ``target_session_attrs``, a read-only server as the only host, ``init`` waiting out an
+query with ``target_session_attrs``, IPv6 addresses among them (against a server of this module's
+own that listens on ::1 only), a read-only server as the only host, ``init`` waiting out an
 outage for a bounded time, and the driver's settings or the user's own engine."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +20,11 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 import call4agents as c4a
+from call4agents.facade import cli
 from call4agents.model.errors import ConfigurationError, LedgerError
 from tests.conftest import Target
-from tests.postgres.test_tls import _free_port
+from tests.postgres.helpers import unavailable
+from tests.postgres.test_tls import _as_owner, _bin, _free_port, _run
 
 READ_ONLY = "options=-c%20default_transaction_read_only%3Don"  # a replica, as far as writes go
 
@@ -50,6 +56,99 @@ def test_several_hosts_in_the_netloc_and_in_the_query(pg_target: Target) -> None
             _works(ledger)
         finally:
             ledger.close()
+
+
+@pytest.fixture(scope="module")
+def ipv6_port() -> Iterator[int]:
+    """The port of a PostgreSQL server of this module's own listening on ::1 and nowhere else
+    (the shared test server listens on 127.0.0.1 only): a connection that reaches it went to
+    the IPv6 host of its URL."""
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+            port = int(probe.getsockname()[1])
+    except OSError as exc:
+        unavailable(f"this machine has no IPv6 loopback (::1): {exc}")
+    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
+    root = Path(tempfile.mkdtemp(prefix="c4a-ipv6-"))
+    data = root / "data"
+    try:
+        if _as_owner("x")[0] != "x":
+            shutil.chown(root, "postgres")
+        _run(_as_owner(initdb, "-D", str(data), "-U", "c4a", "--auth=trust", "--no-sync"), root)
+        options = f"-p {port} -k {root} -c listen_addresses=::1 -c fsync=off"
+        log = str(root / "log")
+        _run(_as_owner(pg_ctl, "-D", str(data), "-o", options, "-w", "-l", log, "start"), root)
+        try:
+            yield port
+        finally:
+            _run(_as_owner(pg_ctl, "-D", str(data), "-m", "immediate", "stop"), root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_ipv6_hosts_in_the_netloc_and_in_the_query(
+    ipv6_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    v6, dead = f"[::1]:{ipv6_port}", f"127.0.0.1:{_free_port()}"
+    query = "target_session_attrs=read-write"
+    for url in (
+        f"postgresql+psycopg://c4a@{v6}/postgres",
+        f"postgresql+psycopg://c4a@{v6},{dead}/postgres?{query}",
+        f"postgresql+psycopg://c4a@{dead},{v6}/postgres?{query}",  # libpq goes on to ::1
+        f"postgresql+psycopg://c4a@/postgres?host={dead}&host={v6}&{query}",
+        f"postgresql+psycopg://c4a@/postgres?host=127.0.0.1,::1&port={_free_port()},{ipv6_port}",
+    ):
+        ledger = c4a.Ledger(url, schema="ipv6")
+        try:
+            _works(ledger)
+            with ledger.engine.connect() as conn:
+                assert conn.execute(text("SELECT host(inet_server_addr())")).scalar() == "::1"
+        finally:
+            ledger.close()
+    url = f"postgresql+psycopg://c4a@{v6},{dead}/postgres?{query}"
+    assert cli.main(["doctor", "--url", url, "--schema", "ipv6"]) == 0
+    out = capsys.readouterr().out
+    assert "OK    tls          not encrypted, on this machine" in out  # both hosts are local
+
+
+@pytest.mark.parametrize(
+    ("hosts", "said"),
+    [
+        ("[::1:5432,127.0.0.1:5432", "'[::1:5432'"),  # the bracket never closed
+        ("::1]:5432,127.0.0.1:5432", "'::1]:5432'"),
+        ("[::1]5432,127.0.0.1:5432", "'[::1]5432'"),  # no colon before the port
+        ("[::1]:5432x", "'[::1]:5432x'"),
+        ("[db.example.com]:5432,h2", "'db.example.com' is none"),
+    ],
+)
+def test_brackets_out_of_place_fail_in_one_line(hosts: str, said: str) -> None:
+    for url in (
+        f"postgresql+psycopg://c4a@{hosts}/db",
+        f"postgresql+psycopg://c4a@/db?host={hosts}",
+    ):
+        with pytest.raises(ConfigurationError) as raised:
+            c4a.Ledger(url, open_retry=0)
+        message = str(raised.value)
+        assert "\n" not in message
+        assert said in message
+        assert "an IPv6 address in brackets ([::1] or [::1]:5432)" in message  # what works
+
+
+def test_a_netloc_host_list_out_of_form_fails_in_one_line() -> None:
+    # In the netloc an IPv6 address needs its brackets (a port may follow), and no host is empty.
+    for hosts, said in (("::1:5432,127.0.0.1:5432", "'::1:5432'"), ("h1,,h2", "''")):
+        with pytest.raises(ConfigurationError, match=f"cannot read the host {said}"):
+            c4a.Ledger(f"postgresql+psycopg://c4a@{hosts}/db", open_retry=0)
+
+
+def test_hosts_and_ports_given_twice_fail_in_one_line() -> None:
+    for url, said in (
+        ("postgresql+psycopg://c4a@h1,h2/db?host=[::1]", r"both before the path and in \?host="),
+        ("postgresql+psycopg://c4a@/db?host=[::1]:5432&port=5432", "in one place"),
+    ):
+        with pytest.raises(ConfigurationError, match=said):
+            c4a.Ledger(url, open_retry=0)
 
 
 def test_a_read_only_server_as_the_only_host_says_so(pg_target: Target) -> None:

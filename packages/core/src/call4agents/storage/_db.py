@@ -4,6 +4,7 @@ connection of an SQLite or a PostgreSQL ledger gets, and the SQLAlchemy engine t
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import select
@@ -12,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -268,28 +269,89 @@ _ENCODE_HINT = (
 )
 
 
-# libpq's several hosts in the netloc (``//user@h1:5432,h2:5432/db``), which SQLAlchemy reads as
+# libpq's host list in the netloc (``//user@h1:5432,[::1]:5433/db``), which SQLAlchemy reads as
 # one host with a port it cannot parse: the user's part (up to the last "@" before the path),
 # the hosts, and the rest.
 _NETLOC_HOSTS = re.compile(
     r"(?P<scheme>postgres(?:ql)?(?:\+psycopg)?)://(?P<user>[^/?#]*@)?"
-    r"(?P<hosts>[^/?#@\[\]]*,[^/?#@\[\]]*)(?P<path>/[^?#]*)?(?:\?(?P<query>[^#]*))?"
+    r"(?P<hosts>[^/?#@]*)(?P<path>/[^?#]*)?(?:\?(?P<query>[^#]*))?"
+)
+_NAMED_HOST = re.compile(r"(?P<host>[A-Za-z0-9._~%-]+)(?::(?P<port>[0-9]+))?")
+_BRACKETED_HOST = re.compile(r"\[(?P<host>[^\[\]]*)\](?::(?P<port>[0-9]+))?")
+_HOST_FORMS = (
+    "give each host as name or name:port, an IPv6 address in brackets ([::1] or [::1]:5432), "
+    "separated by commas: postgresql+psycopg://user@[::1]:5432,127.0.0.1:5432/db, or "
+    "?host=[::1]:5432&host=127.0.0.1:5432"
 )
 
 
-_ONE_HOST = re.compile(r"[A-Za-z0-9._~%-]+(?::[0-9]+)?")
+def _is_ipv6(text: str) -> bool:
+    try:
+        ipaddress.IPv6Address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _host_entry(entry: str, *, bare_ipv6: bool = False) -> tuple[str, str]:
+    """One host of libpq's list as ``(host, port)``, the port "" for the server's default. An
+    IPv6 address has colons of its own, so it goes in brackets when a port may follow (the URL's
+    netloc, and SQLAlchemy's ``?host=h:port``); ``bare_ipv6``: where no port follows, bare."""
+    found = _BRACKETED_HOST.fullmatch(entry)
+    if found is not None and _is_ipv6(found["host"]):
+        return found["host"], found["port"] or ""
+    if found is not None:
+        raise ConfigurationError(
+            f"cannot read the host {entry!r} in the ledger URL: brackets hold an IPv6 address, "
+            f"and {found['host']!r} is none; {_HOST_FORMS}"
+        )
+    if "[" not in entry and "]" not in entry:
+        if bare_ipv6 and _is_ipv6(entry):
+            return entry, ""
+        found = _NAMED_HOST.fullmatch(entry)
+        if found is not None:
+            return found["host"], found["port"] or ""
+    raise ConfigurationError(f"cannot read the host {entry!r} in the ledger URL: {_HOST_FORMS}")
+
+
+def _host_query(entries: Sequence[tuple[str, str]]) -> str:
+    """Hosts and ports in the query form SQLAlchemy hands to libpq untouched, IPv6 included:
+    ``host=h1,h2&port=p1,p2`` (libpq reads an empty port as its default)."""
+    hosts = "host=" + ",".join(quote(h, safe=":%") for h, _ in entries)
+    ports = [p for _, p in entries]
+    return hosts + ("&port=" + ",".join(ports) if any(ports) else "")
 
 
 def _hosts_to_query(raw: str) -> str:
-    """A URL naming several hosts in its netloc, rewritten to name them in its query
-    (``?host=h1:5432&host=h2:5432``), the form SQLAlchemy's psycopg dialect hands to libpq."""
+    """A URL naming several hosts in its netloc, or an IPv6 one among hosts in its query,
+    rewritten to name them in the query's ``host=h1,h2&port=p1,p2``, the form SQLAlchemy's
+    psycopg dialect hands to libpq whole (it splits ``?host=h:port`` at every colon and cannot
+    read ``h1,h2`` in the netloc). A single host in the netloc stays there; brackets out of
+    place fail in one line."""
     found = _NETLOC_HOSTS.fullmatch(raw)
-    named = found["hosts"].split(",") if found is not None else []
-    if found is None or not all(_ONE_HOST.fullmatch(h) for h in named):
-        return raw  # one host, or a URL split inside its password: parse_url judges it
-    hosts = "&".join(f"host={h}" for h in named)
-    query = hosts + (f"&{found['query']}" if found["query"] else "")
-    return f"{found['scheme']}://{found['user'] or ''}{found['path'] or '/'}?{query}"
+    if found is None or "@" in raw[found.end("hosts") :]:
+        return raw  # not PostgreSQL's, or split inside a password: parse_url judges it
+    netloc, query = found["hosts"], found["query"] or ""
+    named = [_host_entry(h) for h in netloc.split(",")] if netloc else []
+    pieces = [p for p in query.split("&") if p]
+    given = [unquote(p.partition("=")[2]) for p in pieces if p.partition("=")[0] == "host"]
+    if len(named) <= 1 and not any("[" in h or "]" in h or h.count(":") > 1 for h in given):
+        return raw  # what SQLAlchemy reads as it is
+    if named and given:
+        raise ConfigurationError(
+            "the ledger URL names hosts both before the path and in ?host=: name them in one place"
+        )
+    if given:
+        named = [_host_entry(h, bare_ipv6=True) for g in given for h in g.split(",")]
+        if any(p.partition("=")[0] == "port" for p in pieces) and any(p for _, p in named):
+            raise ConfigurationError(
+                "the ledger URL gives ports both after its hosts and in ?port=: give them in one "
+                "place"
+            )
+        pieces = [p for p in pieces if p.partition("=")[0] != "host"]
+    rest = "".join("&" + p for p in pieces)
+    head = f"{found['scheme']}://{found['user'] or ''}{found['path'] or '/'}"
+    return f"{head}?{_host_query(named)}{rest}"
 
 
 def parse_url(url: str | None) -> URL:
@@ -497,7 +559,10 @@ def postgres_engine(
 
 
 def _sync_off(conn: Any) -> None:
-    conn.exec_driver_sql(f"SELECT {SYNC_OFF}")
+    # A read commits nothing, so the setting would change nothing there; through a pooler its
+    # statement is one more round trip, on every read.
+    if not conn.get_execution_options().get("c4a_read", False):
+        conn.exec_driver_sql(f"SELECT {SYNC_OFF}")
 
 
 def pg_connect_args(url: URL, durability: Durability, pooler: str | None = None) -> dict[str, str]:
@@ -662,7 +727,7 @@ def refuse_read_only(engine: Engine) -> None:
     ledger opened on a standby would otherwise fail only at its first action."""
     if engine.dialect.name != "postgresql":
         return
-    with engine.connect() as conn:
+    with engine.connect().execution_options(c4a_read=True) as conn:
         if conn.exec_driver_sql("SHOW transaction_read_only").scalar() == "on":
             raise ReadOnlyServer("the server is read-only")
 

@@ -211,8 +211,12 @@ def _tls_check(tls: tuple[bool, str | None], url: URL) -> Check:
     encrypted, version = tls
     if encrypted:
         return Check("tls", "OK", f"the connection is encrypted ({version})")
-    host = url.query.get("host") or url.host or ""
-    if not host or str(host).startswith("/") or host in ("localhost", "127.0.0.1", "::1"):
+    given = url.query.get("host") or url.host or ""
+    # libpq's host list ("h1,h2", or SQLAlchemy's repeated "h:port"): local only if every host is.
+    names = [n for part in ((given,) if isinstance(given, str) else given) for n in part.split(",")]
+    names = [n.rsplit(":", 1)[0] if n.count(":") == 1 else n for n in names]
+    host = ",".join(names)
+    if all(not n or n.startswith("/") or n in ("localhost", "127.0.0.1", "::1") for n in names):
         return Check("tls", "OK", "not encrypted, on this machine")
     return Check(
         "tls",
