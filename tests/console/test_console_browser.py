@@ -202,7 +202,7 @@ def test_in_doubt_settled_in_the_browser_then_the_retry_gets_the_recorded_result
             page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
         run = page.goto(base + "run?id=mail-1").text()  # type: ignore[union-attr]
         assert "it happened, said ann" in run
-        assert "found in the provider&#x27;s log" in run
+        assert "found in the provider&#39;s log" in run
     code, out = agent(sqlite_target, tmp_path, "mail-1", "email")
     assert (code, out) == (0, {"result": {"id": "msg-0042"}})
     assert executed(tmp_path) == ["email bob@example.com"]  # only the attempt that timed out

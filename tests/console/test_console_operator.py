@@ -183,7 +183,7 @@ def test_the_inbox_lists_one_line_a_ticket_that_opens_its_card(ann: TestClient) 
     line = page.split(f'id="{dear.ticket}"', 1)[1].split("</li>", 1)[0]
     assert "<code>pay</code> in run bank-2" in line
     assert "amount=9000" in line
-    assert "card=&quot;***&quot;" in line  # the redacted card, masked as on the card
+    assert "card=&#34;***&#34;" in line  # the redacted card, masked as on the card
     assert "4242" not in page
     assert "waiting " in line
     assert f'href="/approvals/{dear.ticket}?tool=pay"' in line  # the card keeps the filter
@@ -250,7 +250,7 @@ def test_what_changed_shows_old_and_new_values_unless_redacted(
     table = page.split('<table class="changes">', 1)[1].split("</table>", 1)[0]
     rows = {r.split("<code>", 1)[1].split("<", 1)[0]: r for r in table.split("<tr>")[2:]}
     assert "was <code>40</code>, now <code>45</code>" in rows["amount"]
-    assert "same</span> <code>&quot;alice&quot;</code>" in rows["to"]
+    assert "same</span> <code>&#34;alice&#34;</code>" in rows["to"]
     assert "differs (redacted: the value is not shown)" in rows["card"]
     for secret in ("9999", "4242", *(again.redacted_marks or {}).values()):
         assert secret not in page
@@ -308,7 +308,7 @@ def test_a_line_is_ticked_only_when_it_shows_every_argument_whole(ann: TestClien
 
     assert f'name="pick.{short.ticket}"' in line(short.ticket)
     assert "pick." not in line(long.ticket)  # its body is cut short on the line
-    assert "body=&quot;a long message" in line(long.ticket)
+    assert "body=&#34;a long message" in line(long.ticket)
     assert "arguments cut short: open the card to decide" in line(long.ticket)
     cards = ann.get("/?view=cards").text
     assert f'name="pick.{long.ticket}"' in cards  # its card shows it whole, and has a tick
