@@ -13,6 +13,7 @@ from call4agents.model.errors import ConfigurationError
 from call4agents.storage.audit_rows import ACTIONS, arguments, as_csv
 
 from ._auth import Refused
+from ._listing import Pages, run_address
 from ._web import SECURITY_HEADERS, Ask, json_response, page
 
 PAGE = 50
@@ -50,7 +51,16 @@ def audit(ledger: Ledger, ask: Ask) -> Response:
             return json_response([_exported(e, args.get(e.id)) for e in found])
         headers = {**SECURITY_HEADERS, "Content-Disposition": 'attachment; filename="audit.csv"'}
         return Response(as_csv(found, args), media_type="text/csv", headers=headers)
+    return _page(ask, chosen, found)
+
+
+def _page(ask: Ask, chosen: dict[str, str], found: list[AuditEntry]) -> Response:
+    """The entries as a table, each run linked to its page (which leads back to this one), the
+    filters kept by the export links and from one page to the next."""
     query = {k: v for k, v in chosen.items() if v}
+    before = ask.query.get("before", "")
+    place = {**query, "before": before} if before else query
+    address = "/audit" + (f"?{urlencode(place)}" if place else "")
     return page(
         "audit.html",
         ask.who,
@@ -59,10 +69,13 @@ def audit(ledger: Ledger, ask: Ask) -> Response:
         actions={a: a.replace("_", " ") or "any decision" for a in ("", *ACTIONS)},
         windows={w: f"last {w}" if w else "any time" for w in WITHIN},
         exports={t: f"/audit?{urlencode({**query, 'format': f})}" for f, t in EXPORTS},
-        entries=found,
-        older=f"/audit?{urlencode({**query, 'before': found[-1].id})}"
-        if len(found) >= PAGE
-        else None,
+        entries=[(e, run_address(e.run_id, address)) for e in found],
+        pages=Pages(
+            first=f"/audit?{urlencode(query)}" if before else None,
+            next=f"/audit?{urlencode({**query, 'before': found[-1].id})}"
+            if len(found) >= PAGE
+            else None,
+        ),
     )
 
 

@@ -22,6 +22,7 @@ from ._listing import (
     kept,
     keyset_links,
     local_address,
+    run_address,
     with_param,
 )
 from ._web import Ask, page, redirect
@@ -35,6 +36,7 @@ class Doubt:
     """An action in doubt as its card shows it (``_doubt.html``)."""
 
     record: EffectRecord
+    run_href: str  # its run's page (remembering the list it is shown on)
     why: str
     lease: str
     evidence: list[tuple[Any, Any, str]]  # attempt, how it ended, its late result or error
@@ -78,7 +80,7 @@ def queue(ledger: Ledger, ask: Ask) -> Response:
         said=in_use(kept(ask.query, FILTERS)),
         filtered=filtered,
         total=total,
-        cards=[card(r, now) for r in found],
+        cards=[card(r, now, run_address(r.run_id, _address(ask.query))) for r in found],
         form=settle_form(ask, _address(ask.query)),
         pages=keyset_links(
             "/doubt",
@@ -106,11 +108,12 @@ def settled_notice(ledger: Ledger, ask: Ask) -> Settled | None:
     return Settled(found, "it happened" if found.state == "succeeded" else "it did not happen")
 
 
-def card(record: EffectRecord, now: float) -> Doubt:
+def card(record: EffectRecord, now: float, run_href: str) -> Doubt:
     """One action in doubt with what is known of it."""
     details = record.as_dict()
     return Doubt(
         record=record,
+        run_href=run_href,
         why=record.note or record.error or "its attempt ended without a result",
         lease=_lease(details["owner"], record.lease_expires_at),
         evidence=[(e.get("attempt"), e.get("state"), _late(e)) for e in record.evidence],

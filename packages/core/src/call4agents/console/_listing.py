@@ -6,10 +6,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from ._auth import Refused
+from ._web import MAX_FILTER_CHARS
 
+# The lists a run's page may lead back to, as its link says them.
+LISTS = {
+    "/": "the inbox",
+    "/doubt": "the in-doubt queue",
+    "/runs": "the runs",
+    "/audit": "the audit",
+}
 AGES = {"": None, "5m": 300.0, "1h": 3600.0, "24h": 86400.0}
 AGE_WORDS = {"": "any time", "5m": "5 minutes", "1h": "1 hour", "24h": "24 hours"}
 
@@ -70,3 +78,22 @@ def with_param(address: str, name: str, value: str) -> str:
     path, _, query = address.partition("?")
     pairs = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != name]
     return f"{path}?{urlencode([*pairs, (name, value)])}"
+
+
+def run_address(run_id: str, back: str | None = None) -> str:
+    """A run's page; with ``back``, the filtered or paged list it was opened from (when that
+    fits in an address), which the run's page links back to and a settling there keeps."""
+    address = f"/run?id={quote(run_id, safe='')}"
+    if back and "?" in back and len(back) <= MAX_FILTER_CHARS:
+        address += f"&back={quote(back, safe='')}"
+    return address
+
+
+def list_back(value: str | None) -> tuple[str, str] | None:
+    """The list a run's page was opened from (its ``back``) and the words of the link back to
+    it; None for anything but one of the console's lists."""
+    address = local_address(value, "")
+    path, _, query = address.partition("?")
+    if path not in LISTS:
+        return None
+    return address, f"Back to {LISTS[path]}" + (", as filtered" if query else "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from starlette.responses import Response
 
@@ -17,7 +17,7 @@ from call4agents.storage import run_controls
 from ._auth import Refused
 from ._doubt import card, settle_form, settled_notice
 from ._format import ago, clock
-from ._listing import Pages
+from ._listing import Pages, kept, list_back, run_address
 from ._web import Ask, page
 
 STATES = (
@@ -31,6 +31,7 @@ STATES = (
     "partly_undone",
 )
 LISTED = 100  # runs to a page
+FILTERS = ("state", "tool", "q", "active")
 # How recently a listed run was active; counting every run ever recorded is slow on a large ledger.
 WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
 DEFAULT_WINDOW = "7d"
@@ -66,13 +67,13 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
     endings = run_controls.statuses_of(ledger.store, [r.run_id for r in found])
     rows = []
     now = time.time()
+    here = _here(ask.query)
     for r in found:
         derived = endings.get(r.run_id) or _state(r, waiting[r.run_id])
         if state and derived != state:
             continue
-        rows.append(
-            Listed(r, derived.replace("_", " "), waiting[r.run_id], ago(r.last_at, now) + " ago")
-        )
+        href, active = run_address(r.run_id, here), ago(r.last_at, now) + " ago"
+        rows.append(Listed(r, href, derived.replace("_", " "), waiting[r.run_id], active))
     return page(
         "runs.html",
         ask.who,
@@ -93,9 +94,16 @@ class Listed:
     """A run's line in the runs list (``runs.html``)."""
 
     run: RunSummary
+    href: str  # its page, remembering this list's filters and place
     state: str
     waiting: int
     active: str
+
+
+def _here(query: dict[str, str]) -> str:
+    """This page of the runs list, to come back to from a run's page."""
+    place = kept(query, (*FILTERS, "before_at", "before_run"))
+    return "/runs" + (f"?{urlencode(place)}" if place else "")
 
 
 def _cursor(query: dict[str, str]) -> tuple[float, str] | None:
@@ -113,11 +121,11 @@ def _cursor(query: dict[str, str]) -> tuple[float, str] | None:
 def _pages(query: dict[str, str], last: RunSummary | None, paged: bool) -> Pages:
     """Keyset links: the next page starts after the last run of this one (its last active time,
     then its id), so a page is as fast at the thousandth run as at the first."""
-    kept = {k: v for k, v in query.items() if k in ("state", "tool", "q", "active") and v}
-    older = {**kept, "before_at": repr(last.last_at), "before_run": last.run_id} if last else None
+    filters = kept(query, FILTERS)
+    older = None if last is None else {"before_at": repr(last.last_at), "before_run": last.run_id}
     return Pages(
-        first=f"/runs?{urlencode(kept)}" if paged else None,
-        next=f"/runs?{urlencode(older)}" if older is not None else None,
+        first=f"/runs?{urlencode(filters)}" if paged else None,
+        next=f"/runs?{urlencode({**filters, **older})}" if older is not None else None,
     )
 
 
@@ -178,16 +186,20 @@ def run_page(ledger: Ledger, ask: Ask) -> Response:
     handoff = ledger.handoff(run_id) if status is not None else None
     now = time.time()
     done = [r for r in actions if r.state == "succeeded" and r.kind != "undo"]
+    back = list_back(ask.query.get("back"))
+    here = run_address(run_id, back[0] if back else None)
     return page(
         "run.html",
         ask.who,
         run_id=run_id,
+        back=back,
+        undo_href="/run/undo?" + here.partition("?")[2],
         settled=settled_notice(ledger, ask),
         actions=[_action(i, r, settled.get(r.key)) for i, r in enumerate(actions, 1)],
         # The run's own actions in doubt, each with the form the in-doubt queue shows: an
         # escalated run's hand-off names them, and here they are settled.
-        doubts=[card(r, now) for r in actions if r.state == "in_doubt"],
-        form=settle_form(ask, f"/run?id={quote(run_id, safe='')}"),
+        doubts=[card(r, now, here) for r in actions if r.state == "in_doubt"],
+        form=settle_form(ask, here),
         tickets=tickets,
         spent=spending_text(ledger, run_id),
         ending=status,
@@ -261,8 +273,15 @@ def undo_confirm(ledger: Ledger, ask: Ask) -> Response:
     undoable = _undoable(ledger.effects(run_id))
     if not undoable:
         raise Refused(404, f"run {run_id!r} has nothing this console can undo")
+    back = list_back(ask.query.get("back"))
     return page(
-        "undo.html", ask.who, run_id=run_id, undoable=list(reversed(undoable)), csrf=ask.csrf
+        "undo.html",
+        ask.who,
+        run_id=run_id,
+        undoable=list(reversed(undoable)),
+        csrf=ask.csrf,
+        back=back[0] if back else "",
+        run_href=run_address(run_id, back[0] if back else None),
     )
 
 
@@ -271,4 +290,6 @@ def undo(ledger: Ledger, ask: Ask) -> Response:
     if not _undoable(ledger.effects(run_id)):
         raise Refused(404, f"run {run_id!r} has nothing this console can undo")
     report = ledger.undo(run_id)
-    return page("undone.html", ask.who, run_id=run_id, report=report.text())
+    back = list_back(ask.form.get("back"))
+    run_href = run_address(run_id, back[0] if back else None)
+    return page("undone.html", ask.who, run_id=run_id, report=report.text(), run_href=run_href)
