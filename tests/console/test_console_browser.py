@@ -423,6 +423,8 @@ def test_ticked_tickets_are_decided_after_one_confirm_at_phone_width(
         with page.expect_navigation():
             page.locator("#bulk button.approve").click()
         assert page.locator("ul.bulk-result li.done").count() == 2
+        # Back on the inbox, where the ticket left comes up next.
+        assert [r.get_attribute("id") for r in page.locator("li.row").all()] == tickets[2:]
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert states() == ["approved", "approved", "pending"]
 
