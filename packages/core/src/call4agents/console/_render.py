@@ -13,14 +13,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from jinja2.ext import Extension
 from jinja2.lexer import TOKEN_DATA, TOKEN_VARIABLE_BEGIN, TOKEN_VARIABLE_END, Token, TokenStream
 
 from ._auth import shown_name
-from ._format import age, ago, clock, json_parts
+from ._format import ago, clock, json_parts
 
 NAV = (
     ("/", "Approvals"),
@@ -75,10 +75,6 @@ def _quoted(value: object) -> str:
     return quote(str(value), safe="")
 
 
-def _query(values: dict[str, Any]) -> str:
-    return urlencode(values)
-
-
 ENV = Environment(
     loader=PackageLoader(__package__ or "call4agents.console", "templates"),
     autoescape=True,
@@ -88,11 +84,9 @@ ENV = Environment(
 )
 ENV.filters.update(
     ago=ago,
-    age=age,
     clock=clock,
     json_parts=json_parts,
     q=_quoted,
-    query=_query,
     shown_name=shown_name,
 )
 ENV.globals.update(NAV=NAV)
