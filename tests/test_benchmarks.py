@@ -54,8 +54,9 @@ def test_bench_console() -> None:
     out = bench(
         "bench_console.py", "--tickets", "5", "--actions", "200", "--audit", "50", "--rounds", "1"
     )
-    for case in ("floor: pending tickets, bare query", "/doubt", "/runs", "/health"):
+    for case in ("floor: the bare read", "/doubt", "/runs", "/run?id=bulk-1", "/audit", "/health"):
         assert case in out
+    assert "target 300 ms a page" in out
 
 
 def test_bench_scale_on_sqlite() -> None:

@@ -104,6 +104,44 @@ def test_every_artifact_carries_the_license_and_a_real_readme(dist: Path) -> Non
         assert {"LICENSE", "README.md", "PKG-INFO"} <= files, sdist
 
 
+def test_the_core_wheel_carries_the_consoles_templates_and_they_render_from_it(
+    dist: Path, tmp_path: Path
+) -> None:
+    """The console's pages come from templates read as package data: the wheel holds each one
+    (and the static files), the console extra brings their engine, and a page renders from
+    the installed files, not from this checkout."""
+    console = ROOT / "packages/core/src/call4agents/console"
+    files = [*console.glob("templates/*.html"), *console.glob("static/*")]
+    assert len(files) > 10
+    [wheel] = dist.glob("call4agents_core-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        [meta] = [n for n in names if n.endswith(".dist-info/METADATA")]
+        text = zf.read(meta).decode()
+        zf.extractall(tmp_path / "site")
+    for path in files:
+        assert path.relative_to(console.parents[1]).as_posix() in names, path
+    assert "Requires-Dist: jinja2>=3.1; extra == 'console'" in text
+    render = (
+        "import call4agents.console._render as r; print(r.__file__); "
+        "print(sorted(r.ENV.list_templates())); "
+        "print(r.render('error.html', title='T', message='<b>', user=None, role='', live=False, "
+        "here=''))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", render],
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    where, listed, page = done.stdout.split("\n", 2)
+    assert where.startswith(str(tmp_path / "site"))
+    assert listed == repr(sorted(p.name for p in console.glob("templates/*.html")))
+    assert '<p class="error" role="alert">&lt;b&gt;</p>' in page
+
+
 def test_twine_check_passes_on_every_artifact(dist: Path) -> None:
     artifacts = sorted(str(p) for p in [*dist.glob("*.whl"), *dist.glob("*.tar.gz")])
     done = subprocess.run(

@@ -202,7 +202,7 @@ def test_in_doubt_settled_in_the_browser_then_the_retry_gets_the_recorded_result
             page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
         run = page.goto(base + "run?id=mail-1").text()  # type: ignore[union-attr]
         assert "it happened, said ann" in run
-        assert "found in the provider&#x27;s log" in run
+        assert "found in the provider&#39;s log" in run
     code, out = agent(sqlite_target, tmp_path, "mail-1", "email")
     assert (code, out) == (0, {"result": {"id": "msg-0042"}})
     assert executed(tmp_path) == ["email bob@example.com"]  # only the attempt that timed out
@@ -423,6 +423,8 @@ def test_ticked_tickets_are_decided_after_one_confirm_at_phone_width(
         with page.expect_navigation():
             page.locator("#bulk button.approve").click()
         assert page.locator("ul.bulk-result li.done").count() == 2
+        # Back on the inbox, where the ticket left comes up next.
+        assert [r.get_attribute("id") for r in page.locator("li.row").all()] == tickets[2:]
         assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert states() == ["approved", "approved", "pending"]
 

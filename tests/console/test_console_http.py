@@ -91,8 +91,8 @@ def test_the_inbox_shows_exactly_what_will_run(ann: TestClient, ledger: c4a.Ledg
     request = open_ticket()
     page = ann.get("/?view=cards").text
     assert request.ticket in page
-    assert "&quot;alice&quot;" in page
-    assert "&quot;amount&quot;: 40" in page
+    assert "&#34;alice&#34;" in page
+    assert "&#34;amount&#34;: 40" in page
     assert "4242" not in page  # the redacted card never reaches a page
     assert "1 value(s) redacted" in page
     assert "refund-7" in page
@@ -359,7 +359,7 @@ def test_runs_list_filters_and_run_page(ann: TestClient, ledger: c4a.Ledger) -> 
     assert ledger.runs(active_within=-60) == []  # no action updated in the future
     run = ann.get("/run?id=orders-1").text
     assert "lookup" in run
-    assert "&quot;order&quot;: 1" in run
+    assert "&#34;order&#34;: 1" in run
     assert ann.get("/run?id=nope").status_code == 404
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import uvicorn
@@ -30,6 +31,7 @@ AXE = Path(__file__).parent / "axe" / "node_modules" / "axe-core" / "axe.min.js"
 TOKEN = "layout-token"
 SIZES = {"phone": (390, 844), "desktop": (1440, 900)}
 LONG = "a-very-long-subject-line-without-any-space-" * 6
+CRAFTED = '<script>alert(1)</script><img src=x onerror=alert(2)>\'" onfocus=alert(3) x="'
 
 
 def axe_path() -> Path:
@@ -63,6 +65,23 @@ def seed(ledger: c4a.Ledger) -> dict[str, str]:
     ledger.resolve(settled.key, happened=False, by="ann", note="the provider has no such mail")
     with c4a.run("esc-1"), pytest.raises(c4a.Escalated):
         c4a.escalate("customer asked for a person", what_remains=["call them back"])
+
+    @c4a.effect(name="wire", kind="irreversible", escalate_on=("in_doubt",))
+    def wire(amount: int) -> str:
+        raise TimeoutError("the bank did not answer")
+
+    with c4a.run("esc-2"), pytest.raises(c4a.Escalated):
+        wire(500)  # escalated on its action in doubt: the hand-off links to its card
+
+    # Markup crafted into a tool's name, a run id and arguments: the pages run with the CSP
+    # bypassed, so a script that became markup would run here (the test watches for dialogs).
+    @c4a.effect(name="pay" + CRAFTED, kind="irreversible", approval=True)
+    def crafted(note: str) -> str:
+        return CRAFTED
+
+    with c4a.run("run" + CRAFTED), pytest.raises(c4a.ApprovalRequired):
+        crafted(CRAFTED)
+    make_in_doubt("run" + CRAFTED)
     approved = open_ticket("refund-9", amount=12)
     ledger.approve(approved.ticket, by="ann", reason="known customer")
     open_ticket("refund-9", amount=12, card="9999-9999-9999-9999")  # "differs" beside the yes
@@ -121,6 +140,16 @@ def pages(ids: dict[str, str]) -> dict[str, tuple[str, int]]:
         "undo": ("/run/undo?id=ship-1", 200),
         "settled run": ("/run?id=mail-4", 200),
         "escalated run": ("/run?id=esc-1", 200),
+        "escalated in doubt, from a filtered list": (
+            "/run?id=esc-2&back=%2Fruns%3Fstate%3Descalated",
+            200,
+        ),
+        "crafted run": (f"/run?id={quote('run' + CRAFTED, safe='')}", 200),
+        "crafted search": (f"/?q={quote(CRAFTED, safe='')}", 200),
+        "after ticked tickets": (
+            f"/?bulk=approve&done={ids['decided']}&refused={ids['ticket']}",
+            200,
+        ),
         "audit": ("/audit", 200),
         "health": ("/health", 200),
         "unknown ticket": ("/approvals/nope", 404),
@@ -164,6 +193,8 @@ def test_every_page_fits_and_has_no_axe_violation(
         viewport={"width": width, "height": height}, color_scheme=scheme, bypass_csp=True
     )
     page = context.new_page()
+    alerts: list[str] = []
+    page.on("dialog", lambda dialog: (alerts.append(dialog.message), dialog.dismiss()))
     try:
         page.goto(f"{address}/?token={TOKEN}")
         problems = []
@@ -180,5 +211,6 @@ def test_every_page_fits_and_has_no_axe_violation(
         assert answer.status == 401
         problems += check(signed_out, "sign in", shots)
         assert not problems, "\n".join(problems)
+        assert alerts == []  # no crafted script ran
     finally:
         context.close()

@@ -183,7 +183,7 @@ def test_the_inbox_lists_one_line_a_ticket_that_opens_its_card(ann: TestClient) 
     line = page.split(f'id="{dear.ticket}"', 1)[1].split("</li>", 1)[0]
     assert "<code>pay</code> in run bank-2" in line
     assert "amount=9000" in line
-    assert "card=&quot;***&quot;" in line  # the redacted card, masked as on the card
+    assert "card=&#34;***&#34;" in line  # the redacted card, masked as on the card
     assert "4242" not in page
     assert "waiting " in line
     assert f'href="/approvals/{dear.ticket}?tool=pay"' in line  # the card keeps the filter
@@ -250,7 +250,7 @@ def test_what_changed_shows_old_and_new_values_unless_redacted(
     table = page.split('<table class="changes">', 1)[1].split("</table>", 1)[0]
     rows = {r.split("<code>", 1)[1].split("<", 1)[0]: r for r in table.split("<tr>")[2:]}
     assert "was <code>40</code>, now <code>45</code>" in rows["amount"]
-    assert "same</span> <code>&quot;alice&quot;</code>" in rows["to"]
+    assert "same</span> <code>&#34;alice&#34;</code>" in rows["to"]
     assert "differs (redacted: the value is not shown)" in rows["card"]
     for secret in ("9999", "4242", *(again.redacted_marks or {}).values()):
         assert secret not in page
@@ -308,7 +308,157 @@ def test_a_line_is_ticked_only_when_it_shows_every_argument_whole(ann: TestClien
 
     assert f'name="pick.{short.ticket}"' in line(short.ticket)
     assert "pick." not in line(long.ticket)  # its body is cut short on the line
-    assert "body=&quot;a long message" in line(long.ticket)
+    assert "body=&#34;a long message" in line(long.ticket)
     assert "arguments cut short: open the card to decide" in line(long.ticket)
     cards = ann.get("/?view=cards").text
     assert f'name="pick.{long.ticket}"' in cards  # its card shows it whole, and has a tick
+
+
+def _link(page: str, text: str) -> str:
+    """The address of the link whose text is ``text``."""
+    found = re.search(rf'<a href="([^"]*)">{re.escape(text)}</a>', page)
+    assert found, f"no link {text!r} on the page"
+    return html.unescape(found.group(1))
+
+
+def test_a_run_opened_from_a_filtered_runs_list_leads_back_to_it_across_a_settling(
+    ann: TestClient, ledger: c4a.Ledger
+) -> None:
+    record = make_in_doubt("mail-1")
+    make_in_doubt("mail-2")
+    listed = ann.get("/runs?state=in_doubt&q=mail").text
+    opened = _link(listed, "mail-1")
+    assert parse_qs(urlsplit(opened).query) == {
+        "id": ["mail-1"],
+        "back": ["/runs?state=in_doubt&q=mail"],
+    }
+    page = ann.get(opened).text
+    assert _link(page, "Back to the runs, as filtered") == "/runs?state=in_doubt&q=mail"
+    done = settle(ann, page, record.key)
+    target = done.headers["location"]
+    assert parse_qs(urlsplit(target).query) == {
+        "id": ["mail-1"],
+        "back": ["/runs?state=in_doubt&q=mail"],
+        "settled": [record.key],
+    }
+    after = ann.get(target).text
+    assert "Settled send_email in run mail-1: it did not happen." in after
+    assert _link(after, "Back to the runs, as filtered") == "/runs?state=in_doubt&q=mail"
+    assert "mail-1" not in ann.get("/runs?state=in_doubt&q=mail").text  # settled, so gone
+    # The queue and the audit lead back the same way; an address of no list leads nowhere.
+    queue = ann.get("/doubt?tool=send_email").text
+    assert _link(ann.get(_link(queue, "mail-2")).text, "Back to the in-doubt queue, as filtered")
+    audit = ann.get("/audit?action=did_not_happen").text
+    assert _link(ann.get(_link(audit, "mail-1")).text, "Back to the audit, as filtered")
+    for elsewhere in ("//evil.example/runs", "/approvals/x", "https://evil.example/"):
+        page = ann.get("/run", params={"id": "mail-1", "back": elsewhere}).text
+        assert "Back to" not in page
+        assert "evil" not in page
+
+
+def test_runs_and_audit_keep_their_filters_from_page_to_page(
+    ann: TestClient, ledger: c4a.Ledger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from call4agents.console import _audit, _runs
+
+    monkeypatch.setattr(_runs, "LISTED", 2)
+    monkeypatch.setattr(_audit, "PAGE", 2)
+
+    @c4a.effect(name="lookup", kind="write")
+    def lookup(order: int) -> int:
+        return order
+
+    @c4a.effect(name="other", kind="write")
+    def other(order: int) -> int:
+        return order
+
+    for i in range(5):
+        with c4a.run(f"look-{i}"):
+            lookup(i)
+        with c4a.run(f"else-{i}"):
+            other(i)
+    seen, address = [], "/runs?tool=lookup&active=all"
+    while address:
+        page = ann.get(address).text
+        seen += re.findall(r'<a href="/run\?id=([\w-]+)&amp;back=[^"]*">', page)
+        found = next_link(page, "/runs")
+        assert found is None or parse_qs(urlsplit(found).query)["tool"] == ["lookup"]
+        address = found or ""
+    assert seen == [f"look-{i}" for i in range(4, -1, -1)]
+    assert _link(page, "First page") == "/runs?tool=lookup&active=all"
+    for i in range(5):
+        who = "ann" if i % 2 else "bob"
+        ledger.approve(open_ticket(f"pay-{i}", amount=i).ticket, by=who, reason=f"ok {i}")
+    reasons, address = [], "/audit?by=ann"
+    while address:
+        page = ann.get(address).text
+        reasons += re.findall(r"ok \d", page)
+        found = next_link(page, "/audit")
+        assert found is None or parse_qs(urlsplit(found).query)["by"] == ["ann"]
+        address = found or ""
+    assert reasons == ["ok 3", "ok 1"]
+    assert _link(page, "First page") == "/audit?by=ann"
+
+
+def test_ticked_tickets_decided_go_on_to_the_next_of_the_same_filter(
+    ann: TestClient, ledger: c4a.Ledger
+) -> None:
+    shop = [open_ticket(f"shop-{i}", amount=i) for i in range(4)]
+    open_ticket("bank-1", amount=99)  # not in the filter
+    page = ann.get("/?run=shop&view=cards").text
+    picks = dict(re.findall(r'name="pick\.(apr_\w+)" value="(\w+)"', page))
+    assert set(picks) == {t.ticket for t in shop}
+    form = {"csrf": field(page, "csrf"), "back": html.unescape(field(page, "back"))}
+    form |= {"decision": "deny", "reason": "duplicates"}
+    form |= {f"pick.{t.ticket}": picks[t.ticket] for t in shop[:2]}
+    form[f"pick.{shop[2].ticket}"] = "0" * 64  # not what its card showed
+    done = ann.post("/approvals/bulk", data=form, follow_redirects=False)
+    assert done.status_code == 303
+    target = done.headers["location"]
+    assert parse_qs(urlsplit(target).query) == {
+        "run": ["shop"],
+        "view": ["cards"],
+        "bulk": ["deny"],
+        "done": [f"{shop[0].ticket},{shop[1].ticket}"],
+        "refused": [shop[2].ticket],
+    }
+    landing = ann.get(target).text
+    said = landing.split('<ul class="bulk-result">', 1)[1].split("</ul>", 1)[0]
+    assert said.count('<li class="done">Denied <code>pay</code>') == 2
+    assert f"ticket {shop[2].ticket}&#39;s arguments are not the ones your page showed" in said
+    # The same filter and view, its next tickets up: the two left of the shop, not the bank's.
+    shown = re.findall(r'<section class="ticket" id="(apr_\w+)"', landing)
+    assert shown == [shop[2].ticket, shop[3].ticket]
+    assert [ledger.approval(t.ticket).state for t in shop] == [  # type: ignore[union-attr]
+        "denied",
+        "denied",
+        "pending",
+        "pending",
+    ]
+    # An address that claims more than was decided says what each ticket is.
+    claimed = ann.get("/", params={"bulk": "approve", "done": f"{shop[3].ticket},apr_nothing"}).text
+    assert "Approved" not in claimed
+    assert "there is no approval ticket &#39;apr_nothing&#39;" in claimed
+
+
+def test_an_escalated_runs_hand_off_says_where_to_settle_in_the_console(
+    ann: TestClient, ledger: c4a.Ledger
+) -> None:
+    @c4a.effect(name="wire", kind="irreversible", escalate_on=("in_doubt",))
+    def wire(amount: int) -> str:
+        raise TimeoutError("the bank did not answer")
+
+    with c4a.run("esc-5"), pytest.raises(c4a.Escalated) as ended:
+        wire(500)
+    [record] = [r for r in ledger.in_doubt() if r.run_id == "esc-5"]
+    key = record.key[:12]
+    [step] = ended.value.handoff.what_remains
+    assert "settle it in the console (In doubt, or this run's page)" in step
+    assert f"`call4agents resolve {key} --happened` (or `--did-not-happen`)" in step
+    page = ann.get("/run?id=esc-5").text
+    here = page.split('<ul class="settle-here">', 1)[1].split("</ul>", 1)[0]
+    assert f'<a href="#k{key}">Settle <code>wire</code> above</a>' in here
+    assert f"<code>call4agents resolve {key} --happened</code>" in here
+    assert f'<section class="doubt" id="k{key}"' in page  # what the link leads to
+    settle(ann, page, record.key)
+    assert 'class="settle-here"' not in ann.get("/run?id=esc-5").text  # nothing left to settle

@@ -198,7 +198,7 @@ def test_runs_page_by_keyset_through_every_run_once(ann: TestClient, ledger: c4a
     pages = 0
     while address is not None and pages < 5:
         page = ann.get(address).text
-        seen += re.findall(r'<a href="/run\?id=(run-\d+)">', page)
+        seen += re.findall(r'<a href="/run\?id=(run-\d+)&amp;back=[^"]*">', page)  # and back
         address = next_link(page, "/runs")
         pages += 1
     assert (pages, seen) == (3, newest_first)  # 100, 100, 30: each once, in order

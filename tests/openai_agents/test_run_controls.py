@@ -467,9 +467,11 @@ async def test_escalate_on_in_doubt(ledger: c4a.Ledger, outbox: Outbox) -> None:
     assert [(d["tool"], d["why"]) for d in handoff.in_doubt] == [
         ("wire", "OutcomeUnknown: the bank hung up")
     ]
+    key = handoff.in_doubt[0]["key"][:12]
     assert handoff.what_remains == [
-        "check with the provider whether this happened, then settle it with "
-        '`call4agents resolve`: wire {"to":"bob"}'
+        "check with the provider whether this happened, then settle it in the console (In "
+        f"doubt, or this run's page) or with `call4agents resolve {key} --happened` (or "
+        '`--did-not-happen`): wire {"to":"bob"}'
     ]
     assert len(model.calls) == 2
 

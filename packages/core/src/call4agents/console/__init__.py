@@ -1,13 +1,14 @@
 """The operator console: the approvals inbox, the in-doubt queue, runs and health, in a browser.
 
 Needs the ``console`` extra (``pip install "call4agents-core[console]"``); start it with
-``call4agents console``. Pages are rendered on the server and work as plain HTML forms; a small
-script only adds live updates.
+``call4agents console``. Pages are rendered on the server from Jinja2 templates (``templates/``,
+autoescaped) and work as plain HTML forms; a small script only adds live updates.
 """
 
 from __future__ import annotations
 
 try:
+    import jinja2  # noqa: F401
     import starlette  # noqa: F401
     import uvicorn  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on what is installed

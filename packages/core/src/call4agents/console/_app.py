@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from call4agents import Ledger
 
-from . import _audit, _doubt, _health, _inbox, _runs
+from . import _audit, _doubt, _health, _inbox, _runs, _tickets
 from ._auth import ConsoleSettings
 from ._guard import Guard
 from ._live import LiveHub, events
@@ -33,8 +33,8 @@ def create_app(ledger: Ledger, settings: ConsoleSettings) -> Starlette:
     routes = [
         route("/", _inbox.inbox),
         route("/approvals/bulk", _inbox.bulk_decide, post=True, decides=True),
-        route("/approvals/{ticket}", _inbox.ticket_page),
-        route("/approvals/{ticket}", _inbox.decide, post=True, decides=True),
+        route("/approvals/{ticket}", _tickets.ticket_page),
+        route("/approvals/{ticket}", _tickets.decide, post=True, decides=True),
         route("/doubt", _doubt.queue),
         route("/doubt/{key}", _doubt.settle, post=True, decides=True),
         route("/runs", _runs.runs_list),

@@ -12,14 +12,15 @@ from call4agents import AuditEntry, Ledger
 from call4agents.model.errors import ConfigurationError
 from call4agents.storage.audit_rows import ACTIONS, arguments, as_csv
 
-from ._auth import Refused, shown_name
-from ._html import Html, clock, h, join, options, page, table
-from ._web import SECURITY_HEADERS, Ask, html, json_response
+from ._auth import Refused
+from ._listing import Pages, run_address
+from ._web import SECURITY_HEADERS, Ask, json_response, page
 
 PAGE = 50
 FILTERS = ("by", "action", "run", "tool", "since")
 WITHIN = {"": None, "1h": 3600.0, "24h": 86400.0, "7d": 7 * 86400.0, "30d": 30 * 86400.0}
 EXPORTED = 10_000  # one export's rows at most; page with before= for more
+EXPORTS = (("csv", "CSV"), ("json", "JSON"))
 
 
 def audit(ledger: Ledger, ask: Ask) -> Response:
@@ -50,9 +51,32 @@ def audit(ledger: Ledger, ask: Ask) -> Response:
             return json_response([_exported(e, args.get(e.id)) for e in found])
         headers = {**SECURITY_HEADERS, "Content-Disposition": 'attachment; filename="audit.csv"'}
         return Response(as_csv(found, args), media_type="text/csv", headers=headers)
+    return _page(ask, chosen, found)
+
+
+def _page(ask: Ask, chosen: dict[str, str], found: list[AuditEntry]) -> Response:
+    """The entries as a table, each run linked to its page (which leads back to this one), the
+    filters kept by the export links and from one page to the next."""
     query = {k: v for k, v in chosen.items() if v}
-    body = join([_filters(chosen), _exports(query), _entries(found), _next(found, query)])
-    return html(page("Audit", ask.who.name, ask.who.role, body, here="/audit"))
+    before = ask.query.get("before", "")
+    place = {**query, "before": before} if before else query
+    address = "/audit" + (f"?{urlencode(place)}" if place else "")
+    return page(
+        "audit.html",
+        ask.who,
+        here="/audit",
+        chosen=chosen,
+        actions={a: a.replace("_", " ") or "any decision" for a in ("", *ACTIONS)},
+        windows={w: f"last {w}" if w else "any time" for w in WITHIN},
+        exports={t: f"/audit?{urlencode({**query, 'format': f})}" for f, t in EXPORTS},
+        entries=[(e, run_address(e.run_id, address)) for e in found],
+        pages=Pages(
+            first=f"/audit?{urlencode(query)}" if before else None,
+            next=f"/audit?{urlencode({**query, 'before': found[-1].id})}"
+            if len(found) >= PAGE
+            else None,
+        ),
+    )
 
 
 def _exported(entry: AuditEntry, args: str | None) -> dict[str, object]:
@@ -65,53 +89,3 @@ def _before(raw: str) -> int | None:
     if not raw.isdigit():
         raise Refused(400, f"before={raw!r} is not an entry id")
     return int(raw)
-
-
-def _filters(chosen: dict[str, str]) -> Html:
-    actions = {a: a.replace("_", " ") or "any decision" for a in ("", *ACTIONS)}
-    return h(
-        '<form method="get" action="/audit" class="filters">'
-        '<label>Who <input name="by" value="{by}"></label>'
-        '<label>What <select name="action">{actions}</select></label>'
-        '<label>Run <input name="run" value="{run}"></label>'
-        '<label>Tool <input name="tool" value="{tool}"></label>'
-        '<label>When <select name="since">{since}</select></label>'
-        "<button>Filter</button></form>",
-        actions=options(actions, chosen["action"]),
-        since=options({w: f"last {w}" if w else "any time" for w in WITHIN}, chosen["since"]),
-        **{k: chosen[k] for k in ("by", "run", "tool")},
-    )
-
-
-def _exports(query: dict[str, str]) -> Html:
-    links = join(
-        h('<a href="/audit?{q}">{t}</a>', q=urlencode({**query, "format": f}), t=t)
-        for f, t in (("csv", "CSV"), ("json", "JSON"))
-    )
-    return h('<p class="note">Export what this filter selects: {l}</p>', l=links)
-
-
-def _entries(found: list[AuditEntry]) -> Html:
-    if not found:
-        return h('<p class="empty">No decisions or settlements recorded that match.</p>')
-    rows: list[list[object]] = [
-        [
-            clock(e.at),
-            shown_name(e.actor),
-            e.action.replace("_", " "),
-            h('<a href="/run?{q}">{r}</a>', q=urlencode({"id": e.run_id}), r=e.run_id),
-            h("<code>{t}</code>", t=e.tool),
-            e.ticket or h("<code>{k}</code> attempt {a}", k=e.key[:12], a=e.attempt),
-            e.reason or "",
-        ]
-        for e in found
-    ]
-    headers = ["When", "Who", "What", "Run", "Tool", "Ticket or action", "Reason"]
-    return table(headers, rows, "audit")
-
-
-def _next(found: list[AuditEntry], query: dict[str, str]) -> Html:
-    if len(found) < PAGE:
-        return Html()
-    after = urlencode({**query, "before": found[-1].id})
-    return h('<p><a href="/audit?{q}" rel="next">Older entries</a></p>', q=after)

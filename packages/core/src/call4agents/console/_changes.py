@@ -9,19 +9,48 @@ A value that is not redacted is shown beside the earlier one: was this, now that
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from call4agents.engine.approvals import ApprovalRequest
 
-from ._html import Html, count_redacted, h, join, table
+from ._format import count_redacted
 
 APPROVED = ("approved", "spent")
 SHOWN_WIDTH = 120  # characters of a value shown beside its earlier one
 _MISSING = object()
 
 
-def changes(request: ApprovalRequest, tickets: list[ApprovalRequest]) -> Html:
-    """The comparison block for ``request``, given its run's tickets (oldest first)."""
+@dataclass(frozen=True)
+class Verdict:
+    """One argument against an earlier ticket. ``kind``: absent (in one ticket only), same or
+    moved (neither redacted: ``value`` now, ``old`` before), unknown, same-redacted or
+    differs-redacted (compared by digest)."""
+
+    kind: str
+    value: str | None = None
+    old: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    verdicts: list[Verdict]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The table ``_tickets.html`` draws: a column for each earlier ticket compared with."""
+
+    against: list[ApprovalRequest]
+    headers: list[str]
+    rows: list[Row]
+
+
+def changes(request: ApprovalRequest, tickets: list[ApprovalRequest]) -> Comparison | None:
+    """The comparison for ``request``, given its run's tickets (oldest first); None the first
+    time the run asks about this tool."""
     earlier = [
         t
         for t in tickets
@@ -30,7 +59,7 @@ def changes(request: ApprovalRequest, tickets: list[ApprovalRequest]) -> Html:
         and t.requested_at <= request.requested_at
     ]
     if not earlier:
-        return h('<p class="changes">The first time this run asks about this tool.</p>')
+        return None
     last = earlier[-1]
     approved = next((t for t in reversed(earlier) if t.state in APPROVED), None)
     against = [("the last ticket", last)]
@@ -38,19 +67,11 @@ def changes(request: ApprovalRequest, tickets: list[ApprovalRequest]) -> Html:
         against.append(("the last approved", approved))
     elif approved is last:
         against = [("the last ticket, approved", last)]
-    headers = ["Argument", *(f"vs {name} ({_said(t)})" for name, t in against)]
     names = list(dict.fromkeys([*request.args, *(n for _, t in against for n in t.args)]))
-    rows = [
-        [h("<code>{n}</code>", n=n), *(_verdict(request, t, n) for _, t in against)] for n in names
-    ]
-    links = join(
-        h(' <a href="/approvals/{t}"><code>{t}</code></a>', t=t.ticket) for _, t in against
-    )
-    return h(
-        '<div class="changes"><h3>What changed since this run last asked</h3>'
-        "<p>Compared with{links}.</p>{table}</div>",
-        links=links,
-        table=table(headers, rows, "changes"),
+    return Comparison(
+        against=[t for _, t in against],
+        headers=["Argument", *(f"vs {name} ({_said(t)})" for name, t in against)],
+        rows=[Row(n, [_verdict(request, t, n) for _, t in against]) for n in names],
     )
 
 
@@ -62,28 +83,22 @@ def _said(ticket: ApprovalRequest) -> str:
     return "not decided"
 
 
-def _verdict(request: ApprovalRequest, other: ApprovalRequest, name: str) -> Html:
+def _verdict(request: ApprovalRequest, other: ApprovalRequest, name: str) -> Verdict:
     mine, theirs = request.args.get(name, _MISSING), other.args.get(name, _MISSING)
     if mine is _MISSING or theirs is _MISSING:
         there = theirs if mine is _MISSING else mine
-        value = Html() if _masked(there) else h(" <code>{v}</code>", v=_shown(there))
-        return h(
-            '<span class="differs">differs: {w}</span>{v}', w=_absent(mine is _MISSING), v=value
-        )
+        note = "not in this ticket" if mine is _MISSING else "new in this ticket"
+        return Verdict("absent", value=None if _masked(there) else _shown(there), note=note)
     if not (_masked(mine) or _masked(theirs)):
         # Neither value is redacted: the page shows both, so a person sees what moved.
         if mine == theirs:
-            return h('<span class="same">same</span> <code>{v}</code>', v=_shown(mine))
-        return h(
-            '<span class="differs">differs</span>: was <code>{old}</code>, now <code>{new}</code>',
-            old=_shown(theirs),
-            new=_shown(mine),
-        )
+            return Verdict("same", value=_shown(mine))
+        return Verdict("moved", value=_shown(mine), old=_shown(theirs))
     marks = [(t.redacted_marks or {}).get(name) for t in (request, other)]
     if not (_masked(mine) and _masked(theirs)) or None in marks:
         # A ticket from before the ledger kept digests, or a value masked on one side only.
-        return h('<span class="unknown">cannot tell: redacted, and not comparable</span>')
-    return _word(marks[0] == marks[1], " (redacted: the value is not shown)")
+        return Verdict("unknown")
+    return Verdict("same-redacted" if marks[0] == marks[1] else "differs-redacted")
 
 
 def _shown(value: Any) -> str:
@@ -94,13 +109,3 @@ def _shown(value: Any) -> str:
 
 def _masked(value: Any) -> bool:
     return count_redacted(value) > 0
-
-
-def _word(same: bool, note: str) -> Html:
-    if same:
-        return h('<span class="same">same{n}</span>', n=note)
-    return h('<span class="differs">differs{n}</span>', n=note)
-
-
-def _absent(in_this: bool) -> str:
-    return "not in this ticket" if in_this else "new in this ticket"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -12,21 +13,42 @@ from starlette.responses import Response
 from call4agents import DoubtFilter, EffectRecord, Ledger
 
 from ._auth import Refused
-from ._html import Html, ago, clock, h, hidden, join, json_block, options, page
+from ._format import clock
 from ._listing import (
     AGE_WORDS,
     age_name,
     age_of,
-    folded,
+    in_use,
     kept,
     keyset_links,
     local_address,
+    run_address,
     with_param,
 )
-from ._web import Ask, html, redirect
+from ._web import Ask, page, redirect
 
 SHOWN = 25  # actions to a page, those in doubt longest first
 FILTERS = ("tool", "run", "why", "age")
+
+
+@dataclass(frozen=True)
+class Doubt:
+    """An action in doubt as its card shows it (``_doubt.html``)."""
+
+    record: EffectRecord
+    run_href: str  # its run's page (remembering the list it is shown on)
+    why: str
+    lease: str
+    evidence: list[tuple[Any, Any, str]]  # attempt, how it ended, its late result or error
+    now: float
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The action a person just settled, as the page the settling returned to names it."""
+
+    record: EffectRecord
+    said: str
 
 
 def where_of(query: dict[str, str]) -> DoubtFilter:
@@ -44,50 +66,31 @@ def queue(ledger: Ledger, ask: Ask) -> Response:
     found, total = ledger.in_doubt_page(where, after=after, limit=SHOWN)
     filtered = where != DoubtFilter() or after is not None
     now = time.time()
-    back = _address(ask.query)
-    notice = settled_notice(ledger, ask)
-    if not found:
-        empty = "Nothing in doubt matches." if filtered else "Nothing is in doubt."
-        body = join([notice, _filters(where, ask.query), h('<p class="empty">{e}</p>', e=empty)])
-    else:
-        keys = h('<p class="keys"><kbd>j</kbd> and <kbd>k</kbd> go to the next and previous.</p>')
-        body = join(
-            [
-                notice,
-                _filters(where, ask.query),
-                h("<p>{n} in doubt{m}.</p>", n=total, m=" match" if filtered else ""),
-                keys,
-                join(card(r, ask, now, back) for r in found),
-                keyset_links(
-                    "/doubt",
-                    kept(ask.query, FILTERS),
-                    last=found[-1].key,
-                    more=len(found) == SHOWN and total > SHOWN,
-                    paged=after is not None,
-                    size=SHOWN,
-                ),
-            ]
-        )
-    ids = ",".join(r.key for r in found)
-    marked = h('<div id="live-list" data-ids="{ids}">{b}</div>', ids=ids, b=body)
     # Live updates only on the first page unfiltered, as in the inbox.
-    return html(
-        page("In doubt", ask.who.name, ask.who.role, marked, live=not filtered, here="/doubt")
+    return page(
+        "doubt.html",
+        ask.who,
+        live=not filtered,
+        here="/doubt",
+        ids=",".join(r.key for r in found),
+        settled=settled_notice(ledger, ask),
+        where=where,
+        ages=AGE_WORDS,
+        age=age_name(where.older_than),
+        said=in_use(kept(ask.query, FILTERS)),
+        filtered=filtered,
+        total=total,
+        cards=[card(r, now, run_address(r.run_id, _address(ask.query))) for r in found],
+        form=settle_form(ask, _address(ask.query)),
+        pages=keyset_links(
+            "/doubt",
+            kept(ask.query, FILTERS),
+            last=found[-1].key if found else None,
+            more=len(found) == SHOWN and total > SHOWN,
+            paged=after is not None,
+        ),
+        size=SHOWN,
     )
-
-
-def _filters(where: DoubtFilter, query: dict[str, str]) -> Html:
-    fields = h(
-        '<label>Tool <input name="tool" value="{tool}"></label>'
-        '<label>Run id contains <input name="run" value="{run}"></label>'
-        '<label>Why in doubt contains <input name="why" value="{why}"></label>'
-        '<label>In doubt longer than <select name="age">{ages}</select></label>',
-        tool=where.tool or "",
-        run=where.run_id or "",
-        why=where.reason or "",
-        ages=options(AGE_WORDS, age_name(where.older_than)),
-    )
-    return folded("/doubt", fields, kept(query, FILTERS))
 
 
 def _address(query: dict[str, str]) -> str:
@@ -96,67 +99,35 @@ def _address(query: dict[str, str]) -> str:
     return "/doubt" + (f"?{urlencode(filters)}" if filters else "")
 
 
-def settled_notice(ledger: Ledger, ask: Ask) -> Html:
+def settled_notice(ledger: Ledger, ask: Ask) -> Settled | None:
     """What the person just settled, on the page the settling returned to."""
     settled = ask.query.get("settled")
     found = ledger.find(settled) if settled else None
     if found is None or found.resolved_by != ask.who.name:
-        return Html()
-    said = "it happened" if found.state == "succeeded" else "it did not happen"
-    return h(
-        '<p class="ok" role="status">Settled {tool} in run {run}: {said}.</p>',
-        tool=found.tool,
-        run=found.run_id,
-        said=said,
-    )
+        return None
+    return Settled(found, "it happened" if found.state == "succeeded" else "it did not happen")
 
 
-def card(record: EffectRecord, ask: Ask, now: float, back: str) -> Html:
-    """One action in doubt with what is known of it, and (for a person who may decide) the
-    form that settles it; ``back``: the page to return to once it is settled."""
+def card(record: EffectRecord, now: float, run_href: str) -> Doubt:
+    """One action in doubt with what is known of it."""
     details = record.as_dict()
-    evidence = join(
-        h(
-            "<li>attempt {a} ended {s} late: <code>{o}</code> (kept, not applied)</li>",
-            a=e.get("attempt"),
-            s=e.get("state"),
-            o=json.dumps(e.get("result") or e.get("error"), default=str),
-        )
-        for e in record.evidence
-    )
-    form = (
-        _form(record, ask, back)
-        if ask.who.can_decide
-        else h('<p class="ro">Read-only: you cannot settle it.</p>')
-    )
-    return h(
-        '<section class="doubt" id="k{key12}" tabindex="-1"><div class="what">'
-        '<h2><code>{tool}</code> <span class="kind">{kind}</span></h2>'
-        '<dl><dt>Run</dt><dd><a href="/run?id={run_q}">{run}</a></dd>'
-        "<dt>Why in doubt</dt><dd>{why}</dd>"
-        "<dt>Attempts</dt><dd>{attempt}</dd>"
-        "<dt>Lease holder</dt><dd>{lease}</dd>"
-        "<dt>In doubt since</dt><dd>{since} ({ago} ago)</dd>"
-        "<dt>Idempotency key</dt><dd><code>{ikey}</code>: look it up at the provider</dd>"
-        "<dt>Action key</dt><dd><code>{key}</code></dd></dl>"
-        "<h3>Arguments</h3>{args}{evidence}</div>"
-        '<div class="decide">{form}</div></section>',
-        key12=record.key[:12],
-        tool=record.tool,
-        kind=record.kind,
-        run=record.run_id,
-        run_q=_quote(record.run_id),
+    return Doubt(
+        record=record,
+        run_href=run_href,
         why=record.note or record.error or "its attempt ended without a result",
-        attempt=record.attempt,
         lease=_lease(details["owner"], record.lease_expires_at),
-        since=clock(record.updated_at),
-        ago=ago(record.updated_at, now),
-        ikey=record.idempotency_key,
-        key=record.key,
-        args=json_block(record.args),
-        evidence=h("<h3>Late evidence</h3><ul>{e}</ul>", e=evidence) if record.evidence else Html(),
-        form=form,
+        evidence=[(e.get("attempt"), e.get("state"), _late(e)) for e in record.evidence],
+        now=now,
     )
+
+
+def _late(evidence: dict[str, Any]) -> str:
+    return json.dumps(evidence.get("result") or evidence.get("error"), default=str)
+
+
+def settle_form(ask: Ask, back: str) -> dict[str, Any]:
+    """What a card's settle form needs: who settles, and the page to return to once settled."""
+    return {"can_decide": ask.who.can_decide, "csrf": ask.csrf, "who": ask.who.name, "back": back}
 
 
 def _lease(owner: str | None, until: float | None) -> str:
@@ -164,25 +135,6 @@ def _lease(owner: str | None, until: float | None) -> str:
     if until is None:
         return f"{owner} (lease released)" if owner else "none (no worker holds it)"
     return f"{owner or 'unknown worker'} (lease until {clock(until)})"
-
-
-def _form(record: EffectRecord, ask: Ask, back: str) -> Html:
-    return h(
-        '<form method="post" action="/doubt/{key}">{csrf}{back}'
-        "<fieldset><legend>What happened?</legend>"
-        '<label><input type="radio" name="outcome" value="happened" required> It happened</label>'
-        '<label><input type="radio" name="outcome" value="did_not_happen"> '
-        "It did not happen</label>"
-        "</fieldset>"
-        '<label>Result (JSON, if it happened) <textarea name="result" rows="3" '
-        'placeholder="{{&quot;id&quot;: &quot;msg-1&quot;}}"></textarea></label>'
-        '<label>Note <input name="note" placeholder="how you found out"></label>'
-        '<button class="settle">Settle</button><p class="as">Recorded as {who}.</p></form>',
-        key=record.key,
-        csrf=hidden("csrf", ask.csrf),
-        back=hidden("back", back),
-        who=ask.who.name,
-    )
 
 
 def settle(ledger: Ledger, ask: Ask) -> Response:
@@ -219,9 +171,3 @@ def _result(text: str) -> Any:
             f"the result is not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): "
             "nothing was recorded; go back and correct it",
         ) from exc
-
-
-def _quote(value: str) -> str:
-    from urllib.parse import quote
-
-    return quote(value, safe="")

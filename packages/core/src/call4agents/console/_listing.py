@@ -1,15 +1,23 @@
-"""What every long list of the console shares (the inbox, the in-doubt queue): filters folded
-away under one summary, a wait chosen from a few ages, and keyset links from one page to the
-next, each keeping the filters a person chose."""
+"""What every long list of the console shares (the inbox, the in-doubt queue, runs, the audit):
+filters folded away under one summary, a wait chosen from a few ages, and keyset links from one
+page to the next, each keeping the filters a person chose (``_parts.html`` draws them)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from urllib.parse import parse_qsl, urlencode
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, quote, urlencode
 
 from ._auth import Refused
-from ._html import Html, h, join
+from ._web import MAX_FILTER_CHARS
 
+# The lists a run's page may lead back to, as its link says them.
+LISTS = {
+    "/": "the inbox",
+    "/doubt": "the in-doubt queue",
+    "/runs": "the runs",
+    "/audit": "the audit",
+}
 AGES = {"": None, "5m": 300.0, "1h": 3600.0, "24h": 86400.0}
 AGE_WORDS = {"": "any time", "5m": "5 minutes", "1h": "1 hour", "24h": "24 hours"}
 
@@ -31,33 +39,28 @@ def kept(query: dict[str, str], names: Iterable[str]) -> dict[str, str]:
     return {k: query[k] for k in names if query.get(k)}
 
 
-def folded(action: str, fields: Html, used: dict[str, str]) -> Html:
-    """The filter form under a summary that says which filters are in use, folded away so a
-    phone's first screen shows the list itself, not a column of fields."""
-    said = ", ".join(f"{k}: {v}" for k, v in used.items()) if used else "none"
-    return h(
-        '<details class="filters"><summary>Filters ({said})</summary>'
-        '<form method="get" action="{action}">{fields}<button>Filter</button></form></details>',
-        said=said,
-        action=action,
-        fields=fields,
-    )
+def in_use(used: dict[str, str]) -> str:
+    """What the folded filters' summary says is in use: ``tool: pay, run: shop``, or none."""
+    return ", ".join(f"{k}: {v}" for k, v in used.items()) if used else "none"
+
+
+@dataclass(frozen=True)
+class Pages:
+    """The links under a list: back to its first page, and on to the next."""
+
+    first: str | None = None
+    next: str | None = None
 
 
 def keyset_links(
-    path: str, filters: dict[str, str], *, last: str | None, more: bool, paged: bool, size: int
-) -> Html:
+    path: str, filters: dict[str, str], *, last: str | None, more: bool, paged: bool
+) -> Pages:
     """First-page and next-page links: the next page starts after ``last`` (an id the list's
     read takes as ``after``), so a page deep in the list costs what the first does."""
-    links = []
-    if paged:
-        links.append(h('<a href="{p}?{q}">First page</a>', p=path, q=urlencode(filters)))
-    if more and last is not None:
-        q = urlencode({**filters, "after": last})
-        links.append(h('<a href="{p}?{q}" rel="next">Next {n}</a>', p=path, q=q, n=size))
-    if not links:
-        return Html()
-    return h('<nav class="pages" aria-label="Pages">{l}</nav>', l=join(links))
+    return Pages(
+        first=f"{path}?{urlencode(filters)}" if paged else None,
+        next=f"{path}?{urlencode({**filters, 'after': last})}" if more and last else None,
+    )
 
 
 def local_address(value: str | None, default: str) -> str:
@@ -75,3 +78,22 @@ def with_param(address: str, name: str, value: str) -> str:
     path, _, query = address.partition("?")
     pairs = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != name]
     return f"{path}?{urlencode([*pairs, (name, value)])}"
+
+
+def run_address(run_id: str, back: str | None = None) -> str:
+    """A run's page; with ``back``, the filtered or paged list it was opened from (when that
+    fits in an address), which the run's page links back to and a settling there keeps."""
+    address = f"/run?id={quote(run_id, safe='')}"
+    if back and "?" in back and len(back) <= MAX_FILTER_CHARS:
+        address += f"&back={quote(back, safe='')}"
+    return address
+
+
+def list_back(value: str | None) -> tuple[str, str] | None:
+    """The list a run's page was opened from (its ``back``) and the words of the link back to
+    it; None for anything but one of the console's lists."""
+    address = local_address(value, "")
+    path, _, query = address.partition("?")
+    if path not in LISTS:
+        return None
+    return address, f"Back to {LISTS[path]}" + (", as filtered" if query else "")

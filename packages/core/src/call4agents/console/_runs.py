@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from urllib.parse import quote, urlencode
+from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from starlette.responses import Response
 
 from call4agents import AuditEntry, EffectRecord, Ledger, RunSummary
-from call4agents.engine.approvals import ApprovalRequest
 from call4agents.engine.budgets import spending_text
 from call4agents.engine.undos import undo_for
 from call4agents.storage import run_controls
 
 from ._auth import Refused
-from ._doubt import card, settled_notice
-from ._html import Html, ago, clock, h, hidden, join, json_block, options, page, table
-from ._web import Ask, html
+from ._doubt import card, settle_form, settled_notice
+from ._format import ago, clock
+from ._listing import Pages, kept, list_back, run_address
+from ._web import Ask, page
 
 STATES = (
     "in_doubt",
@@ -30,6 +31,7 @@ STATES = (
     "partly_undone",
 )
 LISTED = 100  # runs to a page
+FILTERS = ("state", "tool", "q", "active")
 # How recently a listed run was active; counting every run ever recorded is slow on a large ledger.
 WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
 DEFAULT_WINDOW = "7d"
@@ -65,38 +67,43 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
     endings = run_controls.statuses_of(ledger.store, [r.run_id for r in found])
     rows = []
     now = time.time()
+    here = _here(ask.query)
     for r in found:
-        ending = endings.get(r.run_id)
-        derived = ending or _state(r, waiting[r.run_id])
+        derived = endings.get(r.run_id) or _state(r, waiting[r.run_id])
         if state and derived != state:
             continue
-        link = h('<a href="/run?id={q}">{run}</a>', q=quote(r.run_id, safe=""), run=r.run_id)
-        rows.append(
-            [
-                link,
-                derived.replace("_", " "),
-                r.actions,
-                r.succeeded,
-                r.failed,
-                r.in_doubt,
-                waiting[r.run_id],
-                ago(r.last_at, now) + " ago",
-            ]
-        )
-    body = join(
-        [
-            _filters(state, tool, text, window),
-            table(
-                ["Run", "State", "Actions", "Done", "Failed", "In doubt", "Waiting", "Last active"],
-                rows,
-                "runs",
-            )
-            if rows
-            else h('<p class="empty">No runs match.</p>'),
-            _pages(ask.query, found[-1] if full and found else None, before is not None),
-        ]
+        href, active = run_address(r.run_id, here), ago(r.last_at, now) + " ago"
+        rows.append(Listed(r, href, derived.replace("_", " "), waiting[r.run_id], active))
+    return page(
+        "runs.html",
+        ask.who,
+        here="/runs",
+        states={s: s.replace("_", " ") or "any state" for s in ("", *STATES)},
+        windows={w: w for w in WINDOWS},
+        state=state,
+        tool=tool,
+        text=text,
+        window=window,
+        rows=rows,
+        pages=_pages(ask.query, found[-1] if full and found else None, before is not None),
     )
-    return html(page("Runs", ask.who.name, ask.who.role, body, here="/runs"))
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A run's line in the runs list (``runs.html``)."""
+
+    run: RunSummary
+    href: str  # its page, remembering this list's filters and place
+    state: str
+    waiting: int
+    active: str
+
+
+def _here(query: dict[str, str]) -> str:
+    """This page of the runs list, to come back to from a run's page."""
+    place = kept(query, (*FILTERS, "before_at", "before_run"))
+    return "/runs" + (f"?{urlencode(place)}" if place else "")
 
 
 def _cursor(query: dict[str, str]) -> tuple[float, str] | None:
@@ -111,15 +118,15 @@ def _cursor(query: dict[str, str]) -> tuple[float, str] | None:
         ) from None
 
 
-def _pages(query: dict[str, str], last: RunSummary | None, paged: bool) -> Html:
+def _pages(query: dict[str, str], last: RunSummary | None, paged: bool) -> Pages:
     """Keyset links: the next page starts after the last run of this one (its last active time,
     then its id), so a page is as fast at the thousandth run as at the first."""
-    kept = {k: v for k, v in query.items() if k in ("state", "tool", "q", "active") and v}
-    links = [h('<a href="/runs?{q}">First page</a>', q=urlencode(kept))] if paged else []
-    if last is not None:
-        q = urlencode({**kept, "before_at": repr(last.last_at), "before_run": last.run_id})
-        links.append(h('<a href="/runs?{q}" rel="next">Older runs</a>', q=q))
-    return h('<nav class="pages" aria-label="Pages">{l}</nav>', l=join(links)) if links else Html()
+    filters = kept(query, FILTERS)
+    older = None if last is None else {"before_at": repr(last.last_at), "before_run": last.run_id}
+    return Pages(
+        first=f"/runs?{urlencode(filters)}" if paged else None,
+        next=f"/runs?{urlencode({**filters, **older})}" if older is not None else None,
+    )
 
 
 def _with_waiting_runs(
@@ -163,22 +170,6 @@ def _state(r: RunSummary, waiting: int) -> str:
     return "has_failures" if r.failed else "done"
 
 
-def _filters(state: str, tool: str, text: str, window: str) -> Html:
-    states = {s: s.replace("_", " ") or "any state" for s in ("", *STATES)}
-    return h(
-        '<form method="get" action="/runs" class="filters">'
-        '<label>State <select name="state">{states}</select></label>'
-        '<label>Tool <input name="tool" value="{tool}"></label>'
-        '<label>Run id contains <input name="q" value="{text}"></label>'
-        '<label>Active in the last <select name="active">{windows}</select></label>'
-        "<button>Filter</button></form>",
-        states=options(states, state),
-        windows=options({w: w for w in WINDOWS}, window),
-        tool=tool,
-        text=text,
-    )
-
-
 def run_page(ledger: Ledger, ask: Ask) -> Response:
     run_id = ask.query.get("id", "")
     ledger.sweep()
@@ -193,40 +184,55 @@ def run_page(ledger: Ledger, ask: Ask) -> Response:
             "see the runs list",
         )
     handoff = ledger.handoff(run_id) if status is not None else None
-    spent = spending_text(ledger, run_id)
-    parts = [
-        settled_notice(ledger, ask),
-        h("<h2>Actions, in order</h2>"),
-        _actions(actions, settled),
-        _in_doubt(actions, run_id, ask),
-        h("<h2>Approvals</h2>"),
-        _tickets(tickets) if tickets else h('<p class="empty">None asked.</p>'),
-        h("<h2>Budget</h2><p>{s}</p>", s=spent or "No budget recorded for this run."),
-        h("<h2>Ending</h2>"),
-        _ending(status.status, status.reason, status.updated_at)
-        if status
-        else h("<p>No run control ended it (still going, or ended by the agent).</p>"),
-    ]
-    if handoff is not None:
-        parts.append(
-            h('<h2>Escalation hand-off</h2><pre class="handoff">{t}</pre>', t=handoff.text())
-        )
-    parts.append(_undo_part(actions, run_id, ask))
-    return html(page(f"Run {run_id}", ask.who.name, ask.who.role, join(parts)))
+    now = time.time()
+    done = [r for r in actions if r.state == "succeeded" and r.kind != "undo"]
+    back = list_back(ask.query.get("back"))
+    here = run_address(run_id, back[0] if back else None)
+    return page(
+        "run.html",
+        ask.who,
+        run_id=run_id,
+        back=back,
+        undo_href="/run/undo?" + here.partition("?")[2],
+        settled=settled_notice(ledger, ask),
+        actions=[_action(i, r, settled.get(r.key)) for i, r in enumerate(actions, 1)],
+        # The run's own actions in doubt, each with the form the in-doubt queue shows: an
+        # escalated run's hand-off names them, and here they are settled.
+        doubts=[card(r, now, here) for r in actions if r.state == "in_doubt"],
+        form=settle_form(ask, here),
+        tickets=tickets,
+        spent=spending_text(ledger, run_id),
+        ending=status,
+        handoff=None if handoff is None else handoff.text(),
+        finished=bool(done),
+        undoable=len(_undoable(actions)),
+        can_decide=ask.who.can_decide,
+    )
 
 
-def _in_doubt(actions: list[EffectRecord], run_id: str, ask: Ask) -> Html:
-    """The run's own actions in doubt, each with the form the in-doubt queue shows: an
-    escalated run's hand-off names them, and here they are settled."""
-    doubt = [r for r in actions if r.state == "in_doubt"]
-    if not doubt:
-        return Html()
-    now, back = time.time(), f"/run?id={quote(run_id, safe='')}"
-    return join(
-        [
-            h("<h2>In doubt: {n} to settle</h2>", n=len(doubt)),
-            join(card(r, ask, now, back) for r in doubt),
-        ]
+@dataclass(frozen=True)
+class Action:
+    """An action's row on its run's page (``run.html``)."""
+
+    number: int
+    record: EffectRecord
+    state: str
+    outcome: str
+    settled: str
+    took: str
+
+
+def _action(number: int, r: EffectRecord, entry: AuditEntry | None) -> Action:
+    outcome = r.result_json if r.state == "succeeded" else (r.error or r.note or "")
+    if r.pruned_at is not None:
+        outcome = "(result pruned by gc)"
+    return Action(
+        number=number,
+        record=r,
+        state=STATE_WORDS.get(r.state, r.state),
+        outcome=outcome or "",
+        settled=_settled_text(r, entry),
+        took=_took(r, entry),
     )
 
 
@@ -258,91 +264,8 @@ def _took(r: EffectRecord, entry: AuditEntry | None) -> str:
     return took if r.attempt == 1 else f"{took} over {r.attempt} attempts"
 
 
-def _actions(actions: list[EffectRecord], settled: dict[str, AuditEntry]) -> Html:
-    if not actions:
-        return h('<p class="empty">No actions.</p>')
-    rows = []
-    for i, r in enumerate(actions, 1):
-        outcome = r.result_json if r.state == "succeeded" else (r.error or r.note or "")
-        if r.pruned_at is not None:
-            outcome = "(result pruned by gc)"
-        entry = settled.get(r.key)
-        rows.append(
-            [
-                i,
-                h("<code>{t}</code>", t=r.tool),
-                r.kind,
-                STATE_WORDS.get(r.state, r.state),
-                r.attempt,
-                json_block(r.args),
-                h('<span class="result">{o}</span>', o=outcome or ""),
-                _settled_text(r, entry),
-                _took(r, entry),
-            ]
-        )
-    return table(
-        [
-            "#",
-            "Tool",
-            "Kind",
-            "State",
-            "Attempts",
-            "Arguments",
-            "Result or error",
-            "Settled",
-            "Took",
-        ],
-        rows,
-        "actions",
-    )
-
-
-def _tickets(tickets: list[ApprovalRequest]) -> Html:
-    rows = [
-        [
-            h('<a href="/approvals/{t}"><code>{t}</code></a>', t=a.ticket),
-            a.tool,
-            a.state,
-            a.decided_by or "",
-            a.reason or "",
-            clock(a.requested_at),
-        ]
-        for a in tickets
-    ]
-    return table(["Ticket", "Tool", "State", "Decided by", "Reason", "Asked"], rows)
-
-
-def _ending(status: str, reason: str | None, at: float) -> Html:
-    return h(
-        "<p><b>{s}</b>: {r} ({at})</p>",
-        s=status.replace("_", " "),
-        r=reason or "no reason given",
-        at=clock(at),
-    )
-
-
 def _undoable(actions: list[EffectRecord]) -> list[EffectRecord]:
     return [r for r in actions if r.state == "succeeded" and undo_for(r.tool) is not None]
-
-
-def _undo_part(actions: list[EffectRecord], run_id: str, ask: Ask) -> Html:
-    done = [r for r in actions if r.state == "succeeded" and r.kind != "undo"]
-    undoable = _undoable(actions)
-    if not done:
-        return Html()
-    if not undoable:
-        return h(
-            "<h2>Undo</h2><p>None of this run's tools declared <code>undo=</code> in this "
-            "console (start it with <code>--import MODULE</code> to load them).</p>"
-        )
-    if not ask.who.can_decide:
-        return h('<h2>Undo</h2><p class="ro">Read-only: you cannot undo this run.</p>')
-    return h(
-        "<h2>Undo</h2><p>{n} action(s) can be reversed.</p>"
-        '<a class="button" href="/run/undo?id={q}">Undo this run...</a>',
-        n=len(undoable),
-        q=quote(run_id, safe=""),
-    )
 
 
 def undo_confirm(ledger: Ledger, ask: Ask) -> Response:
@@ -350,21 +273,16 @@ def undo_confirm(ledger: Ledger, ask: Ask) -> Response:
     undoable = _undoable(ledger.effects(run_id))
     if not undoable:
         raise Refused(404, f"run {run_id!r} has nothing this console can undo")
-    listed = join(
-        h("<li><code>{t}</code> {a}</li>", t=r.tool, a=r.result_json or "")
-        for r in reversed(undoable)
+    back = list_back(ask.query.get("back"))
+    return page(
+        "undo.html",
+        ask.who,
+        run_id=run_id,
+        undoable=list(reversed(undoable)),
+        csrf=ask.csrf,
+        back=back[0] if back else "",
+        run_href=run_address(run_id, back[0] if back else None),
     )
-    body = h(
-        "<p>These will be reversed, newest first, each once only:</p><ul>{listed}</ul>"
-        '<form method="post" action="/run/undo">{csrf}{run}'
-        '<button class="deny">Yes, undo run {r}</button> <a href="/run?id={q}">Cancel</a></form>',
-        listed=listed,
-        csrf=hidden("csrf", ask.csrf),
-        run=hidden("id", run_id),
-        r=run_id,
-        q=quote(run_id, safe=""),
-    )
-    return html(page(f"Undo run {run_id}?", ask.who.name, ask.who.role, body))
 
 
 def undo(ledger: Ledger, ask: Ask) -> Response:
@@ -372,9 +290,6 @@ def undo(ledger: Ledger, ask: Ask) -> Response:
     if not _undoable(ledger.effects(run_id)):
         raise Refused(404, f"run {run_id!r} has nothing this console can undo")
     report = ledger.undo(run_id)
-    body = h(
-        '<pre class="report">{t}</pre><p><a href="/run?id={q}">Back to the run</a></p>',
-        t=report.text(),
-        q=quote(run_id, safe=""),
-    )
-    return html(page(f"Undo of run {run_id}", ask.who.name, ask.who.role, body))
+    back = list_back(ask.form.get("back"))
+    run_href = run_address(run_id, back[0] if back else None)
+    return page("undone.html", ask.who, run_id=run_id, report=report.text(), run_href=run_href)

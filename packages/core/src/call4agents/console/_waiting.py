@@ -9,8 +9,7 @@ from call4agents.model.kinds import KINDS
 from call4agents.storage.approval_rows import SORTS
 
 from ._auth import Refused
-from ._html import Html, h, hidden, options
-from ._listing import AGE_WORDS, age_name, age_of, folded, kept, keyset_links
+from ._listing import AGE_WORDS, Pages, age_name, age_of, in_use, kept, keyset_links
 
 SHOWN = 25  # tickets to a page, the oldest first unless sorted otherwise
 FILTERS = ("tool", "run", "kind", "asked", "q", "waited", "sort")
@@ -36,30 +35,22 @@ def where_of(query: dict[str, str]) -> WaitingFilter:
     )
 
 
-def filters(where: WaitingFilter, query: dict[str, str]) -> Html:
-    fields = h(
-        '<label>Tool <input name="tool" value="{tool}"></label>'
-        '<label>Run id contains <input name="run" value="{run}"></label>'
-        '<label>Kind <select name="kind">{kinds}</select></label>'
-        '<label>Who asked contains <input name="asked" value="{asked}"></label>'
-        '<label>Search <input name="q" type="search" value="{q}"></label>'
-        '<label>Waiting longer than <select name="waited">{waits}</select></label>'
-        '<label>Order <select name="sort">{sorts}</select></label>{view}',
-        tool=where.tool or "",
-        run=where.run_id or "",
-        asked=where.asked_by or "",
-        q=where.search or "",
-        kinds=options({"": "any kind", **{k: k for k in KINDS}}, where.kind or ""),
-        waits=options(AGE_WORDS, age_name(where.older_than)),
-        sorts=options(SORT_WORDS, where.sort),
-        view=hidden("view", query["view"]) if query.get("view") else Html(),
-    )
-    return folded("/", fields, kept(query, FILTERS))
+def filters(where: WaitingFilter, query: dict[str, str]) -> dict[str, object]:
+    """What the inbox's folded filter form shows (``_waiting.html``)."""
+    return {
+        "where": where,
+        "kinds": {"": "any kind", **{k: k for k in KINDS}},
+        "waits": AGE_WORDS,
+        "waited": age_name(where.older_than),
+        "sorts": SORT_WORDS,
+        "view": query.get("view") or "",
+        "said": in_use(kept(query, FILTERS)),
+    }
 
 
 def pages(
     query: dict[str, str], shown: list[ApprovalRequest], total: int, after: str | None
-) -> Html:
+) -> Pages:
     """Keyset links: the next page starts after this page's last ticket."""
     return keyset_links(
         "/",
@@ -67,5 +58,4 @@ def pages(
         last=shown[-1].ticket if shown else None,
         more=len(shown) == SHOWN and total > SHOWN,
         paged=after is not None,
-        size=SHOWN,
     )

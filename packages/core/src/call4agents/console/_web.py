@@ -30,7 +30,7 @@ from ._auth import (
     same_secret,
     viewer,
 )
-from ._html import Html, h, page
+from ._render import render
 
 # No script or style from anywhere but the console itself, no framing, no referrer (the first
 # address holds the token).
@@ -48,6 +48,9 @@ MAX_FORM_BYTES = 1_000_000
 # Characters a filter in the address may hold: a run id, a tool name or a search fits many times
 # over, and SQLite refuses a LIKE pattern past 50,000 bytes (it read as the ledger failing).
 MAX_FILTER_CHARS = 1000
+# Longer values some addresses carry that are no filter: the tickets a decision on ticked
+# tickets returns with (at most 100 ids of 24 characters, comma-separated).
+MAX_CHARS = {"done": 100 * 32, "refused": 100 * 32}
 STATIC = {"console.css": "text/css", "console.js": "text/javascript"}
 
 
@@ -72,30 +75,49 @@ def fingerprint(request: ApprovalRequest) -> str:
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-def html(body: Html, status: int = 200, *, headers: dict[str, str] | None = None) -> Response:
+def html(body: str, status: int = 200, *, headers: dict[str, str] | None = None) -> Response:
     # No page is cached: most show arguments, and all show who may decide what.
     merged = {**SECURITY_HEADERS, "Cache-Control": "no-store", **(headers or {})}
-    return HTMLResponse(str(body), status_code=status, headers=merged)
+    return HTMLResponse(body, status_code=status, headers=merged)
+
+
+def page(
+    template: str,
+    who: Viewer | None,
+    *,
+    status: int = 200,
+    live: bool = False,
+    here: str = "",
+    **context: Any,
+) -> Response:
+    """A page from its template, in the layout: who is signed in (no navigation for nobody),
+    which link of the navigation is this page, whether its list takes live updates."""
+    body = render(
+        template,
+        user=None if who is None else who.name,
+        role="" if who is None else who.role,
+        live=live,
+        here=here,
+        **context,
+    )
+    return html(body, status)
+
+
+TITLES = {
+    400: "Not accepted",
+    401: "Sign in",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Not accepted",
+    413: "Too large",
+    421: "Wrong address",
+}
 
 
 def error_page(status: int, message: str, who: Viewer | None) -> Response:
-    """A refusal in the console's own layout. Nobody signed in: no navigation and no link
-    back, since every page would refuse them the same way."""
-    titles = {
-        400: "Not accepted",
-        401: "Sign in",
-        403: "Not allowed",
-        404: "Not found",
-        405: "Not accepted",
-        413: "Too large",
-        421: "Wrong address",
-    }
-    title = titles.get(status, "Not done" if status < 500 else "Ledger unavailable")
-    back = h('<p><a href="/">Back to the inbox</a></p>') if who is not None else Html()
-    body = h('<p class="error" role="alert">{m}</p>{back}', m=message, back=back)
-    if who is None:
-        return html(page(title, None, "", body), status)
-    return html(page(title, who.name, who.role, body), status)
+    """A refusal in the console's own layout (``error.html``)."""
+    title = TITLES.get(status, "Not done" if status < 500 else "Ledger unavailable")
+    return page("error.html", who, status=status, title=title, message=message)
 
 
 async def not_routed(request: Request, exc: Exception) -> Response:
@@ -151,11 +173,12 @@ def _query(request: Request) -> dict[str, str]:
     """The address's filters, each refused (400) past MAX_FILTER_CHARS."""
     query = dict(request.query_params)
     for name, value in query.items():
-        if len(value) > MAX_FILTER_CHARS:
+        if len(value) > MAX_CHARS.get(name, MAX_FILTER_CHARS):
             raise Refused(
                 400,
                 f"the {name} filter is {len(value):,} characters long: at most "
-                f"{MAX_FILTER_CHARS:,}; shorten it (a part of a run id or tool name matches)",
+                f"{MAX_CHARS.get(name, MAX_FILTER_CHARS):,}; shorten it (a part of a run id or "
+                "tool name matches)",
             )
     return query
 

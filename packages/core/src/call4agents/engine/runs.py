@@ -260,10 +260,7 @@ def escalate_by_policy(
     ):
         reason = f"{tool} may or may not have happened"
         fact = f"{type(exc).__name__}: {exc}"[:500]
-        remains = [
-            f"check with the provider whether this happened, then settle it with "
-            f"`call4agents resolve`: {call}"
-        ]
+        remains = [_settle_step(action.key if action else getattr(exc, "key", ""), call)]
     elif "budget" in policy and isinstance(exc, BudgetExceeded):
         reason, fact = f"the run hit its {exc.reason.replace('_', ' ')}", exc.detail
         remains = [call]
@@ -280,6 +277,18 @@ def escalate_by_policy(
         )
     except Escalated as escalated:
         raise escalated from exc
+
+
+def _settle_step(key: str, call: str) -> str:
+    """What remains of a run escalated on an action in doubt: finding out, then settling it, in
+    the console (its In doubt page, or the run's page, where it is settled in the browser) or
+    from a shell."""
+    command = f"`call4agents resolve {key[:12]} --happened` (or `--did-not-happen`)"
+    return (
+        "check with the provider whether this happened, then settle it in the console (In "
+        f"doubt, or this run's page) or with {command if key else '`call4agents resolve`'}: "
+        f"{call}"
+    )
 
 
 def handoff(ledger: LedgerCore, run_id: str, *, escalating: str | None = None) -> Handoff | None:

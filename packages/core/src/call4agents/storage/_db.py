@@ -126,20 +126,44 @@ OPTIMIZE_EVERY = 600.0
 
 def optimize_sqlite(conn: sqlite3.Connection, *, opening: bool = False) -> None:
     """Keep the planner's statistics current, as SQLite advises: ``PRAGMA optimize=0x10002`` as a
-    connection opens (SQLite 3.46 and later check every table; before, this does nothing), and
-    ``PRAGMA optimize`` now and then on a long-lived one (it analyzes the tables used on that
-    connection that were never analyzed or grew 25-fold). Without statistics SQLite may pick an
-    index that reads far more rows: a ledger nobody ever analyzed once took seconds per console
-    page. A ledger this user may only read, or one busy with a writer past the busy timeout,
-    keeps its statistics until the next turn."""
+    connection opens (SQLite 3.46 and later check every table; before, ``_analyze_new_tables``
+    does what it would), and ``PRAGMA optimize`` now and then on a long-lived one (it analyzes
+    the tables used on that connection that were never analyzed or grew 25-fold). Without
+    statistics SQLite may pick an index that reads far more rows: a ledger nobody ever analyzed
+    once took seconds per console page. A ledger this user may only read, or one busy with a
+    writer past the busy timeout, keeps its statistics until the next turn."""
     try:
         conn.execute(f"PRAGMA analysis_limit={ANALYSIS_LIMIT}")
         try:
-            conn.execute("PRAGMA optimize=0x10002" if opening else "PRAGMA optimize").fetchall()
+            if opening and not CHECKS_EVERY_TABLE:
+                _analyze_new_tables(conn)
+            else:
+                conn.execute("PRAGMA optimize=0x10002" if opening else "PRAGMA optimize").fetchall()
         finally:
             conn.execute("PRAGMA analysis_limit=0")  # an ANALYZE someone asks for reads all
     except sqlite3.Error:
         return
+
+
+# SQLite 3.46 taught `PRAGMA optimize` to look at every table as a connection opens (0x10000).
+# Before it, a connection analyzes only the tables it used, at its next optimize: a console on a
+# ledger never analyzed served its pages without statistics for ten minutes, /health reading a
+# window's runs through the wrong index.
+CHECKS_EVERY_TABLE = sqlite3.sqlite_version_info >= (3, 46)
+
+
+def _analyze_new_tables(conn: sqlite3.Connection) -> None:
+    """As a connection opens on an older SQLite: each table that holds rows and was never
+    analyzed is (sampled, so a few milliseconds at any size); once done, nothing is written."""
+    tables = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+    known = "SELECT 1 FROM sqlite_master WHERE name = 'sqlite_stat1'"
+    analyzed = set()
+    if conn.execute(known).fetchone() is not None:
+        analyzed = {name for (name,) in conn.execute("SELECT DISTINCT tbl FROM sqlite_stat1")}
+    for (table,) in conn.execute(tables).fetchall():
+        quoted = '"' + table.replace('"', '""') + '"'
+        if table not in analyzed and conn.execute(f"SELECT 1 FROM {quoted} LIMIT 1").fetchone():
+            conn.execute(f"ANALYZE {quoted}")
 
 
 def _set_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy import or_, select
 
 from call4agents.model.errors import ConfigurationError
 
+from .dialects import dialect_of
 from .store import Conn, Store, now_sql
 from .tables import approvals, audit, effects
 
@@ -43,6 +44,9 @@ class AuditEntry:
         return asdict(self)
 
 
+_FIELDS = [audit.c[f.name] for f in fields(AuditEntry)]
+
+
 def write(conn: Conn, **values: Any) -> None:
     """Record one decision inside the transaction that makes it."""
     assert values["action"] in ACTIONS, values["action"]
@@ -62,7 +66,9 @@ def entries(
 ) -> list[AuditEntry]:
     """Newest first (by time, ties by id); ``before`` the id of the last entry of the page before
     (keyset paging: the page goes on from that entry's time, so each page costs the same)."""
-    query = select(audit).order_by(audit.c.at.desc(), audit.c.id.desc()).limit(limit)
+    # The entry's fields in order, each row made positionally: by name (``**row``) an export of
+    # 10,000 spent as long making entries as reading them.
+    query = select(*_FIELDS).order_by(audit.c.at.desc(), audit.c.id.desc()).limit(limit)
     chosen = ((audit.c.actor, actor), (audit.c.action, action), (audit.c.run_id, run_id))
     for column, value in (*chosen, (audit.c.tool, tool)):
         if value is not None:
@@ -79,28 +85,31 @@ def entries(
                 )
             # Written so each filter's index serves it as one range: (at, id) < (last, before).
             query = query.where(audit.c.at <= last, or_(audit.c.at < last, audit.c.id < before))
-        return [AuditEntry(**row) for row in conn.execute(query).mappings()]
+        return [AuditEntry(*row) for row in conn.execute(query)]
 
 
 def arguments(store: Store, found: list[AuditEntry]) -> dict[int, str | None]:
     """By entry id, the arguments each decision was about as canonical JSON, redacted values
     masked as the ticket's card showed them: the ticket's for a yes or no, the action's for a
-    settlement; None where ``gc`` has since removed them. Two reads for any number of entries."""
-    tickets = {e.ticket for e in found if e.ticket is not None}
-    keys = {e.key for e in found if e.ticket is None}
+    settlement; None where ``gc`` has since removed them. A read or two for any number of
+    entries (``among``: on PostgreSQL one array parameter, where a list of 10,000 bound
+    parameters took 0.3 s to send and plan, and the export of 10,000 entries 0.6 s)."""
+    tickets = sorted({e.ticket for e in found if e.ticket is not None})
+    keys = sorted({e.key for e in found if e.ticket is None})
+    asked_for = select(approvals.c.ticket, approvals.c.args)
+    acted_on = select(effects.c.key, effects.c.args)
     with store.read() as conn:
-        asked = dict(
-            conn.execute(
-                select(approvals.c.ticket, approvals.c.args).where(approvals.c.ticket.in_(tickets))
-            ).all()
-            if tickets
-            else []
-        )
-        acted = dict(
-            conn.execute(select(effects.c.key, effects.c.args).where(effects.c.key.in_(keys))).all()
-            if keys
-            else []
-        )
+        among = dialect_of(conn.dialect.name).among
+        asked = {
+            ticket: args
+            for where in among(approvals.c.ticket, tickets)
+            for ticket, args in conn.execute(asked_for.where(where))
+        }
+        acted = {
+            key: args
+            for where in among(effects.c.key, keys)
+            for key, args in conn.execute(acted_on.where(where))
+        }
     return {e.id: asked.get(e.ticket) if e.ticket is not None else acted.get(e.key) for e in found}
 
 
