@@ -17,7 +17,7 @@ from sqlalchemy import select, text
 
 import call4agents as c4a
 from call4agents.facade import _children
-from call4agents.storage import _db
+from call4agents.storage import _db, urls
 from call4agents.storage.migrations import CURRENT
 from call4agents.storage.tables import meta, schema_version
 
@@ -453,7 +453,7 @@ def test_a_new_ledger_is_what_every_migration_from_nothing_makes(
     with contextlib.contextmanager(make_target)(target.backend, tmp_path / "b") as other:
         (tmp_path / "b").mkdir(exist_ok=True)
         engine = _db.make_engine(
-            _db.parse_url(other.url),
+            urls.parse_url(other.url),
             durability="power",
             schema=other.schema,
             busy_timeout=5.0,

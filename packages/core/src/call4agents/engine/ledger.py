@@ -25,7 +25,7 @@ from call4agents.model import platform
 from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
 from call4agents.model.kinds import KINDS
-from call4agents.storage import _db, _files, audit_rows, diagnose, reads, run_rows
+from call4agents.storage import _db, _files, audit_rows, diagnose, reads, run_rows, urls
 from call4agents.storage._db import cannot_open, outage, outage_error, refuse_read_only
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.approval_rows import SORTS, WaitingFilter
@@ -224,7 +224,7 @@ class LedgerCore:
     ) -> None:
         if lease <= 0 or wait < 0 or not open_retry >= 0:
             raise ConfigurationError("lease must be > 0 seconds, wait and open_retry >= 0 seconds")
-        self._url = _db.engine_url(engine, url)
+        self._url = urls.engine_url(engine, url)
         if require_sync_standby and durability == "process":
             raise ConfigurationError(
                 "require_sync_standby=True needs durability='power': at 'process' a commit is "
@@ -319,7 +319,7 @@ class LedgerCore:
     @property
     def url(self) -> str:
         """The ledger URL with any password masked."""
-        return _db.safe_url(self._url)
+        return urls.safe_url(self._url)
 
     @property
     def dialect(self) -> str:

@@ -267,9 +267,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _shown_url(url: str) -> str:
-    from call4agents.storage import _db
+    from call4agents.storage import urls
 
-    return _db.safe_url(_db.parse_url(url))
+    return urls.safe_url(urls.parse_url(url))
 
 
 if __name__ == "__main__":

@@ -33,11 +33,11 @@ from ._base import (
     EXIT_OK,
     PROG,
     UsageError,
-    _db,
     _Parser,
     _sqlalchemy_error,
     parse_age,
     short_error,
+    urls,
 )
 from ._commands import (
     cmd_alerts,
@@ -332,7 +332,7 @@ def _password(argv: list[str]) -> str | None:
         elif arg.startswith("--url="):
             raw = arg[len("--url=") :]
     try:
-        return _db.parse_url(raw).password if raw else None
+        return urls.parse_url(raw).password if raw else None
     except Call4AgentsError:
         return None
 

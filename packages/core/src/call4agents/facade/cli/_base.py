@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from call4agents.storage import _db as _db
     from call4agents.storage import diagnose as diagnose
     from call4agents.storage import migrations as migrations
+    from call4agents.storage import urls as urls
 
 
 def _lazy_module(name: str) -> types.ModuleType:
@@ -59,6 +60,7 @@ if not TYPE_CHECKING:
     migrations = _lazy_module("call4agents.storage.migrations")
     diagnose = _lazy_module("call4agents.storage.diagnose")
     run_notes = _lazy_module("call4agents.engine.run_notes")
+    urls = _lazy_module("call4agents.storage.urls")
 
 PROG = "call4agents"
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_IN_DOUBT = 0, 1, 2, 3
@@ -161,7 +163,7 @@ def parse_age(text_: str) -> float:
 
 
 def _url(args: argparse.Namespace) -> _db.URL:
-    return _db.parse_url(getattr(args, "url", None))
+    return urls.parse_url(getattr(args, "url", None))
 
 
 def _schema(args: argparse.Namespace) -> str | None:
@@ -180,7 +182,7 @@ def _require_existing(url: _db.URL) -> None:
     path = _sqlite_path(url)
     if path is not None and url.database not in (None, "", ":memory:") and not path.exists():
         raise LedgerError(
-            f"there is no ledger at {_db.safe_url(url)}: the file {path} does not exist. Check "
+            f"there is no ledger at {urls.safe_url(url)}: the file {path} does not exist. Check "
             "--url (or $CALL4AGENTS_URL); agents create the ledger when they first run"
         )
 

@@ -25,7 +25,6 @@ from ._base import (
     STATE_WORDS,
     _ago,
     _compact,
-    _db,
     _engine,
     _open,
     _print_json,
@@ -38,6 +37,7 @@ from ._base import (
     parse_age,
     run_notes,
     short_error,
+    urls,
 )
 
 if TYPE_CHECKING:
@@ -491,11 +491,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         before, after = migrations.migrate(engine, schema=_schema(args))
     except _sqlalchemy_error() as exc:
         raise LedgerError(
-            f"cannot migrate the ledger at {_db.safe_url(url)}: {short_error(exc)}"
+            f"cannot migrate the ledger at {urls.safe_url(url)}: {short_error(exc)}"
         ) from exc
     finally:
         engine.dispose()
-    safe = _db.safe_url(url)
+    safe = urls.safe_url(url)
     if args.json:
         _print_json({"url": safe, "before": before, "after": after})
     elif before == after:

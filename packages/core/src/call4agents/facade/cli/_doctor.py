@@ -36,6 +36,7 @@ from ._base import (
     diagnose,
     migrations,
     short_error,
+    urls,
 )
 
 if TYPE_CHECKING:
@@ -254,7 +255,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
     except Call4AgentsError as exc:
         return [Check("url", "FAIL", str(exc))]
     schema = _schema(args)
-    checks = [Check("url", "OK", _db.safe_url(url) + (f" (schema {schema})" if schema else ""))]
+    checks = [Check("url", "OK", urls.safe_url(url) + (f" (schema {schema})" if schema else ""))]
     path = _sqlite_path(url)
     if path is not None and not path.exists():
         return [*checks, Check("database", "FAIL", f"no ledger file at {path}: check --url")]
