@@ -113,6 +113,12 @@ class PostgreSQL(Dialect):
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (SQLite(), PostgreSQL())}
 
 
+def qualified(conn: Connection, name: str) -> str:
+    """A table or function as statements written as text name it: in the ledger's schema."""
+    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    return f'"{schema}".{name}' if schema else name
+
+
 def dialect_of(name: str) -> Dialect:
     """The object of a database by SQLAlchemy's dialect name (``engine.dialect.name``)."""
     return DIALECTS[name]
