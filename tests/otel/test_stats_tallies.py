@@ -594,3 +594,25 @@ def test_figures_read_by_name_hold_where_the_database_sorts_by_language(
     assert figures.triggers == {"retry": 5, "schedule": 8, "user": 4}
     assert figures.cost_p99 is not None
     assert figures.calls_p95 is not None
+
+
+@pytest.mark.postgres
+def test_a_ledger_read_by_language_before_version_11_gets_its_run_figures_back(
+    pg_by_language: Target,
+) -> None:
+    """A ledger of version 10 in such a database had its counter names in the database's order;
+    the upgrade puts them in byte order and counts the run figures afresh."""
+    from call4agents.storage.migrations import CURRENT, migrate
+    from call4agents.storage.tables import schema_version
+
+    ledger = c4a.init(pg_by_language.open())
+    budgeted_work(ledger)
+    as_version_15_left_it(ledger, {})
+    with ledger.store.tx() as conn:  # as version 10 left it: names in the database's order
+        conn.execute(
+            text('ALTER TABLE c4a_run_counters ALTER COLUMN name TYPE text COLLATE "default"')
+        )
+        conn.execute(schema_version.update().values(version=10))
+    assert migrate(ledger.engine, schema=pg_by_language.schema) == (10, CURRENT)
+    assert stats._every_run(ledger).triggers == {"retry": 5, "schedule": 8, "user": 4}
+    assert_tallies_match(ledger)
