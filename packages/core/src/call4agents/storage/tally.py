@@ -47,7 +47,7 @@ from .tables import changes, effects, run_counters, run_tallies, tallies
 
 T = TypeVar("T")
 STATES = ("started", "succeeded", "failed", "in_doubt")
-STEPS = (60, 3600)  # the timeline's minute and hour; step 0 holds each figure all time
+STEPS = (60, 3600)  # the timeline's minute and hour (``_file``); step 0 holds each all time
 # Rows folded per transaction: a SQLite fold holds the write lock while it runs, so a long
 # backlog (a ledger nobody read figures from for a while) goes in short steps.
 BATCH = 20_000
@@ -238,42 +238,32 @@ def log_everything(conn: Connection) -> None:
 
 def _adds(
     action: bool, name: str, state: str | None, value: float | None
-) -> tuple[Counter[str], RunTally]:
+) -> tuple[list[tuple[str, int]], RunTally]:
     """What one action (``name`` its kind, ``value`` its attempt) or one counter (``name`` at
     ``value``), or repeats, add to the figures and to the run's tally; None: absent."""
-    found: Counter[str] = Counter()
     run = RunTally()
     if value is None:
-        return found, run
+        return [], run
     if action:
         attempt = int(value)
-        found.update({"actions:" + str(state): 1, "retried": int(attempt > 1)})
-        found["executions"] = attempt
         run.actions, run.failed = 1, int(state == "failed")
+        found = [("actions:" + str(state), 1), ("retried", int(attempt > 1))]
+        found.append(("executions", attempt))
         if name == "irreversible":
-            found["irreversible"] = run.irreversible = attempt
-    elif name == DEDUPED:
-        found[DEDUPED] = int(value)
-    elif name == TOOL_CALLS:
-        found[BY_CALLS + _number(value)] = 1
-    elif name == COST:
-        found[BY_COST + _number(two_figures(value))] = 1
-    elif name.startswith(TRIGGER):
-        found[BY_TRIGGER + name[len(TRIGGER) :]] = 1
-    else:
-        run.completed = int(name == COMPLETED_AT)
-        run.has_read = int(name == READS and value > 0)
-    return found, run
-
-
-def _file(found: Counter[Filed], at: float | None, moved: Counter[str]) -> None:
-    """Add ``moved`` to the figures all time and, if it has a time, by minute and by hour."""
-    for name, n in moved.items():
-        if n:
-            found[(0, 0, name)] += n
-            if at is not None:
-                for step in STEPS:
-                    found[(step, int(at // step) * step, name)] += n
+            found.append(("irreversible", attempt))
+            run.irreversible = attempt
+        return found, run
+    if name == DEDUPED:
+        return [(DEDUPED, int(value))], run
+    if name == TOOL_CALLS:
+        return [(BY_CALLS + _number(value), 1)], run
+    if name == COST:
+        return [(BY_COST + _number(two_figures(value)), 1)], run
+    if name.startswith(TRIGGER):
+        return [(BY_TRIGGER + name[len(TRIGGER) :], 1)], run
+    run.completed = int(name == COMPLETED_AT)
+    run.has_read = int(name == READS and value > 0)
+    return [], run
 
 
 def _lock(conn: Connection) -> None:
@@ -297,26 +287,42 @@ def fold_batch(conn: Connection, limit: int = BATCH) -> int:
             c.run_id, c.name, c.old_state, c.old_value, c.new_state, c.new_value, c.created_at, c.at
         )
     ).all()
-    filed: Counter[Filed] = Counter()
+    # By the minute each move is filed under (None: all time only, a counter's), then by name.
+    moves: Counter[tuple[int | None, str]] = Counter()
     moved: dict[str, RunTally] = {}
     for run_id, name, old_state, old_value, new_state, new_value, created_at, at in rows:
         action = old_state is not None or new_state is not None
         gained, run_gained = _adds(action, name, new_state, new_value)
         lost, run_lost = _adds(action, name, old_state, old_value)
-        gained.subtract(lost)
-        _file(filed, created_at, gained)  # a counter's have no time: all time only
+        minute = None if created_at is None else int(created_at // 60) * 60
+        for figure, n in gained:
+            moves[(minute, figure)] += n
+        for figure, n in lost:
+            moves[(minute, figure)] -= n
         if action and (old_state == "in_doubt") != (new_state == "in_doubt"):
-            _file(filed, at, Counter({DOUBT_IN if new_state == "in_doubt" else DOUBT_OUT: 1}))
+            moves[(int(at // 60) * 60, DOUBT_IN if new_state == "in_doubt" else DOUBT_OUT)] += 1
         if new_state is not None:
             run_gained.last_at = created_at
-        delta = run_gained.plus(run_lost, -1)
-        if delta != RunTally():
-            moved[run_id] = moved.get(run_id, RunTally()).plus(delta)
-    _file(filed, None, _fold_runs(conn, moved))
-    figures = [{"step": s, "at": a, "name": n, "value": v} for (s, a, n), v in filed.items() if v]
-    if figures:
-        _upsert(conn, tallies, figures, ["step", "at", "name"], add=True)
+        if run_gained != run_lost:
+            moved[run_id] = moved.get(run_id, RunTally()).plus(run_gained).plus(run_lost, -1)
+    for figure, n in _fold_runs(conn, moved).items():
+        moves[(None, figure)] += n
+    _file(conn, moves)
     return len(rows)
+
+
+def _file(conn: Connection, moves: Counter[tuple[int | None, str]]) -> None:
+    """Add the moves to the tallies all time and, those with a minute, by minute and by hour."""
+    filed: Counter[Filed] = Counter()
+    for (minute, name), n in moves.items():
+        if n:
+            filed[(0, 0, name)] += n
+            if minute is not None:
+                filed[(60, minute, name)] += n
+                filed[(3600, minute // 3600 * 3600, name)] += n
+    rows = [{"step": s, "at": a, "name": n, "value": v} for (s, a, n), v in filed.items() if v]
+    if rows:
+        _upsert(conn, tallies, rows, ["step", "at", "name"], add=True)
 
 
 def _fold_runs(conn: Connection, moved: dict[str, RunTally]) -> Counter[str]:
