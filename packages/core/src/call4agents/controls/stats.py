@@ -34,9 +34,6 @@ DEDUP_NOTE = (
 # Runs listed by irreversible executions: a ledger may hold millions of runs, and a figure read
 # every few seconds lists the ones worth a look (the total counts them all).
 IRREVERSIBLE_RUNS = 20
-# A run's state: the ending a run control recorded (escalated, undone, partly_undone), else
-# derived from its actions, the first that applies in this order.
-RUN_STATES = ("in_doubt", "running", "waiting_approval", "has_failures", "done")
 
 
 @dataclass(frozen=True)
@@ -204,6 +201,8 @@ def _judged(
 
 
 def _run_state(seen: set[str], waiting: bool) -> str:
+    """A run's state from its actions' states, the first that applies in this order (beside
+    the ending a run control recorded: escalated, undone, partly_undone)."""
     if "in_doubt" in seen:
         return "in_doubt"
     if "started" in seen:

@@ -18,7 +18,7 @@ from sqlalchemy.exc import OperationalError
 from call4agents.model.errors import LedgerError
 
 from . import _live, tally
-from .dialects import qualified
+from .dialects import qualified, schema_of
 from .tables import (
     approvals,
     audit,
@@ -80,8 +80,7 @@ def _v6(conn: Connection) -> None:
 
 def _add_column(conn: Connection, name: str, column: str, sql_type: str) -> None:
     """Add a column unless the table has it (a table made by this version was created whole)."""
-    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
-    if column in {c["name"] for c in inspect(conn).get_columns(name, schema=schema)}:
+    if column in {c["name"] for c in inspect(conn).get_columns(name, schema=schema_of(conn))}:
         return
     table = qualified(conn, name)
     _locking(
@@ -195,9 +194,8 @@ def _v16(conn: Connection) -> None:
     # does), so no change lands between the log of every row below and the new triggers. The
     # first reader of the figures folds that log, in batches, each its own transaction.
     _locking(conn, effects.name, lambda: tally.drop_triggers(conn))
-    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
     repeated: Sequence[Any] = []
-    if inspect(conn).has_table("c4a_dedup_hits", schema=schema):  # versions 4 to 15
+    if inspect(conn).has_table("c4a_dedup_hits", schema=schema_of(conn)):  # versions 4 to 15
         old = qualified(conn, "c4a_dedup_hits")
         repeated = conn.execute(text(f"SELECT minute, sum(hits) FROM {old} GROUP BY minute")).all()
     for name in _REPLACED:
