@@ -322,33 +322,27 @@ def as_version_15_left_it(ledger: c4a.Ledger, repeats: dict[str, list[tuple[int,
                     text(f"INSERT INTO {prefix}c4a_dedup_hits VALUES (:t, :m, :h)"),
                     {"t": tool, "m": minute, "h": hits},
                 )
-        log = prefix + "c4a_changes"
-        for table, names in (
-            ("c4a_effects", ("c4a_effects_tally", "c4a_effects_tally_update")),
-            ("c4a_run_counters", ("c4a_run_counters_tally_insert",)),
-        ):
+        log = OLD_LOG.format(log=prefix + "c4a_changes", r="NEW")
+        # Their names: on PostgreSQL a function per table and its triggers, on SQLite one
+        # trigger per table and operation.
+        old = {"c4a_effects": ("c4a_effects_tally", "c4a_effects_tally_update")}
+        old["c4a_run_counters"] = ("c4a_run_counters_tally_insert",)
+        for table, names in old.items():
             if pg:
+                function = f"{prefix}{table}_tally()"
                 conn.execute(
                     text(
-                        f"CREATE FUNCTION {prefix}{table}_tally() RETURNS trigger LANGUAGE "
-                        f"plpgsql AS $$ BEGIN {OLD_LOG.format(log=log, r='NEW')}; RETURN NULL; "
-                        "END $$"
+                        f"CREATE FUNCTION {function} RETURNS trigger LANGUAGE plpgsql AS "
+                        f"$$ BEGIN {log}; RETURN NULL; END $$"
                     )
                 )
-            for name in names:
-                body = (
-                    f"EXECUTE FUNCTION {prefix}{table}_tally()"
-                    if pg
-                    else f"BEGIN {OLD_LOG.format(log=log, r='NEW')}; END"
-                )
+            body = f"EXECUTE FUNCTION {function}" if pg else f"BEGIN {log}; END"
+            for name in names if pg else (table + "_tally_insert",):
                 conn.execute(
                     text(
-                        f"CREATE TRIGGER {name if pg else table + '_tally_insert'} AFTER INSERT "
-                        f"ON {prefix}{table} FOR EACH ROW {body}"
+                        f"CREATE TRIGGER {name} AFTER INSERT ON {prefix}{table} FOR EACH ROW {body}"
                     )
                 )
-                if not pg:
-                    break
         conn.execute(text(f"UPDATE {prefix}c4a_schema SET version = 15"))
 
 

@@ -335,6 +335,8 @@ def _fold_runs(conn: Connection, moved: dict[str, RunTally]) -> Counter[str]:
     for run_id, delta in moved.items():
         old = before.get(run_id, RunTally())
         new = old.plus(delta)
+        if not new.actions:  # a run left with a completion or a read but no action (deleted)
+            new.last_at = None
         found.update(new.figures())
         found.subtract(old.figures())
         if (new.actions, new.failed, new.irreversible, new.completed, new.has_read) != (0,) * 5:
