@@ -231,7 +231,7 @@ def render(stats: Stats) -> str:
     if stats.changes_not_counted:
         lines.append(
             f"Not counted yet:          {stats.changes_not_counted} changes since the last fold "
-            "(this database user may not write; a `stats` by one who may counts them)"
+            "(folding them needs a write, refused here; a `stats` where it is allowed counts them)"
         )
     if stats.webhooks_dead:
         lines.append(

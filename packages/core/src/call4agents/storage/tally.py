@@ -327,7 +327,7 @@ def _file(conn: Connection, moves: Counter[tuple[int | None, str]]) -> None:
 
 def _fold_runs(conn: Connection, moved: dict[str, RunTally]) -> Counter[str]:
     """Move each run's tally by its difference; returns what that moves of the ledger-wide run
-    figures. A run with nothing left has no row."""
+    figures. A run with no action, completion or read left has no row."""
     before = runs_of(conn, moved, every=True)
     found: Counter[str] = Counter()
     kept: list[dict[str, Any]] = []
@@ -339,7 +339,7 @@ def _fold_runs(conn: Connection, moved: dict[str, RunTally]) -> Counter[str]:
             new.last_at = None
         found.update(new.figures())
         found.subtract(old.figures())
-        if (new.actions, new.failed, new.irreversible, new.completed, new.has_read) != (0,) * 5:
+        if new.actions or new.completed or new.has_read:  # failures need actions, as do attempts
             kept.append({"run_id": run_id, **new.__dict__})
         elif run_id in before:
             gone.append(run_id)
