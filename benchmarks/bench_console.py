@@ -42,6 +42,9 @@ from call4agents.storage import _db, _live, tally
 from call4agents.storage.run_rows import COMPLETED_AT
 from call4agents.storage.tables import approvals, effects
 
+sys.path.insert(0, str(Path(__file__).parent))  # run as a script: bench_scale sits beside it
+from bench_scale import analyze as fresh_statistics
+
 RUN_SIZE = 50  # actions per run in the bulk copy
 SPREAD_DAYS = 30  # how far back the copies go
 IN_DOUBT = 20  # actions in doubt, whatever the size (an in-doubt backlog is a page, not a size)
@@ -122,19 +125,9 @@ def seed(
         if pg:
             _live.create_triggers(conn)
     tally.after_folding(ledger.store, lambda conn: None)  # as the first read would
-    with ledger.engine.begin() as conn:
-        if pg:
-            for table in (
-                "c4a_effects",
-                "c4a_approvals",
-                "c4a_run_counters",
-                "c4a_run_tallies",
-                "c4a_tallies",
-                "c4a_audit",
-            ):
-                conn.execute(text(f'ANALYZE "{ledger.schema}".{table}'))
-        elif analyze:
-            conn.exec_driver_sql("ANALYZE")
+    if pg or analyze:
+        tables = ("effects", "approvals", "run_counters", "run_tallies", "tallies", "audit")
+        fresh_statistics(ledger, *tables)
 
 
 def _series(pg: bool, n: int) -> str:
