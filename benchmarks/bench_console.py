@@ -42,9 +42,12 @@ from starlette.testclient import TestClient
 import call4agents as c4a
 from call4agents.console import ConsoleSettings
 from call4agents.console._serve import app_to_serve
-from call4agents.storage import _db, _fold, _live, _run_tally, _tally
+from call4agents.storage import _db, _live, tally
 from call4agents.storage.run_rows import COMPLETED_AT
-from call4agents.storage.tables import approvals, audit, effects, run_tallies, timeline
+from call4agents.storage.tables import approvals, audit, effects, run_tallies, tallies
+
+sys.path.insert(0, str(Path(__file__).parent))  # run as a script: bench_scale sits beside it
+from bench_scale import analyze as fresh_statistics
 
 RUN_SIZE = 50  # actions per run in the bulk copy
 SPREAD_DAYS = 30  # how far back the copies go
@@ -118,10 +121,11 @@ def seed(
     with ledger.engine.begin() as conn:
         if ledger.schema:  # the statements name tables bare
             conn.execute(text(f'SET LOCAL search_path TO "{ledger.schema}"'))
-        _tally.drop_triggers(conn)  # the seed below counts the bulk rows once
-        _run_tally.drop_triggers(conn)
+        tally.drop_triggers(conn)  # the log below holds each bulk row once
         if pg:
             _live.drop_triggers(conn)  # no news for the bulk rows
+        for table in ("c4a_changes", "c4a_tallies", "c4a_run_tallies"):  # counted afresh below
+            conn.execute(text(f"DELETE FROM {table}"))
         for statement in _fill_sql(pg, tickets - 1, actions - 1, now, audited, in_doubt):
             conn.execute(
                 text(statement),
@@ -134,29 +138,14 @@ def seed(
                     "asked": ticket["asked_by"],
                 },
             )
-        for table in _fold.FOLDED:
-            conn.execute(text(f"DELETE FROM {table}"))
-        _tally.seed(conn)
-        _run_tally.seed(conn)
-        _tally.create_triggers(conn)
-        _run_tally.create_triggers(conn)
+        tally.log_everything(conn)
+        tally.create_triggers(conn)
         if pg:
             _live.create_triggers(conn)
-        elif analyze:
-            conn.exec_driver_sql("ANALYZE")
-    if pg:
-        with ledger.engine.begin() as conn:
-            for table in (
-                "c4a_effects",
-                "c4a_approvals",
-                "c4a_run_counters",
-                "c4a_dedup_hits",
-                "c4a_run_tallies",
-                "c4a_timeline",
-                "c4a_run_marks",
-                "c4a_audit",
-            ):
-                conn.execute(text(f'ANALYZE "{ledger.schema}".{table}'))
+    tally.after_folding(ledger.store, lambda conn: None)  # as the first read would
+    if pg or analyze:
+        tables = ("effects", "approvals", "run_counters", "run_tallies", "tallies", "audit")
+        fresh_statistics(ledger, *tables)
 
 
 def _series(pg: bool, n: int) -> str:
@@ -208,8 +197,8 @@ def _fill_sql(
         "INSERT INTO c4a_run_counters (run_id, name, value) "
         f"SELECT 'bulk-' || {txt('i + 1')}, '{COMPLETED_AT}', "
         f"{now} - {num('i')} * {span / runs} {_series(pg, runs)}",
-        "INSERT INTO c4a_dedup_hits (tool, minute, hits) "
-        f"SELECT 'send_email', {int(now // 60)} - i, i % 3 {_series(pg, minutes)}",
+        "INSERT INTO c4a_changes (run_id, name, new_value, created_at) "
+        f"SELECT '', 'deduped', i % 3, ({int(now // 60)} - i) * 60 {_series(pg, minutes)}",
         "INSERT INTO c4a_audit (at, actor, action, run_id, tool, key, ticket) "
         f"SELECT {now} - {num('i')} * {span / max(audited, 1)}, 'person-' || {txt('i % 40')}, "
         "CASE WHEN i % 1000 = 3 THEN 'did_not_happen' WHEN i % 2 = 0 THEN 'approved' "
@@ -251,7 +240,7 @@ def floors(ledger: c4a.Ledger) -> dict[str, Callable[[], object]]:
             select(approvals).where(approvals.c.run_id == "bulk-1"),
         ],
         "audit": [select(audit).order_by(audit.c.at.desc(), audit.c.id.desc()).limit(50)],
-        "health": [select(timeline).where(timeline.c.step == 3600, timeline.c.at >= day)],
+        "health": [select(tallies).where(tallies.c.step == 3600, tallies.c.at >= day)],
     }
 
     def read(statements: list[Any]) -> Callable[[], object]:

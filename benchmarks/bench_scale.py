@@ -19,6 +19,9 @@ figures' answer does grow with the ledger.
 any read can cost. ``CLI``: a new ``call4agents`` process per call, wall time, median of
 ``--cli-rounds``, beside a new process that opens the database and does the bare select.
 
+``filled``/``folded``: the fill, and the first fold of every row it logged (what the first
+`stats` after the upgrade to schema version 16 costs a ledger of that size).
+
 ``tally trigger``: what keeping the figures up to date adds to the hot path: fresh effects
 (durability="process") on two ledgers, one with the trigger and one without, interleaved in
 rounds, median and mean in µs.
@@ -42,7 +45,7 @@ from sqlalchemy import create_engine, text
 
 import call4agents as c4a
 from call4agents.controls import stats
-from call4agents.storage import _fold, _run_tally, _tally
+from call4agents.storage import tally
 
 SECRET = "bench-" + "x" * 40
 CLI = [
@@ -125,39 +128,39 @@ def fill_sql(dialect: str, n: int, t0: float, step: float) -> list[str]:
     ]
 
 
-def fill(ledger: c4a.Ledger, n: int) -> float:
-    """Fill the ledger; the tallies are seeded by a recount, as the migration does. Seconds."""
+def fill(ledger: c4a.Ledger, n: int) -> tuple[float, float]:
+    """Fill the ledger, logging every row for the tallies as the upgrade to schema version 16
+    does; then fold the log, as the first `stats` after such an upgrade does. Seconds each."""
     start = time.perf_counter()
     step = SPAN / n
     t0 = time.time() - SPAN
     with ledger.engine.begin() as conn:
         if ledger.schema:  # the statements name tables bare
             conn.execute(text(f'SET LOCAL search_path TO "{ledger.schema}"'))
-        _tally.drop_triggers(conn)  # the seed below counts the bulk rows once
-        _run_tally.drop_triggers(conn)
+        tally.drop_triggers(conn)  # the log below holds each bulk row once
         for statement in fill_sql(ledger.dialect, n, t0, step):
             conn.execute(text(statement))
-        for table in _fold.FOLDED:
-            conn.execute(text(f"DELETE FROM {table}"))
-        _tally.seed(conn)
-        _run_tally.seed(conn)
-        _tally.create_triggers(conn)
-        _run_tally.create_triggers(conn)
-        if ledger.dialect == "sqlite":
-            conn.exec_driver_sql("ANALYZE")
-    if ledger.dialect == "postgresql":
+        tally.log_everything(conn)
+        tally.create_triggers(conn)
+    filled = time.perf_counter() - start
+    tally.after_folding(ledger.store, lambda conn: None)
+    folded = time.perf_counter() - start - filled
+    analyze(ledger, "effects", "approvals", "runs", "run_tallies", "run_counters", "tallies")
+    return filled, folded
+
+
+def analyze(ledger: c4a.Ledger, *tables: str) -> None:
+    """Fresh statistics for the planners; on PostgreSQL also the change log's deleted rows
+    cleared, as autovacuum soon does after a fold this size (until then each fold, even of
+    nothing, walks past them: a few milliseconds)."""
+    if ledger.dialect == "sqlite":
         with ledger.engine.begin() as conn:
-            for table in (
-                "c4a_effects",
-                "c4a_approvals",
-                "c4a_runs",
-                "c4a_run_tallies",
-                "c4a_run_counters",
-                "c4a_timeline",
-                "c4a_run_marks",
-            ):
-                conn.execute(text(f'ANALYZE "{ledger.schema}".{table}'))
-    return time.perf_counter() - start
+            conn.exec_driver_sql("ANALYZE")
+        return
+    with ledger.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for table in tables:
+            conn.execute(text(f'ANALYZE "{ledger.schema}".c4a_{table}'))
+        conn.execute(text(f'VACUUM ANALYZE "{ledger.schema}".c4a_changes'))
 
 
 def median_ms(work: Callable[[], Any], rounds: int) -> float:
@@ -192,7 +195,7 @@ def in_process(ledger: c4a.Ledger, n: int, rounds: int) -> dict[str, float]:
         "show": show,
         "stats": lambda: stats.compute(ledger),
         "stats --since 1h": lambda: stats.compute(ledger, 3600),
-        # The second part of `stats`: from the run tallies (see docs/speed.md).
+        # The second part of `stats`: from the tallies (see docs/speed.md).
         "alert figures": lambda: stats.alert_figures(ledger, stats.compute(ledger)),
         "approvals": lambda: ledger.approvals(state="pending"),
         "sweep": ledger.sweep,
@@ -245,7 +248,7 @@ def trigger_cost(
         for name, suffix in (("with trigger", "on"), ("without trigger", "off"))
     }
     with ledgers["without trigger"].engine.begin() as conn:
-        _tally.drop_triggers(conn)
+        tally.drop_triggers(conn)
     times: dict[str, list[float]] = {name: [] for name in ledgers}
     for r in range(rounds + 1):  # the first round warms up
         for name, ledger in ledgers.items():
@@ -298,12 +301,12 @@ def measure(
     url = f"sqlite:///{folder / f'scale-{n}.db'}" if backend == "sqlite" else args.postgres
     ledger = c4a.Ledger(url, schema=schema)
     try:
-        seconds = fill(ledger, n)
+        filled, folded = fill(ledger, n)
         found = in_process(ledger, n, args.rounds)
         ledger.close()
         target = ["--url", url, *(["--schema", schema] if schema else [])]
         cli = {} if args.no_cli else through_cli(target, n, args.cli_rounds, env)
-        print(f"\n{backend}, {n:,} actions (filled in {seconds:.1f} s)")
+        print(f"\n{backend}, {n:,} actions (filled in {filled:.1f} s, folded in {folded:.1f} s)")
         print(f"  {'operation':<22} {'in process ms':>14} {'CLI ms':>9}")
         for name, ms in found.items():
             via = f"{cli[name]:9.1f}" if name in cli else " " * 9

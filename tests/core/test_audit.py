@@ -276,7 +276,7 @@ def test_the_audit_page_filters_by_when(ledger: c4a.Ledger) -> None:
 def test_a_version_13_ledger_gets_the_audit_indexes(target: Target) -> None:
     from sqlalchemy import inspect, text
 
-    from call4agents.storage import _fold
+    from call4agents.storage.dialects import qualified
     from call4agents.storage.migrations import CURRENT, migrate
     from call4agents.storage.tables import audit, schema_version
 
@@ -284,8 +284,8 @@ def test_a_version_13_ledger_gets_the_audit_indexes(target: Target) -> None:
     _entries_at(ledger, [1_900_000_000.0, 1_900_000_001.0])
     with ledger.store.tx() as conn:  # as version 13 left the table
         for index in audit.indexes:
-            conn.execute(text(f"DROP INDEX {_fold.qualified(conn, index.name or '')}"))
-        table = _fold.qualified(conn, "c4a_audit")
+            conn.execute(text(f"DROP INDEX {qualified(conn, index.name or '')}"))
+        table = qualified(conn, "c4a_audit")
         conn.execute(text(f"CREATE INDEX c4a_audit_actor ON {table} (actor, id)"))
         conn.execute(text(f"CREATE INDEX c4a_audit_run ON {table} (run_id, id)"))
         conn.execute(schema_version.update().values(version=13))

@@ -23,20 +23,17 @@ from sqlalchemy import Engine, Table, delete, event, insert, text, update
 import call4agents as c4a
 from call4agents.controls import stats
 from call4agents.facade.cli import main
-from call4agents.storage import _db, _run_tally, _tally
+from call4agents.storage import _db, tally
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.tables import (
     approvals,
     audit,
     changes,
     effects,
-    run_changes,
     run_counters,
-    run_marks,
     run_tallies,
     runs,
     tallies,
-    timeline,
 )
 from tests.conftest import Target, make_target
 
@@ -156,17 +153,14 @@ def test_doctor_counts_open_actions(
     assert "0 started, 4 in doubt" in capsys.readouterr().out
 
 
-# Tables that grow with the work done. The others stay small by design: c4a_tallies (a dozen
-# rows, and the runs by each count of tool calls and each two-figure cost), c4a_changes and
-# c4a_run_changes (emptied by each fold), c4a_runs (runs ended by a run control),
-# c4a_dedup_hits (one row per tool and minute, dropped by gc), c4a_schema and c4a_meta.
+# Tables that grow with the work done. The others stay small by design: c4a_changes (emptied
+# by each fold), c4a_runs (runs ended by a run control), c4a_schema and c4a_meta.
 LARGE = (
     "c4a_effects",
     "c4a_approvals",
     "c4a_run_tallies",
     "c4a_run_counters",
-    "c4a_timeline",
-    "c4a_run_marks",
+    "c4a_tallies",
     "c4a_audit",
 )
 
@@ -192,8 +186,10 @@ def _fill_more(ledger: c4a.Ledger) -> None:
         for i in range(ROWS // 2)
     ]
     with ledger.engine.begin() as conn:
-        # One action every 10 s over the last 55 hours: an hour's window holds a few hundred.
-        ago = (ROWS - effects.c.seq) * 10.0
+        # One action every 40 s over the last 9 days: an hour's window holds 90, a day's one
+        # run in nine (the fold leaves the run tallies' rows wider and less in order than a
+        # bulk copy would, and PostgreSQL rightly reads a table whole for half of its rows).
+        ago = (ROWS - effects.c.seq) * 40.0
         conn.execute(update(effects).values(created_at=now - ago, updated_at=now - ago))
         conn.execute(insert(approvals), tickets)
         conn.execute(
@@ -203,12 +199,12 @@ def _fill_more(ledger: c4a.Ledger) -> None:
         )
         conn.execute(insert(run_counters), _counters(now))
         # The log's times are the inserts': count the figures afresh from the moved rows.
-        for table in (changes, tallies, run_tallies, timeline, run_changes, run_marks):
+        for table in (changes, tallies, run_tallies):
             conn.execute(delete(table))
-        _tally.seed(conn)
-        _run_tally.seed(conn)
+        tally.log_everything(conn)
+    tally.after_folding(ledger.store, lambda conn: None)
     with ledger.engine.begin() as conn:
-        _analyze(conn, ledger, *LARGE, "c4a_tallies", "c4a_runs")
+        _analyze(conn, ledger, *LARGE, "c4a_runs")
 
 
 def _counters(now: float) -> list[dict[str, Any]]:
@@ -292,8 +288,8 @@ def test_every_reading_command_uses_indexes(
 
 @pytest.mark.slow
 def test_run_figures_fold_and_read_by_keys(target: Target) -> None:
-    """Folding counter changes into the run tallies looks each run's mark up by its key, and
-    reading the figures takes keys and ranges of the tallies' key, on a large ledger."""
+    """Folding counter changes into the run tallies looks each run's tally up by its key, and
+    reading the figures takes a range of the tallies' key, on a large ledger."""
     ledger = c4a.init(target.open())
     _fill(ledger)
     _fill_more(ledger)
@@ -305,7 +301,7 @@ def test_run_figures_fold_and_read_by_keys(target: Target) -> None:
 
     def record(_c: Any, _cur: Any, statement: str, params: Any, _ctx: Any, _many: bool) -> None:
         if statement.lstrip().upper().startswith("SELECT") and any(
-            t in statement for t in ("c4a_run_marks", "c4a_tallies")
+            t in statement for t in ("c4a_run_tallies", "c4a_tallies")
         ):
             seen.append((statement, params))
 
@@ -315,7 +311,7 @@ def test_run_figures_fold_and_read_by_keys(target: Target) -> None:
     finally:
         event.remove(Engine, "before_cursor_execute", record)
     assert figures.completed == ROWS // 10 + 2
-    assert any("c4a_run_marks" in statement for statement, _ in seen)  # the runs' marks
+    assert any("c4a_run_tallies" in statement for statement, _ in seen)  # the runs' tallies
     for statement, params in seen:
         plan = _plan(ledger.engine, statement, params)
         assert not _whole_table_reads(plan, statement), f"{statement}\n{plan}"

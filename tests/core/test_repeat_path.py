@@ -182,23 +182,23 @@ def test_text_that_is_not_one_json_value_is_refused_as_json_refuses_it(text: str
 def test_repeats_from_many_threads_are_all_counted(
     ledger: c4a.Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_hits, "_FOLD_AT", 97)  # fold often, while others keep appending
+    monkeypatch.setattr(_hits, "_TAKE_AT", 97)  # add up often, while others keep appending
     counter = _hits.DedupCounter(ledger.store)
     start = threading.Barrier(4)
 
-    def add(tool: str) -> None:
+    def add() -> None:
         start.wait()
         for _ in range(5_000):
-            counter.add(tool)
+            counter.add()
 
-    workers = [threading.Thread(target=add, args=(f"tool-{i % 2}",)) for i in range(4)]
+    workers = [threading.Thread(target=add) for _ in range(4)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
     with counter._lock:
-        counter._fold()
-        assert dict(counter._pending) == {"tool-0": 10_000, "tool-1": 10_000}
+        counter.take()
+        assert counter.pending == 20_000
         assert counter._noted == []
 
 
@@ -206,21 +206,21 @@ def test_repeats_from_many_threads_are_all_counted(
 def test_a_forked_child_does_not_count_its_parents_repeats(ledger: c4a.Ledger) -> None:
     counter = _hits.DedupCounter(ledger.store)
     for _ in range(3):
-        counter.add("parent")
+        counter.add()
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report what it holds, and leave without running atexit
-        counter.add("child")
+        counter.add()
         with counter._lock:
-            counter._fold()
-            held = json.dumps(dict(counter._pending))
+            counter.take()
+            held = json.dumps(counter.pending)
         os.write(write, held.encode())
         os._exit(0)
     os.close(write)
     with os.fdopen(read) as pipe:
         held_in_child = json.loads(pipe.read())
     os.waitpid(pid, 0)
-    assert held_in_child == {"child": 1}
+    assert held_in_child == 1
     with counter._lock:
-        counter._fold()
-        assert dict(counter._pending) == {"parent": 3}
+        counter.take()
+        assert counter.pending == 3

@@ -1,28 +1,25 @@
 """Figures over time come from the timeline (the tallies by minute and by hour): a window's
-figures equal a count of its actions row by row, open doubt has a history, and a ledger of
-schema version 8 gains the timeline when it upgrades, one of version 9 the run tallies. On both
-backends."""
+figures equal a count of its actions row by row, open doubt has a history, and a ledger from
+before the timeline gains one when it upgrades. On both backends."""
 
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import delete, text, update
+from sqlalchemy import update
 
 import call4agents as c4a
 from call4agents.controls import stats
-from call4agents.storage import _run_tally, _tally
+from call4agents.storage import tally
 from call4agents.storage.migrations import CURRENT, migrate
 from call4agents.storage.run_rows import COMPLETED_AT, ENTERED_AT
-from call4agents.storage.tables import (
-    changes,
-    effects,
-    run_counters,
-    runs,
-    schema_version,
-    tallies,
-)
+from call4agents.storage.tables import changes, effects, run_counters, runs, schema_version
 from tests.conftest import Target
-from tests.otel.test_stats_tallies import assert_tallies_match, budgeted_work, mixed_work
+from tests.otel.test_stats_tallies import (
+    as_version_15_left_it,
+    assert_tallies_match,
+    counted_row_by_row,
+    mixed_work,
+)
 
 HOUR = 3600.0
 
@@ -85,27 +82,20 @@ def work(ledger: c4a.Ledger) -> None:
 @pytest.mark.parametrize("since", [1800, HOUR, 6 * HOUR, 86400, 7 * 86400, 30 * 86400])
 def test_a_window_equals_its_actions_counted_row_by_row(ledger: c4a.Ledger, since: float) -> None:
     work(ledger)
-    fast = stats.compute(ledger, since)
-    now = ledger.store.now()
-    start = stats.window_start(now, since)
-    rows = stats._from_rows(ledger, now, start)
-    assert fast.actions_by_state == rows.by_state
-    assert fast.retried_actions == rows.retried
-    assert fast.executions == rows.executions
-    assert fast.irreversible_executions == rows.irreversible
-    assert fast.irreversible_per_run == rows.irreversible_per_run
-    assert fast.runs_by_state == rows.runs_by_state
+    fast = stats.compute(ledger, since).as_dict()
+    rows = counted_row_by_row(ledger, stats.window_start(ledger.store.now(), since))
+    assert {k: fast[k] for k in rows} == rows
     # Each run lies wholly inside or outside the window: the window holds the runs younger
     # than it.
     inside = sum(hours * HOUR < since for hours in (0.1, 0.9, 5.5, 30, 200))
-    assert sum(fast.runs_by_state.values()) == inside
+    assert sum(fast["runs_by_state"].values()) == inside
 
 
 def test_windows_cost_hour_rows_not_actions(ledger: c4a.Ledger) -> None:
     work(ledger)
     stats.compute(ledger)  # fold
     with ledger.store.read() as conn:
-        rows = {step: _tally.timeline_between(conn, step, 0, None) for step in _tally.STEPS}
+        rows = {step: tally.between(conn, step, 0, None) for step in tally.STEPS}
     # Each figure of each minute (or hour) with actions first attempted in it is one row.
     assert {at % 60 for at, _, _ in rows[60]} == {0}
     assert {at % 3600 for at, _, _ in rows[3600]} == {0}
@@ -208,7 +198,9 @@ def test_a_ledger_of_version_8_gains_the_timeline(target: Target) -> None:
     ledger = c4a.init(target.open())
     mixed_work(ledger)
     stats.compute(ledger)
-    _back_to_version_8(ledger)
+    as_version_15_left_it(ledger, {})
+    with ledger.engine.begin() as conn:
+        conn.execute(schema_version.update().values(version=8))
     assert migrate(ledger.engine, schema=target.schema) == (8, CURRENT)
     expected = assert_tallies_match(ledger)
     assert expected["actions"] > 0
@@ -217,56 +209,3 @@ def test_a_ledger_of_version_8_gains_the_timeline(target: Target) -> None:
     assert assert_tallies_match(ledger)["actions"] > expected["actions"]
     month = stats.series(ledger, 30 * 86400, 30)  # the oldest run is 200 hours old
     assert sum(b.executions for b in month.buckets) == stats.compute(ledger).executions
-
-
-def _back_to_version_8(ledger: c4a.Ledger) -> None:
-    """The tables as schema version 8 left them: no timeline, no times in the change log or the
-    run tallies, no index of counter values, and the triggers of version 7."""
-    _back_to_version_9(ledger)
-    prefix = f'"{ledger.schema}".' if ledger.schema else ""
-    with ledger.engine.begin() as conn:
-        _tally.drop_triggers(conn)
-        conn.execute(text(f"DROP TABLE {prefix}c4a_timeline"))
-        conn.execute(text(f"DROP INDEX {prefix}c4a_run_tallies_last"))
-        conn.execute(text(f"DROP INDEX {prefix}c4a_run_counters_value"))
-        conn.execute(text(f"ALTER TABLE {prefix}c4a_run_tallies DROP COLUMN last_at"))
-        for column in ("created_at", "at"):
-            conn.execute(text(f"ALTER TABLE {prefix}c4a_changes DROP COLUMN {column}"))
-        conn.execute(delete(changes))
-        conn.execute(schema_version.update().values(version=8))
-
-
-def test_a_ledger_of_version_9_gains_the_run_tallies(target: Target) -> None:
-    ledger = c4a.init(target.open())
-    mixed_work(ledger)
-    budgeted_work(ledger)
-    counted = stats._every_run(ledger)
-    _back_to_version_9(ledger)
-    with ledger.store.read() as conn:  # as version 9 counted them, less the rounding of cost
-        assert stats._counted_runs(conn) == counted
-    assert migrate(ledger.engine, schema=target.schema) == (9, CURRENT)
-    assert_tallies_match(ledger)  # seeded from the counters, and equal to the count above
-    assert stats._every_run(ledger) == counted
-    # And it keeps counting: more work after the upgrade.
-    with c4a.run("after", trigger="webhook", budget=c4a.Budget(max_cost=100)):
-        c4a.record_model_usage(10, 1, cost=123.456)
-    assert_tallies_match(ledger)
-    after = stats._every_run(ledger)
-    assert after.triggers["webhook"] == counted.triggers.get("webhook", 0) + 1
-    assert after.completed == counted.completed + 1
-
-
-def _back_to_version_9(ledger: c4a.Ledger) -> None:
-    """The tables as schema version 9 left them: no run change log, its triggers or run marks,
-    no run figures among the tallies."""
-    prefix = f'"{ledger.schema}".' if ledger.schema else ""
-    with ledger.engine.begin() as conn:
-        _run_tally.drop_triggers(conn)
-        for table in ("c4a_run_changes", "c4a_run_marks"):
-            conn.execute(text(f"DROP TABLE {prefix}{table}"))
-        conn.execute(delete(tallies).where(tallies.c.name.not_in(_tally.NAMES)))
-        if ledger.dialect == "postgresql":
-            conn.execute(
-                text(f"ALTER TABLE {prefix}c4a_tallies ALTER COLUMN name TYPE VARCHAR(64)")
-            )
-        conn.execute(schema_version.update().values(version=9))

@@ -15,7 +15,7 @@ from sqlalchemy import update
 import call4agents as c4a
 from call4agents.controls.stats import compute
 from call4agents.facade.cli import main
-from call4agents.storage.tables import changes, dedup_hits, effects
+from call4agents.storage.tables import changes, effects
 from tests.conftest import Target
 from tests.otel.conftest import backdate
 
@@ -209,11 +209,13 @@ def test_counts_reach_the_ledger_on_their_own(
     assert compute(ledger).deduped == 3
 
 
-def test_gc_drops_old_dedup_counts(target: Target) -> None:
+def test_gc_leaves_the_repeats_counted(target: Target) -> None:
+    """Repeats are tallies like the other figures: gc drops old actions' payloads (and failed
+    actions, which leave the figures), never the count of repeats served."""
     ledger = c4a.init(target.open())
-    with ledger.store.tx() as conn:
-        minute = int(ledger.store.now() // 60)
-        conn.execute(dedup_hits.insert().values(tool="old", minute=minute - 3 * 24 * 60, hits=5))
-        conn.execute(dedup_hits.insert().values(tool="new", minute=minute, hits=2))
-    ledger.gc(older_than=86400)
-    assert compute(ledger).deduped == 2
+    fill(ledger)
+    ledger.dedup.flush()
+    ledger.gc(older_than=0)
+    found = compute(ledger)
+    assert found.deduped == 1
+    assert found.executions == EXPECTED["executions"] - 1  # the failed charge went

@@ -1,6 +1,8 @@
-"""`call4agents stats` answers all-time figures from tallies kept as actions change, and the
-alerts' run figures from tallies kept as run counters change: after any mix of work, including a
-worker killed mid-way, they equal a recount of every action and every counter."""
+"""`call4agents stats`, the console's health and the alerts count from one mechanism: a change
+log the triggers and the repeat counter append to, folded into tallies all time, by minute and
+by hour, and per run. After any mix of work, including a worker killed mid-way and an upgrade
+from the tables versions 7 to 15 kept, the tallies equal a recount of every action and every
+counter, and the figures equal the actions counted row by row."""
 
 from __future__ import annotations
 
@@ -19,19 +21,16 @@ from sqlalchemy import make_url, select, text
 
 import call4agents as c4a
 from call4agents.controls import stats
-from call4agents.controls.stats import (
-    IRREVERSIBLE_RUNS,
-    _from_rows,
-    _from_tallies,
-    compute,
-    series,
-)
-from call4agents.storage import _run_tally, _tally
-from call4agents.storage.stat_rows import after_folding
-from call4agents.storage.tables import run_marks, run_tallies, tallies
+from call4agents.controls.stats import IRREVERSIBLE_RUNS, compute, series
+from call4agents.storage import tally
+from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
+from call4agents.storage.tables import approvals, effects, run_counters, run_tallies, runs, tallies
 from tests.conftest import Target
 
 TEN_YEARS = 10 * 365 * 86400.0
+Filed = tuple[int, int, str]
+# Figures with a history the actions alone do not keep: doubt settled, repeats served.
+HISTORY = (tally.DOUBT_IN, tally.DOUBT_OUT, tally.DEDUPED)
 
 
 def windowed(ledger: c4a.Ledger) -> dict[str, Any]:
@@ -48,6 +47,103 @@ def tallied(ledger: c4a.Ledger) -> dict[str, Any]:
     return found
 
 
+def recount(conn: Any) -> tuple[Counter[Filed], dict[str, tally.RunTally]]:
+    """Every figure the fold keeps, counted here from the actions and the counters themselves,
+    all time and by minute and hour; an action now in doubt counts as having fallen in doubt at
+    its last change (the ledger keeps no older history of doubt)."""
+    filed: Counter[Filed] = Counter()
+
+    def file(at: float | None, name: str, n: int) -> None:
+        filed[(0, 0, name)] += n
+        for step in (60, 3600) if at is not None else ():
+            filed[(step, int(at // step) * step, name)] += n
+
+    per_run: dict[str, tally.RunTally] = {}
+    e = effects.c
+    for run_id, kind, state, attempt, created, updated in conn.execute(
+        select(e.run_id, e.kind, e.state, e.attempt, e.created_at, e.updated_at)
+    ):
+        file(created, "actions:" + state, 1)
+        file(created, "retried", int(attempt > 1))
+        file(created, "executions", attempt)
+        if state == "in_doubt":
+            file(updated, tally.DOUBT_IN, 1)
+        run = per_run.setdefault(run_id, tally.RunTally())
+        run.actions += 1
+        run.failed += state == "failed"
+        if kind == "irreversible":
+            file(created, "irreversible", attempt)
+            run.irreversible += attempt
+        run.last_at = max(run.last_at or created, created)
+    counters: dict[str, dict[str, float]] = {}
+    for run_id, name, value in conn.execute(select(run_counters)):
+        counters.setdefault(run_id, {})[name] = value
+    for run_id, found in counters.items():
+        run = per_run.setdefault(run_id, tally.RunTally())
+        run.completed = int(COMPLETED_AT in found)
+        run.has_read = int(found.get(READS, 0) > 0)
+        if TOOL_CALLS in found:
+            file(None, f"tool_calls:{found[TOOL_CALLS]:.15g}", 1)
+        if "cost" in found:
+            file(None, f"cost:{tally.two_figures(found['cost']):.15g}", 1)
+        for name in found:
+            if name.startswith(TRIGGER):
+                file(None, "runs_trigger:" + name[len(TRIGGER) :], 1)
+    for run in per_run.values():
+        file(None, "runs", int(run.actions > 0))
+        file(None, "runs_failed", int(run.failed > 0))
+        file(None, "runs_completed", run.completed)
+        file(None, "runs_completed_with_read", int(run.completed and run.has_read > 0))
+    kept = {r: t for r, t in per_run.items() if t.actions or t.completed or t.has_read}
+    return +filed, kept
+
+
+def counted_row_by_row(ledger: c4a.Ledger, start: float | None) -> dict[str, Any]:
+    """The figures of the actions first attempted at ``start`` or later (all if None), counted
+    here from each of them, as `stats` counted before it kept tallies."""
+    e = effects.c
+    with ledger.store.read() as conn:
+        now = ledger.store.now()
+        stmt = select(e.run_id, e.kind, e.state, e.attempt)
+        rows = conn.execute(stmt.where(e.created_at >= (start or 0))).all()
+        endings = dict(conn.execute(select(runs.c.run_id, runs.c.status)).all())
+        waiting = set(
+            conn.execute(
+                select(approvals.c.run_id).where(
+                    approvals.c.state == "pending", approvals.c.expires_at > now
+                )
+            ).scalars()
+        )
+    irreversible: Counter[str] = Counter()
+    states: dict[str, set[str]] = {}
+    for r in rows:
+        irreversible[r.run_id] += r.attempt if r.kind == "irreversible" else 0
+        states.setdefault(r.run_id, set()).add(r.state)
+    by_run = sorted(+irreversible, key=lambda run: (irreversible[run], run), reverse=True)
+    run_states: Counter[str] = Counter()
+    for run_id, seen in states.items():
+        state = (
+            "in_doubt"
+            if "in_doubt" in seen
+            else "running"
+            if "started" in seen
+            else "waiting_approval"
+            if run_id in waiting
+            else "has_failures"
+            if "failed" in seen
+            else "done"
+        )
+        run_states[endings.get(run_id) or state] += 1
+    return {
+        "actions_by_state": dict(Counter(r.state for r in rows)),
+        "retried_actions": sum(r.attempt > 1 for r in rows),
+        "executions": sum(r.attempt for r in rows),
+        "irreversible_executions": sum(irreversible.values()),
+        "irreversible_per_run": {run: irreversible[run] for run in by_run[:IRREVERSIBLE_RUNS]},
+        "runs_by_state": dict(sorted(run_states.items())),
+    }
+
+
 def assert_tallies_match(ledger: c4a.Ledger) -> dict[str, Any]:
     fast = tallied(ledger)
     for age in ("in_doubt_oldest_age", "approvals_oldest_age"):  # the clock moved between reads
@@ -56,68 +152,41 @@ def assert_tallies_match(ledger: c4a.Ledger) -> dict[str, Any]:
     for age in ("in_doubt_oldest_age", "approvals_oldest_age"):
         slow.pop(age)
     assert fast == slow
-    # Row by row, as stats counted before it kept tallies.
-    assert _from_rows(ledger, ledger.store.now(), None) == after_folding(
-        ledger.store, lambda conn: _from_tallies(conn, ledger.store.now())
+    assert {k: fast[k] for k in counted_row_by_row(ledger, None)} == counted_row_by_row(
+        ledger, None
     )
     with ledger.store.tx() as conn:
-        assert _tally.count_changes(conn) == 0  # compute folded every change
-        found = _tally.recount(conn)
-        assert {k: v for k, v in _tally.read(conn).items() if v} == found.total
-        # Exactly the runs that have actions have a tally, and it is right.
-        kept = {
-            r.run_id: _tally.RunTally(r.actions, r.failed, r.irreversible, r.last_at)
-            for r in conn.execute(select(run_tallies))
-        }
-        assert kept.keys() == found.per_run.keys()
-        for run_id, run in kept.items():
-            recounted = found.per_run[run_id]
-            assert run.last_at is not None
-            assert recounted.last_at is not None
+        assert tally.count_changes(conn) == 0  # compute folded every change
+        expected, expected_runs = recount(conn)
+        kept = Counter({(s, a, n): v for s, a, n, v in conn.execute(select(tallies))})
+        assert +Counter({k: n for k, n in kept.items() if k[2] not in HISTORY}) == Counter(
+            {k: n for k, n in expected.items() if k[2] not in HISTORY}
+        )
+        # The history of doubt nets out to what is in doubt now, all time and in each step.
+        for step in (0, *tally.STEPS):
+            net = sum(
+                n if k[2] == tally.DOUBT_IN else -n
+                for k, n in kept.items()
+                if k[0] == step and k[2] in (tally.DOUBT_IN, tally.DOUBT_OUT)
+            )
+            assert net == expected[(0, 0, "actions:in_doubt")]
+        # Exactly the runs that have actions or run figures have a tally, and it is right.
+        per_run = tally.runs_of(conn, expected_runs, every=True)
+        assert per_run.keys() == expected_runs.keys()
+        assert conn.execute(select(run_tallies.c.run_id)).scalars().all().__len__() == len(per_run)
+        for run_id, run in per_run.items():
+            recounted = expected_runs[run_id]
             # A deleted action's time stays: a run's latest action ever recorded.
-            assert run.last_at >= recounted.last_at
+            assert (run.last_at or 0) >= (recounted.last_at or 0)
             run.last_at = recounted.last_at
-        assert kept == found.per_run
-        assert_timeline_matches(conn, found)
-    assert_run_tallies_match(ledger)
+        assert per_run == expected_runs
+    assert_run_figures_match(ledger)
     return fast
 
 
-def assert_run_tallies_match(ledger: c4a.Ledger) -> None:
-    """The run figures kept as counters change equal a recount of every counter, and the alerts'
-    figures from them equal the database's count over the counters' value index."""
-    from_tallies = stats._every_run(ledger)  # folds
-    with ledger.store.read() as conn:
-        assert from_tallies == stats._counted_runs(conn)
-    with ledger.store.tx() as conn:
-        assert _run_tally.count_changes(conn) == 0
-        found = _run_tally.recount(conn)
-        kept = {
-            str(name): int(n)
-            for name, n in conn.execute(select(tallies).where(tallies.c.name.not_in(_tally.NAMES)))
-            if n
-        }
-        assert kept == found.total
-        marks = {
-            r.run_id: _run_tally.RunMark(r.completed, r.has_read)
-            for r in conn.execute(select(run_marks))
-        }
-        assert marks == found.marks
-
-
-def assert_timeline_matches(conn: Any, found: _tally.Recount) -> None:
-    """The timeline, minute by minute and hour by hour, is the recount's; the history of doubt
-    nets out to what is in doubt now."""
-    doubt = (_tally.DOUBT_IN, _tally.DOUBT_OUT)
-    in_doubt = found.total.get("actions:in_doubt", 0)
-    for step in _tally.STEPS:
-        rows = _tally.timeline_between(conn, step, 0, None)
-        kept = Counter({(step, at, name): n for at, name, n in rows if name not in doubt})
-        expected = Counter({k: n for k, n in found.timeline.items() if k[0] == step})
-        expected = Counter({k: n for k, n in expected.items() if k[2] not in doubt})
-        assert +kept == +expected
-        net = sum(n if name == _tally.DOUBT_IN else -n for _, name, n in rows if name in doubt)
-        assert net == in_doubt
+def assert_run_figures_match(ledger: c4a.Ledger) -> None:
+    """The alerts' figures from the tallies equal each run's counters read one by one."""
+    assert stats._every_run(ledger) == stats._runs_entered(ledger, TEN_YEARS)
 
 
 def mixed_work(ledger: c4a.Ledger) -> None:
@@ -217,6 +286,94 @@ def test_a_ledger_from_before_tallies_is_seeded(target: Target) -> None:
     assert_tallies_match(ledger)
 
 
+# The tables and triggers versions 7 to 15 kept the figures in, as they left them (columns the
+# upgrade reads, and triggers named as they named them, which must not outlive it).
+OLD_TABLES = {
+    "c4a_changes": "id INTEGER PRIMARY KEY, run_id TEXT, kind TEXT, old_state TEXT, "
+    "old_attempt INTEGER, new_state TEXT, new_attempt INTEGER, created_at FLOAT, at FLOAT",
+    "c4a_tallies": "name VARCHAR(64) PRIMARY KEY, value BIGINT",
+    "c4a_run_tallies": "run_id TEXT PRIMARY KEY, actions BIGINT, failed BIGINT, "
+    "irreversible BIGINT, last_at FLOAT",
+    "c4a_timeline": "step INTEGER, at BIGINT, name VARCHAR(64), value BIGINT",
+    "c4a_run_changes": "id INTEGER PRIMARY KEY, run_id TEXT, name TEXT, old_value FLOAT, "
+    "new_value FLOAT",
+    "c4a_run_marks": "run_id TEXT PRIMARY KEY, completed BIGINT, has_read BIGINT",
+    "c4a_dedup_hits": "tool TEXT, minute BIGINT, hits BIGINT, PRIMARY KEY (tool, minute)",
+}
+OLD_LOG = (
+    "INSERT INTO {log} (run_id, kind, new_state, new_attempt) VALUES ({r}.run_id, 'x', 'x', 1)"
+)
+
+
+def as_version_15_left_it(ledger: c4a.Ledger, repeats: dict[str, list[tuple[int, int]]]) -> None:
+    """The figures' tables and triggers as versions 7 to 15 made them (stale figures in them),
+    with ``repeats`` (tool: [(minute, hits)]) in c4a_dedup_hits."""
+    prefix = f'"{ledger.schema}".' if ledger.schema else ""
+    pg = ledger.dialect == "postgresql"
+    with ledger.engine.begin() as conn:
+        tally.drop_triggers(conn)
+        for name, columns in OLD_TABLES.items():
+            conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{name}"))
+            conn.execute(text(f"CREATE TABLE {prefix}{name} ({columns})"))
+        conn.execute(text(f"INSERT INTO {prefix}c4a_tallies VALUES ('executions', 12345)"))
+        for tool, counted in repeats.items():
+            for minute, hits in counted:
+                conn.execute(
+                    text(f"INSERT INTO {prefix}c4a_dedup_hits VALUES (:t, :m, :h)"),
+                    {"t": tool, "m": minute, "h": hits},
+                )
+        log = OLD_LOG.format(log=prefix + "c4a_changes", r="NEW")
+        # Their names: on PostgreSQL a function per table and its triggers, on SQLite one
+        # trigger per table and operation.
+        old = {"c4a_effects": ("c4a_effects_tally", "c4a_effects_tally_update")}
+        old["c4a_run_counters"] = ("c4a_run_counters_tally_insert",)
+        for table, names in old.items():
+            if pg:
+                function = f"{prefix}{table}_tally()"
+                conn.execute(
+                    text(
+                        f"CREATE FUNCTION {function} RETURNS trigger LANGUAGE plpgsql AS "
+                        f"$$ BEGIN {log}; RETURN NULL; END $$"
+                    )
+                )
+            body = f"EXECUTE FUNCTION {function}" if pg else f"BEGIN {log}; END"
+            for name in names if pg else (table + "_tally_insert",):
+                conn.execute(
+                    text(
+                        f"CREATE TRIGGER {name} AFTER INSERT ON {prefix}{table} FOR EACH ROW {body}"
+                    )
+                )
+        conn.execute(text(f"UPDATE {prefix}c4a_schema SET version = 15"))
+
+
+@pytest.mark.parametrize("version", [8, 9, 10, 15])
+def test_a_ledger_from_before_one_log_is_counted_afresh(target: Target, version: int) -> None:
+    """Upgrading from the tables versions 7 to 15 kept: every action and counter is counted
+    again, the repeats they counted are kept by minute, and the old triggers are gone (an
+    action written after the upgrade is counted once)."""
+    from call4agents.storage.migrations import CURRENT, migrate
+    from call4agents.storage.tables import schema_version
+
+    ledger = c4a.init(target.open())
+    mixed_work(ledger)
+    budgeted_work(ledger)
+    expected = assert_tallies_match(ledger)
+    minute = int(ledger.store.now() // 60)
+    as_version_15_left_it(ledger, {"send": [(minute - 3, 2), (minute, 1)], "wire": [(minute, 4)]})
+    with ledger.engine.begin() as conn:
+        conn.execute(schema_version.update().values(version=version))
+    assert migrate(ledger.engine, schema=target.schema) == (version, CURRENT)
+    found = assert_tallies_match(ledger)
+    assert found["deduped"] == 7  # the counts the old table held, not the ones folded before
+    assert {k: v for k, v in found.items() if "dedup" not in k} == {
+        k: v for k, v in expected.items() if "dedup" not in k
+    }
+    assert stats.compute(ledger, 120).deduped == 5  # filed under their own minutes
+    with c4a.run("after"):
+        c4a.effect(name="later")(lambda: 1)()
+    assert assert_tallies_match(ledger)["actions"] == expected["actions"] + 1
+
+
 CHILD = """
 import os, sys, time
 import call4agents as c4a
@@ -282,7 +439,7 @@ def budgeted_work(ledger: c4a.Ledger) -> None:
                 look(i)
                 post(i * 100 + 50)
         if i % 5 == 0:
-            assert_run_tallies_match(ledger)
+            assert_tallies_match(ledger)
 
     def broke() -> None:
         with c4a.run("broke", trigger="user", budget=budget):
@@ -304,7 +461,7 @@ def test_run_tallies_equal_a_recount_as_counters_change(target: Target) -> None:
     assert figures.triggers == {"retry": 5, "schedule": 8, "user": 4}
     assert (figures.completed, figures.without_read) == (11, 6)
     assert figures.cost_p99 is not None
-    assert figures.cost_p99 == _run_tally.two_figures(figures.cost_p99)
+    assert figures.cost_p99 == tally.two_figures(figures.cost_p99)
     ledger.gc(older_than=0)  # the run counters of every run go with it
     assert_tallies_match(ledger)
     after = stats._every_run(ledger)
@@ -325,8 +482,9 @@ def test_tallies_equal_a_recount_after_a_worker_is_killed(target: Target, tmp_pa
 
 
 @pytest.mark.postgres
-def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
-    """Folding writes; a user who may only read gets the figures counted from every action."""
+def test_a_read_only_user_gets_the_figures_as_of_the_last_fold(pg_target: Target) -> None:
+    """Folding writes; a user who may only read gets the figures as the last fold left them,
+    told how many changes wait, and the same figures as anyone once a writer folded them."""
     ledger = c4a.init(pg_target.open())
     mixed_work(ledger)
     budgeted_work(ledger)
@@ -343,24 +501,30 @@ def test_a_read_only_user_gets_the_same_figures(pg_target: Target) -> None:
     url = make_url(pg_target.url).set(username=role).render_as_string(hide_password=False)
     try:
         reader = c4a.Ledger(url, schema=pg_target.schema, auto_migrate=False)
-        found = compute(reader).as_dict()
-        windowed = compute(reader, 3600)  # the window's actions, row by row
-        stale = series(reader, 3600, 4)  # the timeline as of the last fold
-        runs_counted = stats._every_run(reader)  # over the counters' value index
+        stale = tallied(reader)
+        stale_series = series(reader, 3600, 4)
+        stale_runs = stats._every_run(reader)
+        with ledger.store.tx() as conn:
+            waiting = tally.count_changes(conn)
+        assert waiting > 2  # the late action's intent and outcome, and its run's counters
+        rendered = stats.render(compute(reader))
+        tallied(ledger)  # a writer folds them
+        caught_up = tallied(reader)
         reader.close()
     finally:
         with ledger.engine.begin() as conn:
             conn.execute(text(f"DROP OWNED BY {role}"))
             conn.execute(text(f"DROP ROLE {role}"))
-    assert found["actions"] == expected["actions"] + 1
-    assert found["runs_by_state"]["done"] == expected["runs_by_state"].get("done", 0) + 1
-    assert windowed.actions == found["actions"]  # every action is younger than an hour
-    assert [b.executions for b in stale.buckets] == [b.executions for b in charted.buckets]
-    with ledger.store.tx() as conn:
-        assert _tally.count_changes(conn) == 2  # its intent and its outcome: nothing folded
-        assert _run_tally.count_changes(conn) > 0  # nor its counters
-    assert runs_counted == stats._every_run(ledger)  # folds them
-    assert runs_counted.completed == 11 + 6  # the budgeted runs, a to e and later
+    assert stale["changes_not_counted"] == waiting
+    assert f"Not counted yet:          {waiting} changes since the last fold" in rendered
+    assert {k: v for k, v in stale.items() if "age" not in k and k != "changes_not_counted"} == {
+        k: v for k, v in expected.items() if "age" not in k and k != "changes_not_counted"
+    }
+    assert [b.executions for b in stale_series.buckets] == [b.executions for b in charted.buckets]
+    assert caught_up["changes_not_counted"] == 0
+    assert caught_up["actions"] == expected["actions"] + 1
+    assert stale_runs.completed == 11 + 5  # the budgeted runs and a to e; "later" not yet
+    assert stats._every_run(ledger).completed == 11 + 6
 
 
 def test_irreversible_runs_listed_are_the_top_ones(target: Target) -> None:
@@ -430,26 +594,19 @@ def test_figures_read_by_name_hold_where_the_database_sorts_by_language(
 def test_a_ledger_read_by_language_before_version_11_gets_its_run_figures_back(
     pg_by_language: Target,
 ) -> None:
-    from call4agents.storage import _fold
+    """A ledger of version 10 in such a database had its counter names in the database's order;
+    the upgrade puts them in byte order and counts the run figures afresh."""
     from call4agents.storage.migrations import CURRENT, migrate
     from call4agents.storage.tables import schema_version
 
     ledger = c4a.init(pg_by_language.open())
     budgeted_work(ledger)
-    with ledger.store.tx() as conn:  # as version 10 left it: names in the database's order...
-        _run_tally.drop_triggers(conn)
-        for table, sql_type in (("c4a_run_counters", "text"), ("c4a_tallies", "varchar(64)")):
-            conn.execute(
-                text(
-                    f"ALTER TABLE {_fold.qualified(conn, table)} "
-                    f'ALTER COLUMN name TYPE {sql_type} COLLATE "default"'
-                )
-            )
-        _run_tally.create_triggers(conn)
-        # ...and the figures by trigger its seed could not see.
-        conn.execute(tallies.delete().where(tallies.c.name.startswith(_run_tally.BY_TRIGGER)))
+    as_version_15_left_it(ledger, {})
+    with ledger.store.tx() as conn:  # as version 10 left it: names in the database's order
+        conn.execute(
+            text('ALTER TABLE c4a_run_counters ALTER COLUMN name TYPE text COLLATE "default"')
+        )
         conn.execute(schema_version.update().values(version=10))
-    assert stats._every_run(ledger).triggers == {}  # what such a ledger showed
-    assert migrate(ledger.engine) == (10, CURRENT)
+    assert migrate(ledger.engine, schema=pg_by_language.schema) == (10, CURRENT)
     assert stats._every_run(ledger).triggers == {"retry": 5, "schedule": 8, "user": 4}
     assert_tallies_match(ledger)

@@ -1,12 +1,15 @@
-"""Health figures read from the ledger tables, for ``call4agents stats`` and the OTel gauges.
+"""Health figures for ``call4agents stats``, the console's health page and the OTel gauges.
 
-Reads only, but for one write: all-time figures first fold the changes logged since the last
-read into the tallies (see ``_tally``); where that write is refused (a read-only database user,
-a read-only file), they are counted from every action instead. Times come from the database's
-clock, like everything else in the ledger.
+What happened (actions by state, executions, repeats, runs and their figures) comes from one
+place, the tallies (``storage.tally``): all time, or summed over a window's minutes and hours.
+What is open now (in doubt, tickets waiting, escalations) and a window's runs and tickets are read
+through indexes (``storage.stat_rows``). Reading first folds the changes logged since the last
+read into the tallies, which is a write; where that write is refused (a read-only database user,
+a read-only file), the figures are as of the last fold, and say how many changes wait. Times come
+from the database's clock, like everything else in the ledger.
 
-How often deduplication fired comes from ``c4a_dedup_hits``: repeats are counted in memory and
-added there every few seconds (see ``_hits``), so the last few seconds may not show yet.
+Repeats are counted in memory and logged every few seconds (see ``_hits``), so the last few
+seconds may not show yet.
 """
 
 from __future__ import annotations
@@ -17,8 +20,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from call4agents.model.errors import LedgerError
-from call4agents.storage import _run_tally, _tally, dead_letters, stat_rows
+from call4agents.storage import dead_letters, stat_rows, tally
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.store import Conn
 
@@ -32,9 +34,6 @@ DEDUP_NOTE = (
 # Runs listed by irreversible executions: a ledger may hold millions of runs, and a figure read
 # every few seconds lists the ones worth a look (the total counts them all).
 IRREVERSIBLE_RUNS = 20
-# A run's state: the ending a run control recorded (escalated, undone, partly_undone), else
-# derived from its actions, the first that applies in this order.
-RUN_STATES = ("in_doubt", "running", "waiting_approval", "has_failures", "done")
 
 
 @dataclass(frozen=True)
@@ -67,6 +66,8 @@ class Stats:
     runs_by_state: dict[str, int] = field(default_factory=dict)
     # Webhook events given up on and not yet replayed (``call4agents webhooks``), whatever age.
     webhooks_dead: int = 0
+    # Changes logged since the last fold, left out: this database user may not fold them.
+    changes_not_counted: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,11 +86,12 @@ def open_figures(ledger: LedgerCore) -> OpenFigures:
 
 @dataclass(frozen=True)
 class _Counts:
-    """The figures that read actions: from the tallies (all time) or the window's rows."""
+    """The figures from the tallies: all time, or a window's."""
 
     by_state: dict[str, int]
     retried: int
     executions: int
+    deduped: int
     irreversible: int
     irreversible_per_run: dict[str, int]
     runs_by_state: dict[str, int]
@@ -105,18 +107,16 @@ def compute(ledger: LedgerCore, since: float | None = None) -> Stats:
     """Figures for actions first attempted in the last ``since`` seconds (all time if None),
     the window starting at a whole minute (``window_start``).
 
-    Open figures (in doubt, approvals waiting) count everything open, whatever its age. All-time
-    figures come from tallies kept as actions change, a window's from the same tallies kept by
-    minute and by hour (see ``_tally``), so either costs the same at any ledger size.
+    Open figures (in doubt, approvals waiting) count everything open, whatever its age. The rest
+    come from the tallies kept as actions change, all time or by minute and by hour (see
+    ``tally``), so they cost the same at any ledger size.
     """
     ledger.sweep()  # a dead worker's action counts as in doubt, not running
     now = ledger.store.now()
     start = None if since is None else window_start(now, since)
-    counts = _all_time(ledger, now) if start is None else _since(ledger, now, start)
-    minute = None if start is None else int(start // 60)
-    deduped = stat_rows.deduped(ledger.store, minute)
+    counts, waiting = tally.after_folding(ledger.store, lambda conn: _counted(conn, now, start))
     opened = open_figures(ledger)
-    executions = counts.executions
+    executions, deduped = counts.executions, counts.deduped
     return Stats(
         since_seconds=since,
         actions=sum(counts.by_state.values()),
@@ -134,40 +134,29 @@ def compute(ledger: LedgerCore, since: float | None = None) -> Stats:
         irreversible_per_run=counts.irreversible_per_run,
         runs_by_state=counts.runs_by_state,
         webhooks_dead=dead_letters.count_waiting(ledger.store),
+        changes_not_counted=waiting,
     )
 
 
-def _all_time(ledger: LedgerCore, now: float) -> _Counts:
-    """From the tallies, after folding in the changes not yet counted. Reads only what is open
-    (actions started or in doubt, approvals waiting) and runs ended by a run control."""
-    try:
-        return stat_rows.after_folding(ledger.store, lambda conn: _from_tallies(conn, now))
-    except LedgerError:
-        return _from_rows(ledger, now, None)  # may not write here: count every action
-
-
-def _since(ledger: LedgerCore, now: float, start: float) -> _Counts:
-    """From the timeline, after folding; the window's rows where the fold may not run."""
-    try:
-        return stat_rows.after_folding(ledger.store, lambda conn: _from_timeline(conn, now, start))
-    except LedgerError:
-        return _from_rows(ledger, now, start)
-
-
-def _from_tallies(conn: Conn, now: float) -> _Counts:
-    total = _tally.read(conn)
-    runs = _runs_in_states(conn, now, None, total.get("runs", 0), total.get("runs_failed", 0))
-    return _tallied(total, _tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS), runs)
-
-
-def _from_timeline(conn: Conn, now: float, start: float) -> _Counts:
-    """A window's figures: the timeline's sums, and the runs with an action first attempted in
-    it (their count is the window's, not the ledger's), counted by the database."""
-    runs, failed = _tally.count_runs_since(conn, start)
-    return _tallied(
-        stat_rows.timeline_totals(conn, start),
-        _tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS, since=start),
-        _runs_in_states(conn, now, start, runs, failed),
+def _counted(conn: Conn, now: float, start: float | None) -> _Counts:
+    """The tallies all time or from ``start``, and the runs with an action first attempted in
+    the window (their count is the window's, not the ledger's), counted by the database. Reads
+    only what is open (actions started or in doubt, approvals waiting) and runs ended by a run
+    control beside them."""
+    total = tally.totals(conn, start)
+    if start is None:
+        runs, failed = total["runs"], total["runs_failed"]
+    else:
+        runs, failed = tally.count_runs_since(conn, start)
+    by_state = {s: total["actions:" + s] for s in tally.STATES}
+    return _Counts(
+        by_state={s: n for s, n in by_state.items() if n},
+        retried=total["retried"],
+        executions=total["executions"],
+        deduped=total[tally.DEDUPED],
+        irreversible=total["irreversible"],
+        irreversible_per_run=tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS, since=start),
+        runs_by_state=dict(sorted((+_runs_in_states(conn, now, start, runs, failed)).items())),
     )
 
 
@@ -180,9 +169,9 @@ def _runs_in_states(
     counts say. Waiting runs may be thousands: the database matches them to their tallies in
     one read, and no other run is read."""
     seen, endings = _open_actions(conn), stat_rows.endings(conn)
-    waiting = _tally.runs_among(conn, stat_rows.pending_runs(now), since=start)
-    others = _tally.runs_of(conn, (set(seen) | set(endings)) - set(waiting))
-    known = {r: t for r, t in others.items() if _tally.active_since(t, start)} | waiting
+    waiting = tally.runs_among(conn, stat_rows.pending_runs(now), since=start)
+    others = tally.runs_of(conn, (set(seen) | set(endings)) - set(waiting))
+    known = {r: t for r, t in others.items() if tally.active_since(t, start)} | waiting
     found = _judged(known, seen, set(waiting), endings)
     failed_rest = failed - sum(run.failed > 0 for run in known.values())
     found["has_failures"] += failed_rest
@@ -199,7 +188,7 @@ def _open_actions(conn: Conn) -> dict[str, set[str]]:
 
 
 def _judged(
-    runs: dict[str, _tally.RunTally],
+    runs: dict[str, tally.RunTally],
     seen: dict[str, set[str]],
     waiting: set[str],
     endings: dict[str, str],
@@ -211,60 +200,9 @@ def _judged(
     return found
 
 
-def _tallied(
-    total: Counter[str] | dict[str, int], per_run: dict[str, int], runs: Counter[str]
-) -> _Counts:
-    by_state = {s: total.get("actions:" + s, 0) for s in _tally.STATES}
-    return _Counts(
-        by_state={s: n for s, n in by_state.items() if n},
-        retried=total.get("retried", 0),
-        executions=total.get("executions", 0),
-        irreversible=total.get("irreversible", 0),
-        irreversible_per_run=per_run,
-        runs_by_state={s: n for s, n in sorted(runs.items()) if n},
-    )
-
-
-def _from_rows(ledger: LedgerCore, now: float, start: float | None) -> _Counts:
-    """From the actions first attempted at ``start`` or later (every action if None), row by
-    row: for a database user that may not fold. An action created in the window was also last
-    changed in it, so the read is bounded by the index on ``updated_at``, not the ledger."""
-    rows, endings, waiting_runs = stat_rows.window(ledger.store, now, start)
-    # Every attempt of an irreversible tool, whatever came of it: one that failed still called
-    # the tool, as the irreversible-executions metric counts it.
-    irreversible: Counter[str] = Counter()
-    for r in rows:
-        if r.kind == "irreversible" and r.attempt:
-            irreversible[r.run_id] += r.attempt
-    return _Counts(
-        by_state=dict(Counter(r.state for r in rows)),
-        retried=sum(r.attempt > 1 for r in rows),
-        executions=sum(r.attempt for r in rows),
-        irreversible=sum(irreversible.values()),
-        irreversible_per_run=_most(irreversible, IRREVERSIBLE_RUNS),
-        runs_by_state=_runs_by_state(rows, waiting_runs, endings),
-    )
-
-
-def _most(counts: Counter[str], limit: int) -> dict[str, int]:
-    """The ``limit`` largest counts, largest first (ties by run id, last first), as the
-    tallies' index gives them."""
-    return dict(sorted(counts.items(), key=lambda item: (item[1], item[0]), reverse=True)[:limit])
-
-
-def _runs_by_state(
-    rows: Sequence[Any], waiting_runs: set[str], endings: dict[str, str]
-) -> dict[str, int]:
-    states: dict[str, set[str]] = {}
-    for r in rows:
-        states.setdefault(r.run_id, set()).add(r.state)
-    found: Counter[str] = Counter()
-    for run_id, seen in states.items():
-        found[endings.get(run_id) or _run_state(seen, run_id in waiting_runs)] += 1
-    return dict(sorted(found.items()))
-
-
 def _run_state(seen: set[str], waiting: bool) -> str:
+    """A run's state from its actions' states, the first that applies in this order (beside
+    the ending a run control recorded: escalated, undone, partly_undone)."""
     if "in_doubt" in seen:
         return "in_doubt"
     if "started" in seen:
@@ -290,6 +228,11 @@ def render(stats: Stats) -> str:
         + (f" ({per_run})" if per_run else ""),
         f"Runs:                     {runs}",
     ]
+    if stats.changes_not_counted:
+        lines.append(
+            f"Not counted yet:          {stats.changes_not_counted} changes since the last fold "
+            "(folding them needs a write, refused here; a `stats` where it is allowed counts them)"
+        )
     if stats.webhooks_dead:
         lines.append(
             f"Webhooks given up:        {stats.webhooks_dead} (`call4agents webhooks --replay`)"
@@ -366,8 +309,8 @@ def alert_figures(ledger: LedgerCore, stats: Stats, since: float | None = None) 
 
     Cost per run is what a budget's counters recorded (runs without a budget have no cost);
     its quantiles are given to two significant figures. A run counts once however many times
-    it was entered. All time, the figures come from tallies kept as run counters change (see
-    ``_run_tally``); a window reads the counters of the runs entered in it.
+    it was entered. All time, the figures come from the tallies, kept as run counters change
+    (see ``tally``); a window reads the counters of the runs entered in it.
     """
     runs = _every_run(ledger) if since is None else _runs_entered(ledger, since)
     endings_done = _endings_by_status(ledger, since)
@@ -391,47 +334,19 @@ def alert_figures(ledger: LedgerCore, stats: Stats, since: float | None = None) 
 
 
 def _every_run(ledger: LedgerCore) -> _RunFigures:
-    """Every run's figures from the run tallies, after folding in the counter changes not yet
-    counted (see ``_run_tally``): a few dozen rows at any number of runs. Where the fold may
-    not run (a read-only database user), the database counts them over the counters' value
-    index instead, which grows with the runs. Cost quantiles are to two significant figures
-    either way, as the tallies file costs."""
-    try:
-        return stat_rows.after_folding(ledger.store, _from_run_tallies)
-    except LedgerError:
-        with ledger.store.read() as conn:  # may not write here: count over the index
-            return _counted_runs(conn)
-
-
-def _from_run_tallies(conn: Conn) -> _RunFigures:
-    found = _run_tally.read(conn)
+    """Every run's figures from the tallies, after folding (see ``tally``): as many rows as
+    there are triggers, tool-call counts and two-figure costs, whatever the number of runs."""
+    total, _ = tally.after_folding(ledger.store, lambda conn: tally.totals(conn, None))
+    costs = {float(k): n for k, n in tally.named(total, tally.BY_COST).items()}
+    calls = {float(k): n for k, n in tally.named(total, tally.BY_CALLS).items()}
     return _RunFigures(
-        found.completed,
-        found.completed - found.with_read,
-        _run_tally.quantile(found.costs, 0.95),
-        _run_tally.quantile(found.costs, 0.99),
-        _run_tally.quantile(found.tool_calls, 0.95),
-        found.triggers,
+        total[tally.COMPLETED],
+        total[tally.COMPLETED] - total[tally.WITH_READ],
+        tally.quantile(costs, 0.95),
+        tally.quantile(costs, 0.99),
+        tally.quantile(calls, 0.95),
+        tally.named(total, tally.BY_TRIGGER),
     )
-
-
-def _counted_runs(conn: Conn) -> _RunFigures:
-    completed, with_read = stat_rows.completions(conn)
-    cost_p95, cost_p99 = stat_rows.counter_quantiles(conn, _run_tally.COST, (0.95, 0.99))
-    (calls_p95,) = stat_rows.counter_quantiles(conn, TOOL_CALLS, (0.95,))
-    triggers = stat_rows.trigger_counts(conn)
-    return _RunFigures(
-        completed,
-        completed - with_read,
-        _two_figures(cost_p95),
-        _two_figures(cost_p99),
-        calls_p95,
-        triggers,
-    )
-
-
-def _two_figures(value: float | None) -> float | None:
-    return None if value is None else _run_tally.two_figures(value)
 
 
 def _runs_entered(ledger: LedgerCore, since: float) -> _RunFigures:
@@ -442,16 +357,16 @@ def _runs_entered(ledger: LedgerCore, since: float) -> _RunFigures:
     for run_id, name, value in stat_rows.run_counters_active(ledger.store, since):
         counters.setdefault(run_id, {})[name] = value
     completed = [r for r, v in counters.items() if COMPLETED_AT in v]
-    costs = sorted(v["cost"] for v in counters.values() if "cost" in v)
-    calls = sorted(v[TOOL_CALLS] for v in counters.values() if TOOL_CALLS in v)
+    costs = [tally.two_figures(v[tally.COST]) for v in counters.values() if tally.COST in v]
+    calls = [v[TOOL_CALLS] for v in counters.values() if TOOL_CALLS in v]
     triggers = Counter(
         name[len(TRIGGER) :] for v in counters.values() for name in v if name.startswith(TRIGGER)
     )
     return _RunFigures(
         len(completed),
         sum(not counters[r].get(READS) for r in completed),
-        _two_figures(_quantile(costs, 0.95)),
-        _two_figures(_quantile(costs, 0.99)),
+        _quantile(costs, 0.95),
+        _quantile(costs, 0.99),
         _quantile(calls, 0.95),
         dict(triggers),
     )
@@ -463,10 +378,8 @@ def _endings_by_status(ledger: LedgerCore, since: float | None) -> Counter[str]:
 
 
 def _quantile(values: Sequence[float], q: float) -> float | None:
-    """The nearest-rank quantile of sorted ``values``."""
-    if not values:
-        return None
-    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+    """The nearest-rank quantile of ``values``."""
+    return tally.quantile(Counter(values), q)
 
 
 def render_alerts(figures: AlertFigures) -> str:
@@ -543,16 +456,17 @@ def series(ledger: LedgerCore, since: float, buckets: int = 24, *, ever: bool = 
     whole number of minutes (of hours, when it is an hour or more) and starting at a whole one,
     the last one up to now.
 
-    Every read is bounded by the window, not the ledger: executions and doubt from the
-    timeline's minute or hour rows (see ``_tally``), tickets through the pending index's
-    ``expires_at`` and each ticket's action by its key, repeats through the minute index, runs
-    completed through the counters' value index, and cost from the counters of the runs
-    completed or acting in the window. Open doubt at each bucket's end is what is open now less
-    what fell in doubt since, plus what left it since. An escalation is open from when it was
-    made until the run was first entered again (picked up); one whose ending a later control
-    replaced (an undo) leaves the chart. ``ever``: also count the actions executed without a
-    yes over all time, in the pass that finds the window's (it then asks every ticket ever
-    opened, not only those open in the window).
+    Every read is bounded by the window, not the ledger: executions, repeats and doubt from
+    the tallies' minute or hour rows (see ``tally``), tickets through the pending index's
+    ``expires_at`` and each ticket's action by its key, runs completed through the counters'
+    value index, and cost from the counters of the runs completed or acting in the window.
+    Where this database user may not fold, the tallies are as of the last fold. Open doubt at
+    each bucket's end is what is open now less what fell in doubt since, plus what left it
+    since. An escalation is open from when it was made until the run was first entered again
+    (picked up); one whose ending a later control replaced (an undo) leaves the chart.
+    ``ever``: also count the actions executed without a yes over all time, in the pass that
+    finds the window's (it then asks every ticket ever opened, not only those open in the
+    window).
     """
     if since <= 0 or buckets < 1:
         raise ValueError("series needs a window over 0 seconds and at least one bucket")
@@ -570,11 +484,7 @@ def series(ledger: LedgerCore, since: float, buckets: int = 24, *, ever: bool = 
             count, unapproved = None, stat_rows.unapproved_since(conn, edges[0])
         return count, _over_time(conn, now, step, edges, unapproved)
 
-    try:
-        count, found = stat_rows.after_folding(ledger.store, read)
-    except LedgerError:
-        with ledger.store.read() as conn:  # may not fold here: as of the last fold
-            count, found = read(conn)
+    (count, found), _ = tally.after_folding(ledger.store, read)
     return Series(since, float(width), found, unapproved_ever=count)
 
 
@@ -595,18 +505,15 @@ def _over_time(
             found[min(n - 1, max(0, i))] += k
         return found
 
-    executions, irreversible, bad, deduped, doubt_moved = ([0] * n for _ in range(5))
-    for at, name, value in _tally.timeline_between(conn, step, int(start), None):
-        if name == "executions":
-            executions[slot(at)] += value
-        elif name == "irreversible":
-            irreversible[slot(at)] += value
-        elif name in (_tally.DOUBT_IN, _tally.DOUBT_OUT):
-            doubt_moved[slot(at)] += value if name == _tally.DOUBT_IN else -value
+    charted = ("executions", "irreversible", tally.DEDUPED, tally.DOUBT_IN, tally.DOUBT_OUT)
+    moved = {name: [0] * n for name in charted}
+    for filed, name, value in tally.between(conn, step, int(start), None):
+        if name in moved:
+            moved[name][slot(filed)] += value
+    executions, deduped = moved["executions"], moved[tally.DEDUPED]
+    bad = [0] * n
     for at in unapproved:
         bad[slot(at)] += 1
-    for i, hits in stat_rows.hits_by_slot(conn, int(start), int(width)):
-        deduped[min(n - 1, max(0, i))] += hits
     ended: list[Counter[str]] = [Counter() for _ in range(n)]
     for status, at in stat_rows.endings_since(conn, start):
         ended[slot(at)][status] += 1
@@ -617,25 +524,25 @@ def _over_time(
     priced = [(at, cost) for at, cost in completions if cost is not None]
     for at, cost in priced + stat_rows.acting_costs_since(conn, start):
         i = int((at - start) // width)
-        costs[i if 0 <= i < n else min(n - 1, max(0, i))].append(cost)
+        costs[i if 0 <= i < n else min(n - 1, max(0, i))].append(tally.two_figures(cost))
     waiting_at = _waiting_at(stat_rows.waiting_groups(conn, start, ends), len(ends))
     escalated = stat_rows.escalations_made(conn)
     # Open doubt at a bucket's end: open now, less what fell in doubt after it, plus what left.
     doubt_open = [stat_rows.count_in_doubt(conn)] * n
     for i in range(n - 2, -1, -1):
-        doubt_open[i] = doubt_open[i + 1] - doubt_moved[i + 1]
+        fell, left = moved[tally.DOUBT_IN][i + 1], moved[tally.DOUBT_OUT][i + 1]
+        doubt_open[i] = doubt_open[i + 1] - fell + left
     found = []
     for i, end in enumerate(ends):
         waiting, oldest = waiting_at[i]
         open_esc = [made for made, up in escalated if made <= end and (up is None or up > end)]
-        spent = sorted(costs[i])
         tried = executions[i] + deduped[i]
         found.append(
             Bucket(
                 start=edges[i],
                 end=end,
                 executions=executions[i],
-                irreversible_executions=irreversible[i],
+                irreversible_executions=moved["irreversible"][i],
                 unapproved_executions=bad[i],
                 deduped=deduped[i],
                 dedup_rate=deduped[i] / tried if tried else None,
@@ -645,8 +552,8 @@ def _over_time(
                 escalations_open=len(open_esc),
                 escalations_oldest_age=end - min(open_esc) if open_esc else None,
                 runs_ended=dict(sorted(ended[i].items())),
-                cost_per_run_p95=_two_figures(_quantile(spent, 0.95)),
-                cost_per_run_p99=_two_figures(_quantile(spent, 0.99)),
+                cost_per_run_p95=_quantile(costs[i], 0.95),
+                cost_per_run_p99=_quantile(costs[i], 0.99),
             )
         )
     return found

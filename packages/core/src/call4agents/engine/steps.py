@@ -55,7 +55,7 @@ def cached(action: Action) -> Any:
     found = action.ledger._cache.get(action.key)
     if found is None:
         return MISS
-    action.ledger.dedup.add(action.tool)
+    action.ledger.dedup.add()
     return decode_result(found)
 
 
@@ -72,7 +72,7 @@ def begin(action: Action, *, wait: bool = True, owner: str | None = None) -> Go 
         text = ledger.store.recorded(action.key)
         if text is not None:  # a repeat needs no claim, gate or new yes: nothing will run
             ledger._recall_run(action.run_id)  # a resume: its next repeats are near
-            ledger.dedup.add(action.tool)
+            ledger.dedup.add()
             ledger._remember(action.key, text)
             if owner is not None:
                 _owner.finished(owner)
@@ -170,7 +170,7 @@ def _wait_while_live(action: Action, row: Row) -> Row:
 def settle_found(action: Action, row: Row) -> Any:
     """A row that is not ours to run: its result, a retry marker, or an error."""
     if row.state == "succeeded":
-        action.ledger.dedup.add(action.tool)  # done before: not run again
+        action.ledger.dedup.add()  # done before: not run again
         return _recorded_result(action, row)
     if row.state == "failed" or row.state == "started":
         return AGAIN  # failed: claim takes it as a new attempt; started: lost a race, look again

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine, text
 from call4agents.model.errors import LedgerError
 
 from . import _pg
+from .dialects import qualified, schema_of
 
 _TICKET_TRIGGER = "c4a_approvals_live"
 _DOUBT_TRIGGER = "c4a_effects_live"
@@ -31,31 +32,21 @@ def channel_for(schema: str | None) -> str:
     return ("c4a_live_" + schema if schema else "c4a_live")[:63]
 
 
-def _qualified(conn: Connection, name: str) -> str:
-    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
-    return f'"{schema}".{name}' if schema else name
-
-
-def _schema(conn: Connection) -> str | None:
-    found = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
-    return str(found) if found else None
-
-
 def drop_triggers(conn: Connection) -> None:
     conn.execute(
-        text(f"DROP TRIGGER IF EXISTS {_TICKET_TRIGGER} ON {_qualified(conn, 'c4a_approvals')}")
+        text(f"DROP TRIGGER IF EXISTS {_TICKET_TRIGGER} ON {qualified(conn, 'c4a_approvals')}")
     )
     conn.execute(
-        text(f"DROP TRIGGER IF EXISTS {_DOUBT_TRIGGER} ON {_qualified(conn, 'c4a_effects')}")
+        text(f"DROP TRIGGER IF EXISTS {_DOUBT_TRIGGER} ON {qualified(conn, 'c4a_effects')}")
     )
-    conn.execute(text(f"DROP FUNCTION IF EXISTS {_qualified(conn, _FUNCTION)}()"))
+    conn.execute(text(f"DROP FUNCTION IF EXISTS {qualified(conn, _FUNCTION)}()"))
 
 
 def create_triggers(conn: Connection) -> None:
     """The PostgreSQL triggers that announce a new ticket or a new in-doubt action (made afresh)."""
     drop_triggers(conn)
-    channel = channel_for(_schema(conn)).replace("'", "''")
-    function = _qualified(conn, _FUNCTION)
+    channel = channel_for(schema_of(conn)).replace("'", "''")
+    function = qualified(conn, _FUNCTION)
     # The payload names what happened and its id (a ticket id or an action key): short, and
     # never an argument, so nothing a page must not show travels on the channel.
     conn.execute(
@@ -72,14 +63,14 @@ def create_triggers(conn: Connection) -> None:
     )
     conn.execute(
         text(
-            f"CREATE TRIGGER {_TICKET_TRIGGER} AFTER INSERT ON {_qualified(conn, 'c4a_approvals')} "
+            f"CREATE TRIGGER {_TICKET_TRIGGER} AFTER INSERT ON {qualified(conn, 'c4a_approvals')} "
             f"FOR EACH ROW WHEN (NEW.state = 'pending') EXECUTE FUNCTION {function}()"
         )
     )
     conn.execute(
         text(
             f"CREATE TRIGGER {_DOUBT_TRIGGER} AFTER UPDATE OF state ON "
-            f"{_qualified(conn, 'c4a_effects')} FOR EACH ROW WHEN (NEW.state = 'in_doubt' AND "
+            f"{qualified(conn, 'c4a_effects')} FOR EACH ROW WHEN (NEW.state = 'in_doubt' AND "
             f"OLD.state IS DISTINCT FROM 'in_doubt') EXECUTE FUNCTION {function}()"
         )
     )

@@ -113,6 +113,18 @@ class PostgreSQL(Dialect):
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (SQLite(), PostgreSQL())}
 
 
+def schema_of(conn: Connection) -> str | None:
+    """The ledger's PostgreSQL schema, as ``conn`` translates table names into it."""
+    found = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
+    return str(found) if found else None
+
+
+def qualified(conn: Connection, name: str) -> str:
+    """A table or function as statements written as text name it: in the ledger's schema."""
+    schema = schema_of(conn)
+    return f'"{schema}".{name}' if schema else name
+
+
 def dialect_of(name: str) -> Dialect:
     """The object of a database by SQLAlchemy's dialect name (``engine.dialect.name``)."""
     return DIALECTS[name]

@@ -9,31 +9,29 @@ A migration is never edited once released: a change to ``tables.py`` comes with 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from sqlalchemy import Connection, Engine, delete, inspect, select, text
+from sqlalchemy import Connection, Engine, inspect, select, text
 from sqlalchemy.exc import OperationalError
 
 from call4agents.model.errors import LedgerError
 
-from . import _fold, _live, _run_tally, _tally
+from . import _live, tally
+from .dialects import qualified, schema_of
 from .tables import (
     approvals,
     audit,
     changes,
     dead_letters,
-    dedup_hits,
     effects,
     meta,
     metadata,
-    run_changes,
     run_counters,
-    run_marks,
     run_tallies,
     runs,
     schema_version,
     tallies,
-    timeline,
 )
 
 # Arbitrary constant that names "Call4Agents migrations" among other users of advisory locks.
@@ -57,7 +55,7 @@ def _v3(conn: Connection) -> None:
 
 
 def _v4(conn: Connection) -> None:
-    dedup_hits.create(conn)  # how often a repeat was served from the record
+    """Repeats had a table of their own here, c4a_dedup_hits, until version 16 (see _v16)."""
 
 
 # How long adding a column may wait for the table's lock on PostgreSQL. While it waits, every
@@ -82,10 +80,9 @@ def _v6(conn: Connection) -> None:
 
 def _add_column(conn: Connection, name: str, column: str, sql_type: str) -> None:
     """Add a column unless the table has it (a table made by this version was created whole)."""
-    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
-    if column in {c["name"] for c in inspect(conn).get_columns(name, schema=schema)}:
+    if column in {c["name"] for c in inspect(conn).get_columns(name, schema=schema_of(conn))}:
         return
-    table = f'"{schema}".{name}' if schema else name
+    table = qualified(conn, name)
     _locking(
         conn,
         name,
@@ -93,15 +90,9 @@ def _add_column(conn: Connection, name: str, column: str, sql_type: str) -> None
     )
 
 
-def _triggers_afresh(conn: Connection) -> None:
-    _tally.drop_triggers(conn)
-    _tally.create_triggers(conn)
-
-
 def _locking(conn: Connection, name: str, work: Callable[[], object]) -> None:
     """``work``, which locks table ``name``, giving up after PG_ALTER_LOCK_TIMEOUT (PostgreSQL)."""
-    schema = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
-    table = f'"{schema}".{name}' if schema else name
+    table = qualified(conn, name)
     if conn.dialect.name == "postgresql":
         conn.execute(text(f"SET LOCAL lock_timeout = '{PG_ALTER_LOCK_TIMEOUT}'"))
     try:
@@ -117,101 +108,51 @@ def _locking(conn: Connection, name: str, work: Callable[[], object]) -> None:
 
 
 def _v7(conn: Connection) -> None:
-    # Figures kept up to date as actions change (see _tally): the change log, its triggers, and
-    # tallies seeded from the actions already there (one full read, once). Made afresh if a
-    # ledger set back to an older version has them already.
-    for table in (changes, tallies, run_tallies):
-        table.drop(conn, checkfirst=True)
-        table.create(conn)
-    # The trigger locks c4a_effects against writes until this commits, so the seed below counts
-    # a table no worker changes meanwhile; like adding a column, it waits only so long for that.
-    _locking(conn, effects.name, lambda: _triggers_afresh(conn))
-    _tally.seed(conn, with_timeline=False)  # the timeline comes with _v9
     # Approvals waiting now, without reading every ticket ever opened. A ledger made by this
-    # version got it from _v2.
+    # version got it from _v2. (The tallies it added, versions 7 to 15 kept in tables that
+    # _v16 replaces, counting afresh what a ledger holds.)
     pending = next(i for i in approvals.indexes if i.name == "c4a_approvals_pending")
     pending.create(conn, checkfirst=True)
 
 
 def _v8(conn: Connection) -> None:
     # Which policy asked for a ticket and the tool's kind (nullable: older tickets have neither),
-    # an index on the minute of repeats, and, on PostgreSQL, a notification when a ticket opens
-    # or an action falls in doubt, so the console shows it at once (see _live).
+    # and, on PostgreSQL, a notification when a ticket opens or an action falls in doubt, so the
+    # console shows it at once (see _live).
     for column, sql_type in (("asked_by", "TEXT"), ("kind", "VARCHAR(16)")):
         _add_column(conn, approvals.name, column, sql_type)
     if conn.dialect.name == "postgresql":
         _locking(conn, effects.name, lambda: _live.create_triggers(conn))
-    # The repeats of a time window, for charts over time. A ledger made by this version got it
-    # from _v4.
-    minute = next(i for i in dedup_hits.indexes if i.name == "c4a_dedup_hits_minute")
-    minute.create(conn, checkfirst=True)
 
 
 def _v9(conn: Connection) -> None:
-    # Figures over time (see _tally): the change log gains the times of each change, the run
-    # tallies the time of a run's latest action, and the timeline table is new; all of them are
-    # made afresh and seeded from the actions (one full read, once), as _v7 did. The old
-    # triggers go first: dropping them locks c4a_effects against writers until this commits,
-    # so no change lands between the seed and the new triggers.
-    _locking(conn, effects.name, lambda: _tally.drop_triggers(conn))
-    for table in (changes, tallies, run_tallies, timeline):
-        table.drop(conn, checkfirst=True)
-        table.create(conn)
-    _tally.create_triggers(conn)
-    _tally.seed(conn)
-    # Runs by a counter's value: completed in a window, quantiles of cost. A ledger made by
-    # this version got it from _v3.
+    # Runs by a counter's value: completed in a window. A ledger made by this version got it
+    # from _v3. (The figures over time it added come with _v16.)
     by_value = next(i for i in run_counters.indexes if i.name == "c4a_run_counters_value")
     by_value.create(conn, checkfirst=True)
 
 
 def _v10(conn: Connection) -> None:
-    # The alerts' run figures kept as run counters change (see _run_tally): the counters' change
-    # log, the per-run marks, the log's triggers, and the figures seeded from the counters
-    # already there (one read of the counters' value index, once). Creating the triggers locks
-    # c4a_run_counters against writers until this commits, so the seed counts a table no worker
-    # changes meanwhile; it waits only so long for that lock, as adding a column does.
-    for table in (run_changes, run_marks):
-        table.drop(conn, checkfirst=True)
-        table.create(conn)
-    _locking(conn, run_counters.name, lambda: _run_triggers_afresh(conn))
-    _run_tally.seed(conn)
-
-
-def _run_triggers_afresh(conn: Connection) -> None:
-    _run_tally.drop_triggers(conn)
-    _run_tally.create_triggers(conn)
+    """The alerts' run figures were kept in tables of their own here, until version 16."""
 
 
 def _v11(conn: Connection) -> None:
-    # Names read by prefix sort by bytes on PostgreSQL (see tables._RangeName): in a database
-    # whose collation is a language's, the run figures by trigger, by tool calls and by cost
-    # were read empty, and _v10 seeded them without the counters it met by trigger. SQLite's
-    # names always sorted by bytes.
+    # Counter names sort by bytes on PostgreSQL (see tables._ByteName), as SQLite's always did.
     if conn.dialect.name != "postgresql":
         return
 
     def to_bytes_order() -> None:
-        _run_tally.drop_triggers(conn)  # a trigger's WHEN names the column
-        for table in (run_counters, tallies):
-            as_declared = table.c.name.type.compile(dialect=conn.dialect)  # COLLATE "C" included
-            conn.execute(
-                text(
-                    f"ALTER TABLE {_fold.qualified(conn, table.name)} "
-                    f"ALTER COLUMN name TYPE {as_declared}"
-                )
+        tally.drop_triggers(conn)  # a trigger's WHEN names the column; _v16 makes them afresh
+        as_declared = run_counters.c.name.type.compile(dialect=conn.dialect)  # COLLATE "C"
+        conn.execute(
+            text(
+                f"ALTER TABLE {qualified(conn, run_counters.name)} "
+                f"ALTER COLUMN name TYPE {as_declared}"
             )
-        _run_tally.create_triggers(conn)
+        )
 
-    # Both tables stay locked until this commits: no counter changes, no fold runs meanwhile.
+    # The table stays locked until this commits: no counter changes meanwhile.
     _locking(conn, run_counters.name, to_bytes_order)
-    # The run figures counted again from the counters, as _v10 did: the log and the marks
-    # afresh (the recount holds what the log had yet to fold), the old figures out.
-    for table in (run_changes, run_marks):
-        table.drop(conn)
-        table.create(conn)
-    conn.execute(delete(tallies).where(_run_tally.is_run_figure(tallies.c.name)))
-    _run_tally.seed(conn)
 
 
 def _v12(conn: Connection) -> None:
@@ -229,7 +170,7 @@ def _v14(conn: Connection) -> None:
     # The audit read by time with one index per filter (see tables.py): version 12's two
     # indexes by id go. A ledger made by this version got the new ones from _v12.
     for old in ("c4a_audit_actor", "c4a_audit_run"):
-        conn.execute(text(f"DROP INDEX IF EXISTS {_fold.qualified(conn, old)}"))
+        conn.execute(text(f"DROP INDEX IF EXISTS {qualified(conn, old)}"))
     for index in audit.indexes:
         index.create(conn, checkfirst=True)
 
@@ -238,6 +179,40 @@ def _v15(conn: Connection) -> None:
     # The in-doubt queue read by keyset, longest in doubt first (see tables.py).
     found = next(i for i in effects.indexes if i.name == "c4a_effects_doubt")
     found.create(conn, checkfirst=True)
+
+
+# What versions 7 to 15 kept the figures in, beside the tables version 16 makes afresh.
+_REPLACED = ("c4a_timeline", "c4a_run_changes", "c4a_run_marks", "c4a_dedup_hits")
+
+
+def _v16(conn: Connection) -> None:
+    # One way of counting (see tally): the change logs of actions and of run counters, the
+    # tallies, the timeline, the run tallies and marks, and the repeats' own table become one
+    # change log, one table of tallies (all time, by minute and by hour) and one of per-run
+    # tallies. The old triggers go first: dropping them locks c4a_effects and c4a_run_counters
+    # against writers until this commits (waiting only so long for that, as adding a column
+    # does), so no change lands between the log of every row below and the new triggers. The
+    # first reader of the figures folds that log, in batches, each its own transaction.
+    _locking(conn, effects.name, lambda: tally.drop_triggers(conn))
+    repeated: Sequence[Any] = []
+    if inspect(conn).has_table("c4a_dedup_hits", schema=schema_of(conn)):  # versions 4 to 15
+        old = qualified(conn, "c4a_dedup_hits")
+        repeated = conn.execute(text(f"SELECT minute, sum(hits) FROM {old} GROUP BY minute")).all()
+    for name in _REPLACED:
+        conn.execute(text(f"DROP TABLE IF EXISTS {qualified(conn, name)}"))
+    for table in (changes, tallies, run_tallies):
+        table.drop(conn, checkfirst=True)
+        table.create(conn)
+    tally.create_triggers(conn)
+    tally.log_everything(conn)
+    if repeated:  # by the minute they were counted in, as the fold files them
+        conn.execute(
+            changes.insert(),
+            [
+                {"run_id": "", "name": tally.DEDUPED, "new_value": hits, "created_at": minute * 60}
+                for minute, hits in repeated
+            ],
+        )
 
 
 MIGRATIONS: list[Callable[[Connection], None]] = [
@@ -256,6 +231,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v13,
     _v14,
     _v15,
+    _v16,
 ]
 # The schema version this code writes and reads: the number of migrations.
 CURRENT = len(MIGRATIONS)
@@ -278,8 +254,7 @@ def create_current(conn: Connection) -> None:
     schema."""
     metadata.create_all(conn, checkfirst=False)
     conn.execute(meta.insert().values(name="key_salt", value=secrets.token_hex(32)))
-    _tally.create_triggers(conn)
-    _run_tally.create_triggers(conn)
+    tally.create_triggers(conn)
     if conn.dialect.name == "postgresql":
         _live.create_triggers(conn)
 

@@ -15,7 +15,7 @@ from sqlalchemy import ColumnElement, and_, delete, func, or_, select, tuple_, u
 from sqlalchemy.engine import Connection, RowMapping
 
 from .store import Store, now_sql
-from .tables import approvals, dedup_hits, effects, in_doubt_only, in_open_state, meta
+from .tables import approvals, effects, in_doubt_only, in_open_state, meta
 from .tables import runs as runs_table
 
 Forget = Callable[..., None]  # a run's own notes: run_rows.forget(conn, run_id=..., before=...)
@@ -273,7 +273,7 @@ def delete_run(store: Store, run_id: str, forget: Forget) -> tuple[int, int]:
 
 def gc(store: Store, cutoff: float, batch: int, forget: Forget) -> tuple[int, int, int]:
     """Prune succeeded actions (a tombstone stays), delete failed ones, last touched before
-    ``cutoff``; drop dedup counts and run notes as old. (pruned, deleted, open ones kept)."""
+    ``cutoff``; drop run notes as old. (pruned, deleted, open ones kept)."""
     pruned = _gc_batches(
         store,
         and_(effects.c.state == "succeeded", effects.c.pruned_at.is_(None)),
@@ -282,8 +282,7 @@ def gc(store: Store, cutoff: float, batch: int, forget: Forget) -> tuple[int, in
         prune=True,
     )
     deleted = _gc_batches(store, effects.c.state == "failed", cutoff, batch, prune=False)
-    with store.tx() as conn:  # dedup counts of that age go too (one row per tool-minute)
-        conn.execute(delete(dedup_hits).where(dedup_hits.c.minute < int(cutoff // 60)))
+    with store.tx() as conn:
         forget(conn, before=cutoff)  # the run summaries of runs that old
     with store.read() as conn:
         kept = conn.execute(

@@ -1,27 +1,23 @@
-"""The statements behind ``call4agents stats``, the alerts' figures and the console's health.
+"""The statements behind ``call4agents stats``, the alerts' figures and the console's health
+that read the ledger's own rows rather than the tallies (``tally``).
 
 Every read here is bounded by an index: what is open (the partial index of open actions, the
-pending tickets), a window (the timeline's minute and hour rows, a run's latest action, a
-ticket's ``expires_at``, the dedup minute, a counter's value), or a key; all-time figures come
-from the tallies (``_tally``). ``tests/core/test_query_plans.py``
-holds each one to its plan on both databases. Rows are returned as plain tuples, by position.
+pending tickets), a window (a run's latest action, a ticket's ``expires_at``, a counter's
+value), or a key. ``tests/core/test_query_plans.py`` holds each one to its plan on both
+databases. Rows are returned as plain tuples, by position.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from sqlalchemy import ARRAY, ColumnElement, Float, Select, case, func, literal, or_, select
 
-from . import _fold, _tally
-from .run_rows import COMPLETED_AT, ENTERED_AT, PICKED_UP_AT, READS, TRIGGER
+from .run_rows import COMPLETED_AT, ENTERED_AT, PICKED_UP_AT
 from .store import Conn, Store, clock
 from .tables import (
     approvals,
-    dedup_hits,
     effects,
     in_open_state,
     open_states,
@@ -30,11 +26,9 @@ from .tables import (
     runs,
 )
 
-T = TypeVar("T")
 TICKET_STATES = ("pending", "approved", "denied", "spent")
 # What counts as a yes for an attempt: a ticket approved for it (spent once the attempt started).
 YES_STATES = ("approved", "spent")
-_CHUNK = 500  # keys per IN (...): under SQLite's limit of bound parameters
 
 
 def open_now(store: Store) -> tuple[float, int, float | None, int, float | None]:
@@ -53,28 +47,13 @@ def open_now(store: Store) -> tuple[float, int, float | None, int, float | None]
     return now, int(doubt), doubt_since, int(waiting), asked
 
 
-def deduped(store: Store, minute: int | None) -> int:
-    """Repeats served from the record, since ``minute`` (all time if None)."""
-    with store.read() as conn:
-        found = conn.execute(
-            select(func.coalesce(func.sum(dedup_hits.c.hits), 0)).where(
-                *([] if minute is None else [dedup_hits.c.minute >= minute])
-            )
-        ).scalar_one()
-    return int(found)
-
-
 def pending_runs(now: float) -> Select[Any]:
     """The runs of the tickets waiting at ``now``, a run once per ticket: a statement to match
-    against (``_tally.runs_among``) or to read."""
+    against (``tally.runs_among``) or to read."""
     # No DISTINCT: SQLite would walk the run index end to end to keep runs apart.
     return select(approvals.c.run_id).where(
         approvals.c.state == "pending", approvals.c.expires_at > now
     )
-
-
-def waiting_runs(conn: Conn, now: float) -> set[str]:
-    return set(conn.execute(pending_runs(now)).scalars().all())
 
 
 def endings(conn: Conn) -> dict[str, str]:
@@ -86,45 +65,6 @@ def open_actions(conn: Conn) -> list[tuple[str, str]]:
     """(run id, state) of every action started or in doubt."""
     found = conn.execute(select(effects.c.run_id, effects.c.state).where(open_states()))
     return [(str(run_id), str(state)) for run_id, state in found]
-
-
-def after_folding(store: Store, read: Callable[[Conn], T]) -> T:
-    """``read`` in the transaction that folded the last changes into the tallies (a batch at a
-    time, each batch its own transaction). A LedgerError if this user may not write."""
-    while True:
-        with store.tx() as conn:
-            if _tally.fold_batch(conn) < _tally.BATCH:
-                return read(conn)
-
-
-def window(
-    store: Store, now: float, start: float | None
-) -> tuple[list[Any], dict[str, str], set[str]]:
-    """The actions first attempted at ``start`` or later (every action if None): run id, kind,
-    state, attempt; with the runs' control endings and the runs waiting on a ticket. An action
-    created in the window was also last changed in it, so the read is bounded by
-    ``updated_at``. Reads every row of the window: where the fold may not run (see
-    ``timeline_totals``)."""
-    stmt = select(effects.c.run_id, effects.c.kind, effects.c.state, effects.c.attempt)
-    if start is not None:
-        stmt = stmt.where(effects.c.updated_at >= start, effects.c.created_at >= start)
-    with store.read() as conn:
-        return list(conn.execute(stmt).all()), endings(conn), waiting_runs(conn, now)
-
-
-def timeline_totals(conn: Conn, start: float) -> Counter[str]:
-    """The timeline's figures summed from ``start`` (a whole minute) on: minute rows up to the
-    next whole hour, hour rows after it, so a week costs about 170 hour rows and 59 minute rows
-    at most (fold first, for up-to-date figures)."""
-    first = int(start) // 60 * 60
-    hour = -(-first // 3600) * 3600
-    found: Counter[str] = Counter()
-    rows = _tally.timeline_between(conn, 60, first, hour) + _tally.timeline_between(
-        conn, 3600, hour, None
-    )
-    for _at, name, value in rows:
-        found[name] += value
-    return found
 
 
 def _not_picked_up() -> tuple[ColumnElement[bool], ...]:
@@ -321,18 +261,6 @@ def count_in_doubt(conn: Conn) -> int:
     return int(conn.execute(select(func.count()).where(in_open_state("in_doubt"))).scalar_one())
 
 
-def hits_by_slot(conn: Conn, start: int, width: int) -> list[tuple[int, int]]:
-    """Repeats since ``start`` (a whole minute) summed by stretches of ``width`` seconds, by
-    the stretch's number; the database adds up the minutes."""
-    slot = (dedup_hits.c.minute * 60 - start) // width
-    rows = conn.execute(
-        select(slot, func.sum(dedup_hits.c.hits))
-        .where(dedup_hits.c.minute >= start // 60)
-        .group_by(slot)
-    )
-    return [(int(i), int(n)) for i, n in rows]
-
-
 def completions_since(conn: Conn, start: float) -> list[tuple[float, float | None]]:
     """When each run that completed since ``start`` completed, with its cost (None if it has
     none): a range of the counters' value index, each run's cost a key."""
@@ -359,59 +287,3 @@ def acting_costs_since(conn: Conn, start: float) -> list[tuple[float, float]]:
         .where(run_tallies.c.last_at >= start, or_(done.c.value.is_(None), done.c.value < start))
     ).all()
     return [(float(at), float(n)) for at, n in rows]
-
-
-# -- all-time alert figures, counted by the database over the counters' value index: where the
-# fold may not run (a read-only user); the run tallies (``_run_tally``) answer them otherwise --
-
-
-def counter_quantiles(conn: Conn, name: str, qs: Sequence[float]) -> list[float | None]:
-    """Nearest-rank quantiles of one counter over every run that has it: a count, then one
-    step along the index per quantile, no row brought back but the answer."""
-    where = run_counters.c.name == name
-    n = int(conn.execute(select(func.count()).where(where)).scalar_one())
-    found: list[float | None] = []
-    for q in qs:
-        if not n:
-            found.append(None)
-            continue
-        rank = min(n - 1, max(0, math.ceil(q * n) - 1))
-        stmt = (
-            select(run_counters.c.value)
-            .where(where)
-            .order_by(run_counters.c.value)
-            .limit(1)
-            .offset(rank)
-        )
-        found.append(float(conn.execute(stmt).scalar_one()))
-    return found
-
-
-def completions(conn: Conn) -> tuple[int, int]:
-    """Runs completed, and how many of them read something (a ``run.reads`` above 0)."""
-    done = run_counters.alias("done")
-    read = (
-        select(run_counters.c.run_id)
-        .where(
-            run_counters.c.run_id == done.c.run_id,
-            run_counters.c.name == READS,
-            run_counters.c.value > 0,
-        )
-        .exists()
-    )
-    completed, with_read = conn.execute(
-        select(func.count(), func.coalesce(func.sum(case((read, 1), else_=0)), 0)).where(
-            done.c.name == COMPLETED_AT
-        )
-    ).one()
-    return int(completed), int(with_read)
-
-
-def trigger_counts(conn: Conn) -> dict[str, int]:
-    """Runs by each trigger they were entered with: a range of the value index's names."""
-    rows = conn.execute(
-        select(run_counters.c.name, func.count())
-        .where(_fold.prefixed(run_counters.c.name, TRIGGER))
-        .group_by(run_counters.c.name)
-    )
-    return {str(name)[len(TRIGGER) :]: int(n) for name, n in rows}

@@ -25,13 +25,10 @@ metadata = MetaData()
 
 # SQLite only makes INTEGER PRIMARY KEY an alias of the rowid (and so auto-incrementing).
 _Id = BigInteger().with_variant(Integer(), "sqlite")
-# Names read by prefix, as a range of their index ("runs_trigger:" up to "runs_trigger;"): such a
-# range holds exactly the names with the prefix only in byte order. PostgreSQL columns take the
-# database's collation, and a language's (an ICU or glibc en_US, say) passes over punctuation:
-# there "runs_trigger:user" sorts after "runs_trigger;". So these sort by bytes on PostgreSQL,
-# as SQLite's do (schema version 11).
-_RangeName = Text().with_variant(Text(collation="C"), "postgresql")
-_ShortRangeName = String(64).with_variant(String(64, collation="C"), "postgresql")
+# Counter names sort by bytes on PostgreSQL, as SQLite's do (schema version 11), whatever the
+# database's collation: a language's (an ICU or glibc en_US, say) passes over punctuation, and
+# schema versions 10 to 15 read names by prefix as a range of their index.
+_ByteName = Text().with_variant(Text(collation="C"), "postgresql")
 
 schema_version = Table(
     "c4a_schema",
@@ -183,83 +180,46 @@ run_counters = Table(
     "c4a_run_counters",
     metadata,
     Column("run_id", Text, primary_key=True),
-    Column("name", _RangeName, primary_key=True),
+    Column("name", _ByteName, primary_key=True),
     Column("value", Float, nullable=False),
 )
 
-# Repeats served from the record (schema version 4), per tool and minute of the database clock.
-# A repeat writes nothing to its action's row (most never reach the database), so they are
-# counted in memory and added here in batches; ``call4agents stats`` reads its dedup rate here.
-dedup_hits = Table(
-    "c4a_dedup_hits",
-    metadata,
-    Column("tool", Text, primary_key=True),
-    Column("minute", BigInteger, primary_key=True),  # database epoch seconds // 60
-    Column("hits", BigInteger, nullable=False),
-)
-
-# The repeats of a window, whatever the tool (schema version 8: the console's charts).
-Index("c4a_dedup_hits_minute", dedup_hits.c.minute)
-
-# Figures kept up to date as actions change (schema version 7), so `call4agents stats` costs the
-# same at a million actions as at a thousand. A trigger on c4a_effects appends one row here per
-# change of an action's state or attempt (in the writer's own transaction, so a crash keeps the
-# row and the change together or neither); whoever reads the figures first folds the rows it
-# finds into the tallies below and deletes them (see ``_tally``). Appending takes no shared
-# row lock, so workers never wait for each other here.
+# The one change log (schema version 16, see ``tally``): a trigger on c4a_effects appends a row
+# per action inserted, deleted, or changing state or attempt; a trigger on c4a_run_counters one
+# per change of a counter the alert figures read; and each process adds the repeats it served
+# from the record every few seconds. The triggers write in the writer's own transaction, so a
+# crash keeps the row and the change together or neither. Whoever reads the figures first folds
+# the rows it finds into the tallies below and deletes them. Appending takes no shared row
+# lock, so workers never wait for each other here.
 changes = Table(
     "c4a_changes",
     metadata,
     Column("id", _Id, primary_key=True, autoincrement=True),
-    Column("run_id", Text, nullable=False),
-    Column("kind", String(16), nullable=False),
-    Column("old_state", String(16)),  # NULL: the action was inserted
-    Column("old_attempt", Integer),
-    Column("new_state", String(16)),  # NULL: the action was deleted
-    Column("new_attempt", Integer),
-    # Schema version 9, for the figures over time: when the action was first attempted, and when
-    # this change happened (the row's new updated_at; the clock for a delete).
+    Column("run_id", Text, nullable=False),  # "" for repeats
+    Column("name", Text, nullable=False),  # the action's kind, the counter's name, or "deduped"
+    # An action's state and attempt, or a counter's value (or the repeats' count), before and
+    # after the change; NULL where there is none (inserted, deleted, or not an action).
+    Column("old_state", String(16)),
+    Column("old_value", Float),
+    Column("new_state", String(16)),
+    Column("new_value", Float),
+    # When the action was first attempted, or the repeats were written; NULL for a counter.
     Column("created_at", Float),
-    Column("at", Float),
+    Column("at", Float),  # when an action changed (its new updated_at; the clock for a delete)
 )
 
-# Ledger-wide figures, one row each: "actions:<state>", "retried", "executions", "irreversible",
-# "runs" (runs with at least one action), "runs_failed" (runs with at least one failed action);
-# from schema version 10 also the run figures (see ``_run_tally``): "runs_completed",
+# Every figure folded from the log, all time (step 0, at 0) and by minute and by hour (step 60
+# or 3600, at the start of the minute or hour), so a window's figures cost what its hours cost,
+# not what its actions do. The actions' figures ("actions:<state>", "retried", "executions",
+# "irreversible") are filed under the time the action was first attempted; "doubt_in" and
+# "doubt_out" (an action fell in doubt, or left it) under when that happened, so open doubt has
+# a history; "deduped" under when the repeats were written. The run figures are kept all time
+# only: "runs" (with at least one action), "runs_failed", "runs_completed",
 # "runs_completed_with_read", "runs_trigger:<trigger>", and the runs by tool calls
-# ("tool_calls:<n>") and by cost to two significant figures ("cost:<value>"): every name is
-# short (a trigger is one of a few words). Only the fold writes them, one fold at a time.
+# ("tool_calls:<n>") and by cost to two significant figures ("cost:<value>"). Only the fold
+# writes them, one fold at a time.
 tallies = Table(
     "c4a_tallies",
-    metadata,
-    Column("name", _ShortRangeName, primary_key=True),
-    Column("value", BigInteger, nullable=False),
-)
-
-# Per-run figures, for runs that have actions: the per-run irreversible executions and what the
-# run-state counts need to tell a run with failures from a done one.
-run_tallies = Table(
-    "c4a_run_tallies",
-    metadata,
-    Column("run_id", Text, primary_key=True),
-    Column("actions", BigInteger, nullable=False),
-    Column("failed", BigInteger, nullable=False),
-    Column("irreversible", BigInteger, nullable=False),  # attempts of irreversible tools
-    # Schema version 9: when the run's latest action was first attempted, so a window finds the
-    # runs with an action in it by this index instead of reading the window's actions.
-    Column("last_at", Float),
-)
-Index("c4a_run_tallies_last", run_tallies.c.last_at)
-
-# The tallies split by time (schema version 9), so a window's figures cost what its hours cost,
-# not what its actions do. ``step`` is 60 or 3600 seconds and ``at`` the start of the minute or
-# hour. The tallies' action figures ("actions:<state>", "retried", "executions",
-# "irreversible") are filed under the time the action was first attempted, so a window's
-# figures are about the actions first attempted in it; "doubt_in" and "doubt_out" (an action
-# fell in doubt, or left it) under the time that happened, so the chart of open doubt has a
-# history. Only the fold writes them, one fold at a time.
-timeline = Table(
-    "c4a_timeline",
     metadata,
     Column("step", Integer, primary_key=True),
     Column("at", BigInteger, primary_key=True),
@@ -267,31 +227,23 @@ timeline = Table(
     Column("value", BigInteger, nullable=False),
 )
 
-# Run figures kept up to date as run counters change (schema version 10), as ``changes`` does for
-# actions: a trigger on c4a_run_counters appends the counters the alerts' figures read (a run
-# completed, its reads, tool calls and cost, the triggers it was entered with), old value and
-# new (NULL: inserted, or deleted); the fold moves them into ``tallies`` and ``run_marks``.
-run_changes = Table(
-    "c4a_run_changes",
-    metadata,
-    Column("id", _Id, primary_key=True, autoincrement=True),
-    Column("run_id", Text, nullable=False),
-    Column("name", Text, nullable=False),
-    Column("old_value", Float),
-    Column("new_value", Float),
-)
-
-# Per run, what the completed-with-a-read figure needs from two counters at once: whether the run
-# has completed (its completion counter, 0 or 1) and has read something (its reads counter above
-# 0, 0 or 1). A run with neither has no row. Tool calls and cost need no mark: the log carries a
-# counter's old value, so the fold moves a run from its old bucket to its new one directly.
-run_marks = Table(
-    "c4a_run_marks",
+# Per-run figures, folded from the same log: what the run states need to tell a run with
+# failures from a done one, its irreversible executions, whether it completed and read something
+# (the one figure that needs two counters at once), and when its latest action was first
+# attempted, so a window finds its runs by this index instead of reading its actions. A run with
+# none of these has no row.
+run_tallies = Table(
+    "c4a_run_tallies",
     metadata,
     Column("run_id", Text, primary_key=True),
-    Column("completed", BigInteger, nullable=False),
-    Column("has_read", BigInteger, nullable=False),
+    Column("actions", BigInteger, nullable=False),
+    Column("failed", BigInteger, nullable=False),
+    Column("irreversible", BigInteger, nullable=False),  # attempts of irreversible tools
+    Column("completed", BigInteger, nullable=False),  # its completion counter: 0 or 1
+    Column("has_read", BigInteger, nullable=False),  # its reads counter is above 0: 0 or 1
+    Column("last_at", Float),
 )
+Index("c4a_run_tallies_last", run_tallies.c.last_at)
 
 # What people and reconcilers decided, one row each, written in the decision's own transaction
 # (schema version 12): a yes or no to a ticket, an in-doubt action settled. The ticket and the
@@ -327,8 +279,8 @@ dead_letters = Table(
     Column("replayed_at", Float),
 )
 
-# Runs by a counter's value (schema version 9): the runs completed in a window, the quantiles of
-# cost and tool calls, runs by trigger, each read as a range of this index.
+# Runs by a counter's value (schema version 9): the runs completed in a window, a range of this
+# index.
 Index("c4a_run_counters_value", run_counters.c.name, run_counters.c.value)
 
 Index("c4a_run_tallies_irreversible", run_tallies.c.irreversible, run_tallies.c.run_id)
