@@ -148,12 +148,12 @@ def ask(action: Action) -> bool:
     return request is not None and request.state == "pending"
 
 
-def answered(action: Action) -> bool:
-    """Whether a person's answer about exactly this call stands in the ledger: a no, or a yes
-    not yet spent and not expired."""
+def asked(action: Action) -> bool:
+    """Whether a ticket about exactly this call stands in the ledger: a no, a yes not yet spent,
+    or a question still open (then the gate refuses the call, as a call that must wait)."""
     now = time.time()
     return any(
-        t.state == "denied" or (t.state == "approved" and t.expires_at > now)
+        t.state == "denied" or (t.state in ("approved", "pending") and t.expires_at > now)
         for t in tickets_for(action)
     )
 

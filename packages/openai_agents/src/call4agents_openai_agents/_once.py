@@ -286,7 +286,9 @@ class OnceOnly:
             # The wrapped policy just said no question: either the tool's own policy asks for
             # no yes, or the ledger holds a person's answer for exactly this call (its ticket's
             # yes is spent or its no refuses, as the gate does for the ledger's own policy).
-            action.needs_approval = await asyncio.to_thread(_approval.answered, action)
+            # An open question here would mean the SDK ran a call it had no yes for: the gate
+            # refuses it rather than run it past the ledger.
+            action.needs_approval = await asyncio.to_thread(_approval.asked, action)
 
     def approve(
         self,
