@@ -338,3 +338,36 @@ async def test_a_state_yes_resumed_under_another_run_id_names_both(
     [asked] = ledger.approvals("run-A")
     assert asked.state == "pending"  # nothing was decided or spent under either run
     assert ledger.effects("run-B") == []
+
+
+@pytest.mark.parametrize("answer", ["yes", "no"])
+async def test_the_ledgers_answer_stands_when_the_model_asks_again(
+    ledger: c4a.Ledger, outbox: Outbox, answer: str
+) -> None:
+    # The tool asks the SDK's way. The run pauses; a person answers in the ledger only (a
+    # terminal, the console); the job is delivered again and the model asks for the same wire
+    # under a new call id. No second question: the yes is spent, or the no refuses the call.
+    once = OnceOnly()
+    asked = bank_agent(outbox.path, [call("wire", "c1", to="bob", amount=5)], needs_approval=True)
+    _, first = await paused(once, asked)
+    assert len(first.interruptions) == 1
+    [ticket] = ledger.approvals("ticket-7", state="pending")
+    if answer == "yes":
+        ledger.approve(ticket.ticket, by="ann")
+    else:
+        ledger.deny(ticket.ticket, by="ann", reason="wrong payee")
+    again = bank_agent(
+        outbox.path,
+        [call("wire", "c2", to="bob", amount=5)],
+        [assistant_message("done")],
+        needs_approval=True,
+    )
+    result = await Runner.run(once.wrap(again), "pay bob", context=dict(RUN))
+    assert result.interruptions == []
+    [told] = outputs(result)
+    [decided] = ledger.approvals("ticket-7")
+    if answer == "yes":
+        assert (told, decided.state, outbox.count()) == ("wired 5 to bob", "spent", 1)
+    else:
+        assert "denied by ann" in told
+        assert (decided.state, outbox.count()) == ("denied", 0)

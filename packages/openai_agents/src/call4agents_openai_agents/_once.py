@@ -267,14 +267,28 @@ class OnceOnly:
             return False  # no ledger open yet: no class policy to apply
 
     async def prepare_approval(
-        self, action: Action, tool: FunctionTool, arguments: dict[str, Any], ctx: ToolContext[Any]
+        self, action: Action, tool: FunctionTool, ctx: ToolContext[Any]
     ) -> None:
-        """Mark a call that needs a yes, and carry the SDK's yes for it into the ledger."""
-        if not await _approval.approval_needed(action, tool, arguments, ctx, ctx.tool_call_id):
-            return
-        action.needs_approval = True
-        if self.trust_state_approvals:
-            await asyncio.to_thread(_approval.carry_state_yes, action, ctx)
+        """Mark a call that needs a yes, and carry the SDK's yes for it into the ledger.
+
+        Judged without asking the tool's own policy again: the SDK asked it (through the
+        wrapped ``needs_approval``) just before this call, unless it holds a decision for it.
+        """
+        ledger_asks = action.needs_approval  # the ledger's policy: tool options, approval_for
+        own_may_ask = _approval.own_policy_may_ask(tool)
+        if not ledger_asks and not own_may_ask:
+            return  # nobody asks about this tool's calls
+        if _approval.sdk_decision(tool, ctx) is True:
+            action.needs_approval = True
+            if self.trust_state_approvals:
+                await asyncio.to_thread(_approval.carry_state_yes, action, ledger_asks=ledger_asks)
+        elif not ledger_asks:
+            # The wrapped policy just said no question: either the tool's own policy asks for
+            # no yes, or the ledger holds a person's answer for exactly this call (its ticket's
+            # yes is spent or its no refuses, as the gate does for the ledger's own policy).
+            # An open question here would mean the SDK ran a call it had no yes for: the gate
+            # refuses it rather than run it past the ledger.
+            action.needs_approval = await asyncio.to_thread(_approval.asked, action)
 
     def approve(
         self,

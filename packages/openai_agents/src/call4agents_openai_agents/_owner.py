@@ -44,5 +44,5 @@ class Owner(Protocol):
     def may_need_approval(self, tool: FunctionTool, options: EffectOptions) -> bool: ...
 
     async def prepare_approval(
-        self, action: Action, tool: FunctionTool, arguments: dict[str, Any], ctx: ToolContext[Any]
+        self, action: Action, tool: FunctionTool, ctx: ToolContext[Any]
     ) -> None: ...

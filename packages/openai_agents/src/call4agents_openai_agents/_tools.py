@@ -155,7 +155,7 @@ def _invoker(once: Owner, tool: FunctionTool, raising: Invoker, options: EffectO
                 if ends_run(exc):  # the approval policy escalated
                     await once.controls.end_run(exc, scope.ledger)
                 raise
-            await once.prepare_approval(action, tool, arguments, ctx)
+            await once.prepare_approval(action, tool, ctx)
             return await _run(once, tool, action, ctx, lambda: raising(ctx, args_json))
 
     return on_invoke_tool
