@@ -70,6 +70,17 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return None
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files holding slow tests first, each file's tests still together and in order.
+
+    Under xdist the run ends when its last tests do: a minute-long test handed out near the end
+    keeps one worker busy while the other has nothing left. Started first, the long tests share
+    the workers with the thousands of short ones that follow. Whole files move, so a fixture a
+    file builds once (a wheel, the docs site) is still built once on each worker."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 def pytest_report_header() -> list[str]:
     if not OLD_PYTHON:
         return []

@@ -117,7 +117,10 @@ def passed(
 ) -> set[str]:
     """The node ids of the tests in ``files`` (files or node ids) that pass, with ``plugin``
     loaded if named; ``some``: at least one must pass (not an import error)."""
-    pytest_args = ["-p", "no:cacheprovider", "-q", "-rA", "-n", "0", *options]
+    # Tracebacks as one line each: only the PASSED lines are read, and a long traceback parses
+    # the whole source file of every frame it shows (seconds per failure in a framework's
+    # thousands-of-lines test files, where a suite switched on fails its named differences).
+    pytest_args = ["-p", "no:cacheprovider", "-q", "-rA", "--tb=line", "-n", "0", *options]
     loaded = ["-p", plugin] if plugin else []
     child_env = dict(os.environ, PYTHONPATH=str(PLUGIN_DIR), **(env or {}))
     child_env.pop("CALL4AGENTS_URL", None)

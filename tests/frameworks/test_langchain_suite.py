@@ -48,6 +48,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow
 def test_every_test_passing_bare_passes_with_once_only() -> None:
     import langchain
 

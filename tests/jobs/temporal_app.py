@@ -24,6 +24,8 @@ import call4agents as c4a
 from call4agents.integration import LedgerCore
 from call4agents_jobs.temporal import OnceOnly
 
+STICKY_WAIT = timedelta(seconds=1)
+
 
 @dataclass
 class Job:
@@ -127,4 +129,8 @@ def worker(
         activity_executor=pool,
         interceptors=[OnceOnly(ledger=ledger)] if ledger is not None else [],
         workflow_runner=UnsandboxedWorkflowRunner(),
+        # A worker keeps its workflows' next tasks on a queue of its own; when it was killed,
+        # Temporal hands such a task to another worker once this wait ends (10 s by default,
+        # which every killed-worker test waited out before its workflow could finish).
+        sticky_queue_schedule_to_start_timeout=STICKY_WAIT,
     )

@@ -23,6 +23,7 @@ from tests.jobs.celery_conf import make_app
 from tests.jobs.jobs_tools import AFTER, BEFORE_SEND, INSIDE
 from tests.jobs.workers import PATIENCE, RABBITMQ, REDIS, Jobs, reachable
 
+pytestmark = pytest.mark.slow  # worker processes killed and recovered: seconds a test
 TO = "ann@example.com"
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import EXAMPLES, Target, run_child, run_example
 
+pytestmark = pytest.mark.slow  # worker processes killed and recovered: seconds a test
 CHILD = Path(__file__).with_name("dbos_child.py")
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import Target, run_child
 
+pytestmark = pytest.mark.slow  # worker processes killed and recovered: seconds a test
 CHILD = Path(__file__).with_name("dbos_agent_child.py")
 
 

@@ -24,6 +24,7 @@ from call4agents_jobs.temporal import OnceOnly
 from tests.conftest import Target, run_child
 from tests.jobs.temporal_app import HandOver, Job, connect, hand_over, worker
 
+pytestmark = pytest.mark.slow  # worker processes killed and recovered: seconds a test
 CHILD = Path(__file__).with_name("temporal_child.py")
 
 

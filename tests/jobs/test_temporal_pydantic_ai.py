@@ -20,6 +20,8 @@ from tests.jobs.temporal_agent_app import CappedEmailAgent
 from tests.jobs.temporal_app import Job, connect
 from tests.jobs.test_temporal import Cluster
 
+pytestmark = pytest.mark.slow  # worker processes killed and recovered: seconds a test
+
 
 @pytest.mark.parametrize(
     ("mode", "emails"),
