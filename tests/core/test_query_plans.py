@@ -168,7 +168,7 @@ LARGE = (
 def _fill_more(ledger: c4a.Ledger) -> None:
     """Beside _fill's actions: times spread over days, approval tickets (all spent but a few), an
     escalated run, each run's counters (completed, cost, reads, tool calls, trigger), and the
-    tallies and timeline counted from all that."""
+    tallies folded from all that."""
     now = time.time()
     tickets = [
         {

@@ -99,7 +99,7 @@ class _Counts:
 
 def window_start(now: float, since: float) -> float:
     """Where a window of the last ``since`` seconds begins: at the whole minute, so its figures
-    are sums of the timeline's minute and hour rows (at most a minute more than asked)."""
+    are sums of the tallies' minute and hour rows (at most a minute more than asked)."""
     return math.floor((now - since) / 60) * 60.0
 
 
