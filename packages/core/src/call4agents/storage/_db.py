@@ -262,6 +262,7 @@ _QUERY_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Marks a pooled SQLite connection whose write transaction a fork waits for (``_forkgate``).
 _WRITER = "c4a_writer"
 _OPTIMIZED = "c4a_optimized"  # when `PRAGMA optimize` last ran on the connection (monotonic)
+_BEGIN = "c4a_begin"  # how the connection's next SQLite transaction begins (see sqlite_engine)
 _ENCODE_HINT = (
     "if the password holds characters such as @ : / ? # [ ] %, percent-encode it "
     "(Python: urllib.parse.quote(password, safe=''))"
@@ -408,14 +409,32 @@ def sqlite_engine(
         # Take the write lock up front: a deferred transaction that reads then writes can fail
         # with SQLITE_BUSY without waiting, where an immediate one waits its turn. Pure reads
         # stay deferred, so WAL lets them run beside a writer.
-        reading = conn.get_execution_options().get("c4a_read", False)
-        if not reading and _WRITER not in conn.connection.info:
-            conn.connection.info[_WRITER] = _forkgate.WRITES.enter()
-        conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
+        info = conn.connection.info
+        if conn.get_execution_options().get("c4a_read", False):
+            info[_BEGIN] = "BEGIN"
+            return
+        info[_BEGIN] = "BEGIN IMMEDIATE"
+        if _WRITER not in info:
+            info[_WRITER] = _forkgate.WRITES.enter()
+
+    # The dialect sends the BEGIN the event chose, as SQLAlchemy sends BEGIN on PostgreSQL and
+    # COMMIT on both: listeners see the ``begin`` event and every statement of the transaction,
+    # and SQLAlchemy wraps what BEGIN raises (a lock waited for too long) as it wraps theirs.
+    engine.dialect.do_begin = _send_begin  # type: ignore[method-assign, assignment]
+
+    @event.listens_for(engine, "commit")
+    @event.listens_for(engine, "rollback")
+    def _on_end(conn: Any) -> None:
+        # Its transaction ends: a fork need not wait for it. (A connection may stay checked
+        # out between transactions, see ``_kept``.)
+        token = conn.connection.info.pop(_WRITER, None)
+        if token is not None:
+            _forkgate.WRITES.leave(token)
 
     @event.listens_for(engine, "checkin")
     def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
-        # Back in the pool, its transaction has ended: a fork need not wait for it.
+        # Back in the pool, its transaction has ended (if no commit or rollback said so: the
+        # connection was closed or invalidated in the middle of one).
         token = record.info.pop(_WRITER, None)
         if token is not None:
             _forkgate.WRITES.leave(token)
@@ -433,6 +452,10 @@ def sqlite_engine(
             optimize_sqlite(dbapi_conn)
 
     return engine
+
+
+def _send_begin(pooled: Any) -> None:
+    pooled.driver_connection.execute(pooled.info.get(_BEGIN, "BEGIN IMMEDIATE"))
 
 
 def postgres_engine(
@@ -497,7 +520,9 @@ def postgres_engine(
 
 
 def _sync_off(conn: Any) -> None:
-    conn.exec_driver_sql(f"SELECT {SYNC_OFF}")
+    # A statement in autocommit is its own transaction: it carries SYNC_OFF itself (see Store).
+    if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+        conn.exec_driver_sql(f"SELECT {SYNC_OFF}")
 
 
 def pg_connect_args(url: URL, durability: Durability, pooler: str | None = None) -> dict[str, str]:

@@ -1,0 +1,170 @@
+"""Connections of a ledger's pool that an action's transactions keep checked out.
+
+A fresh action is two short transactions and a repeat from the database one read. Checking a
+connection out of SQLAlchemy's pool and back in each time (a new ``Connection``, the pool's
+lock, reset and events) costs more than an SQLite commit. So those transactions take a
+connection kept here and give it back when they end: it stays checked out of the ledger's one
+pool, and every statement still goes through SQLAlchemy (its events, its error wrapping).
+
+After a fork the child leaves its parent's kept connections alone: closing a copy would end the
+parent's session on the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import deque
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+from call4agents.model import platform
+
+from ._db import OPTIMIZE_EVERY, database_failed, has_input, socket_poll
+
+_forks = 0  # forks between the process that loaded this module and this one, counted in each child
+_INHERITED: list[Any] = []  # a forked child's copies of its parent's kept connections
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+platform.at_fork(after_in_child=_forked)
+
+# A kept connection, a poll object on its socket (PostgreSQL: made once, since making one per
+# transaction costs more than polling), and when it was checked out of the pool.
+_Held = tuple[Connection, Any, float]
+
+
+class Kept:
+    """Connections of one kind kept for an action's transactions: at most ``SIZE`` wait here;
+    one more, or one kept for ``RECYCLE`` seconds, goes back to the pool, whose checkin runs
+    SQLite's periodic ``PRAGMA optimize``.
+
+    ``options`` are execution options of every kept connection: ``isolation_level="AUTOCOMMIT"``
+    for PostgreSQL's one-statement transactions, ``c4a_read=True`` for SQLite's reads.
+    """
+
+    SIZE = 4
+    RECYCLE = OPTIMIZE_EVERY
+
+    def __init__(self, engine: Engine, **options: Any) -> None:
+        self._engine = engine.execution_options(**options) if options else engine
+        self._postgres = engine.dialect.name == "postgresql"
+        self._idle: deque[_Held] = deque()
+        self._forks = _forks
+        self._open = True
+
+    def begin(self) -> Turn:
+        """``with kept.begin() as conn:`` one transaction on a kept connection: committed at the
+        end, or rolled back with the connection dropped on an error; database faults come out
+        as one-line LedgerErrors."""
+        return Turn(self)
+
+    def _take(self) -> _Held:
+        if self._forks != _forks:
+            # Forked: these are the parent's. Kept referenced, never closed or collected here,
+            # since closing a copy would end the parent's session on the server.
+            _INHERITED.extend(self._idle)
+            self._idle, self._forks = deque(), _forks
+        while True:
+            try:
+                held = self._idle.pop()
+            except IndexError:
+                return self._checkout()
+            if not (self._postgres and self._stale(held)):  # SQLite's do not go stale
+                return held
+            self._drop(held)
+
+    def _checkout(self) -> _Held:
+        conn = self._engine.connect()
+        poll = None
+        if self._postgres:
+            driver: Any = conn.connection.driver_connection
+            try:
+                poll = socket_poll(driver.pgconn.socket)
+            except BaseException:
+                conn.close()
+                raise
+        return (conn, poll, time.monotonic())
+
+    def _stale(self, held: _Held) -> bool:
+        """Closed, or (PostgreSQL) a goodbye from the server waits unread (restart, failover,
+        idle timeout): such a connection would fail its next statement."""
+        conn, poll, _ = held
+        if conn.invalidated or conn.closed:
+            return True
+        driver: Any = conn.connection.driver_connection
+        try:
+            if driver.closed:  # broken implies closed; libpq closes a socket only after saying so
+                return True
+            return bool(poll.poll(0)) if poll is not None else has_input(driver.pgconn.socket)
+        except Exception:  # noqa: BLE001 - libpq knows the socket is gone
+            return True
+
+    def _give_back(self, held: _Held) -> None:
+        if self._forks != _forks:
+            _INHERITED.append(held)
+        elif (
+            self._open
+            and len(self._idle) < self.SIZE
+            and (time.monotonic() - held[2] < self.RECYCLE)
+        ):
+            self._idle.append(held)
+        else:
+            self._drop(held)
+
+    def _drop(self, held: _Held) -> None:
+        """Return it to the pool (rolled back); one that fails even that is invalidated."""
+        conn = held[0]
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001 - it broke mid-transaction: the pool forgets it
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+
+    def close(self) -> None:
+        """Return the idle connections to the pool; those in use go back as they end."""
+        self._open = False
+        while self._idle:
+            self._drop(self._idle.pop())
+
+
+class Turn:
+    """One transaction on a kept connection (``Kept.begin``). A plain class, not a generator
+    context manager: it wraps every transaction of an action, at a fraction of the cost."""
+
+    __slots__ = ("_held", "_kept")
+
+    def __init__(self, kept: Kept) -> None:
+        self._kept = kept
+
+    def __enter__(self) -> Connection:
+        try:
+            self._held = self._kept._take()
+        except (DBAPIError, PoolTimeout) as exc:
+            raise database_failed(exc) from exc
+        return self._held[0]
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        if exc is not None:
+            self._failed(exc)
+            return
+        try:
+            self._held[0].commit()
+        except BaseException as failed:
+            self._failed(failed)
+            raise
+        self._kept._give_back(self._held)
+
+    def _failed(self, exc: BaseException) -> None:
+        self._kept._drop(self._held)  # it may hold a half-done transaction
+        if isinstance(exc, (DBAPIError, PoolTimeout)):
+            raise database_failed(exc) from exc
