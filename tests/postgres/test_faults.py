@@ -77,22 +77,6 @@ def writes_intent(statement: str, params: Any) -> bool:
     return "INSERT INTO" in statement and "c4a_effects" in statement  # alone, or the claim's
 
 
-def on_commit_after(ledger: c4a.Ledger, match: Callable[[str, Any], bool], act: Callable[[], None]):
-    """Run ``act`` once, as the transaction that ran a ``match``ing statement commits."""
-    state = {"seen": False, "done": False}
-
-    @event.listens_for(ledger.engine, "before_cursor_execute")
-    def _before(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
-        if not state["done"] and match(statement, params):
-            state["seen"] = True
-
-    @event.listens_for(ledger.engine, "commit")
-    def _commit(conn: Any) -> None:
-        if state["seen"] and not state["done"]:
-            state["done"] = True
-            act()
-
-
 def lose_the_acknowledgement(proxy: Proxy) -> None:
     """The COMMIT reaches the server; its answer never comes back; then the line drops."""
     proxy.swallow()
@@ -223,7 +207,9 @@ def test_result_never_written_is_doubt_never_a_rerun(pg_target: Target, proxy: P
 def test_intent_committed_but_acknowledgement_lost(pg_target: Target, proxy: Proxy) -> None:
     ledger = through(proxy, pg_target, lease=1, wait=10)
     tool = Tool(ledger)
-    on_commit_after(ledger, writes_intent, lambda: lose_the_acknowledgement(proxy))
+    # The claim is one statement in autocommit: it commits as it runs, and its answer is the
+    # acknowledgement, lost here.
+    on_statement(ledger, writes_intent, lambda: lose_the_acknowledgement(proxy))
     with c4a.run("intent", ledger=ledger):
         with pytest.raises(c4a.LedgerError, match="the ledger database failed"):
             tool.send("bob@example.com")
