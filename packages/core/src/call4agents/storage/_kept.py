@@ -42,9 +42,9 @@ _Held = tuple[Connection, Any, float]
 
 
 class Kept:
-    """Connections of one kind kept for an action's transactions: at most ``SIZE`` wait here;
-    one more, or one kept for ``RECYCLE`` seconds, goes back to the pool, whose checkin runs
-    SQLite's periodic ``PRAGMA optimize``.
+    """Connections of one kind kept for an action's transactions (see ``Transaction``): at most
+    ``SIZE`` wait here; one more, or one kept for ``RECYCLE`` seconds, goes back to the pool,
+    whose checkin runs SQLite's periodic ``PRAGMA optimize``.
 
     ``options`` are execution options of every kept connection: ``isolation_level="AUTOCOMMIT"``
     for PostgreSQL's one-statement transactions, ``c4a_read=True`` for SQLite's reads.
@@ -60,26 +60,11 @@ class Kept:
         self._forks = _forks
         self._open = True
 
-    def begin(self) -> Turn:
-        """``with kept.begin() as conn:`` one transaction on a kept connection: committed at the
-        end, or rolled back with the connection dropped on an error; database faults come out
-        as one-line LedgerErrors."""
-        return Turn(self)
-
-    def _take(self) -> _Held:
-        if self._forks != _forks:
-            # Forked: these are the parent's. Kept referenced, never closed or collected here,
-            # since closing a copy would end the parent's session on the server.
-            _INHERITED.extend(self._idle)
-            self._idle, self._forks = deque(), _forks
-        while True:
-            try:
-                held = self._idle.pop()
-            except IndexError:
-                return self._checkout()
-            if not (self._postgres and self._stale(held)):  # SQLite's do not go stale
-                return held
-            self._drop(held)
+    def _left_by_fork(self) -> None:
+        """Forked: the idle ones are the parent's. Kept referenced, never closed or collected
+        here, since closing a copy would end the parent's session on the server."""
+        _INHERITED.extend(self._idle)
+        self._idle, self._forks = deque(), _forks
 
     def _checkout(self) -> _Held:
         conn = self._engine.connect()
@@ -107,18 +92,6 @@ class Kept:
         except Exception:  # noqa: BLE001 - libpq knows the socket is gone
             return True
 
-    def _give_back(self, held: _Held) -> None:
-        if self._forks != _forks:
-            _INHERITED.append(held)
-        elif (
-            self._open
-            and len(self._idle) < self.SIZE
-            and (time.monotonic() - held[2] < self.RECYCLE)
-        ):
-            self._idle.append(held)
-        else:
-            self._drop(held)
-
     def _drop(self, held: _Held) -> None:
         """Return it to the pool (rolled back); one that fails even that is invalidated."""
         conn = held[0]
@@ -135,9 +108,11 @@ class Kept:
             self._drop(self._idle.pop())
 
 
-class Turn:
-    """One transaction on a kept connection (``Kept.begin``). A plain class, not a generator
-    context manager: it wraps every transaction of an action, at a fraction of the cost."""
+class Transaction:
+    """``with Transaction(kept) as conn:`` one transaction on a kept connection: committed at
+    the end, or rolled back with the connection dropped on an error; database faults come out as
+    one-line LedgerErrors. A plain class, not a generator context manager: it wraps every
+    transaction of an action, at a fraction of the cost."""
 
     __slots__ = ("_held", "_kept")
 
@@ -145,8 +120,20 @@ class Turn:
         self._kept = kept
 
     def __enter__(self) -> Connection:
+        kept = self._kept
+        if kept._forks != _forks:
+            kept._left_by_fork()
+        while True:
+            try:
+                held = kept._idle.pop()
+            except IndexError:
+                break
+            if not (kept._postgres and kept._stale(held)):  # SQLite's do not go stale
+                self._held = held
+                return held[0]
+            kept._drop(held)
         try:
-            self._held = self._kept._take()
+            self._held = kept._checkout()
         except (DBAPIError, PoolTimeout) as exc:
             raise database_failed(exc) from exc
         return self._held[0]
@@ -154,15 +141,25 @@ class Turn:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> None:
+        held, kept = self._held, self._kept
         if exc is not None:
             self._failed(exc)
             return
         try:
-            self._held[0].commit()
+            held[0].commit()
         except BaseException as failed:
             self._failed(failed)
             raise
-        self._kept._give_back(self._held)
+        if kept._forks != _forks:
+            _INHERITED.append(held)
+        elif (
+            kept._open
+            and len(kept._idle) < kept.SIZE
+            and (time.monotonic() - held[2] < kept.RECYCLE)
+        ):
+            kept._idle.append(held)
+        else:
+            kept._drop(held)
 
     def _failed(self, exc: BaseException) -> None:
         self._kept._drop(self._held)  # it may hold a half-done transaction

@@ -51,7 +51,7 @@ from . import _pg
 from ._db import SYNC_OFF, database_failed
 from ._db import cannot_open as cannot_open  # what the engine says when opening fails
 from ._db import short_error as short_error  # callers import it from here
-from ._kept import Kept
+from ._kept import Kept, Transaction
 from .dialects import dialect_of
 from .tables import audit, effects
 
@@ -312,7 +312,7 @@ class Store:
             "ttl": ttl,
         }
         if gate is None:
-            with self._writes.begin() as conn:
+            with Transaction(self._writes) as conn:
                 return self._claim_ungated(conn, params)
         try:
             with self.tx() as conn:
@@ -396,7 +396,7 @@ class Store:
         and a succeeded row is final (no rule moves an action out of it), so finding one
         settles the call with no write at all. None when there is none to give (not succeeded,
         pruned, not stored): the claim then decides."""
-        with self._reads.begin() as conn:
+        with Transaction(self._reads) as conn:
             found = conn.exec_driver_sql(self._result_sql, {"k": key}).first()
         return None if found is None else str(found[0])
 
@@ -411,7 +411,7 @@ class Store:
         return None if found is None else StoredArgs(found[0], found[1], found[2] is not None)
 
     def get(self, key: str) -> Row | None:
-        with self._reads.begin() as conn:
+        with Transaction(self._reads) as conn:
             return self._row(conn, key)
 
     def finish(
@@ -442,25 +442,22 @@ class Store:
         pause = 0.05
         while True:
             try:
-                return self._finish(params)
+                # SQLite: the outcome and, if it matched nothing, a closer look, in one write
+                # transaction. PostgreSQL: the outcome alone in autocommit (one round trip),
+                # then the closer look, if needed, in a transaction of its own.
+                if not self._sql.wakes:
+                    with Transaction(self._writes) as conn:
+                        return self._finish_once(conn, params)
+                with Transaction(self._writes) as conn:
+                    if conn.exec_driver_sql(self._finish_sql, params).rowcount == 1:
+                        return True
+                with self.tx() as conn:
+                    return self._finish_once(conn, params)
             except LedgerError as exc:
                 if not self.transient(exc) or time.monotonic() + pause > deadline:
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
-
-    def _finish(self, params: dict[str, Any]) -> bool:
-        """One try. SQLite: the outcome and, if it matched nothing, a closer look, in one write
-        transaction. PostgreSQL: the outcome alone in autocommit (one round trip), then the
-        closer look, if needed, in a transaction of its own."""
-        if self._sql.wakes:
-            with self._writes.begin() as conn:
-                if conn.exec_driver_sql(self._finish_sql, params).rowcount == 1:
-                    return True
-            with self.tx() as conn:
-                return self._finish_once(conn, params)
-        with self._writes.begin() as conn:
-            return self._finish_once(conn, params)
 
     def _finish_once(self, conn: Connection, params: dict[str, Any]) -> bool:
         """The outcome, else why it matched no open row: this attempt's own earlier try whose
