@@ -190,11 +190,10 @@ class Store:
         # They run on connections kept checked out of the engine's pool (see _kept): on
         # PostgreSQL in autocommit, each one statement and one round trip; on SQLite inside
         # BEGIN IMMEDIATE, as every write transaction of the engine.
-        insert = self._insert_intent()
         select_row = select(*_ROW_COLUMNS, self._now.label("now")).where(
             effects.c.key == bindparam("k")
         )
-        self._insert_sql = self._driver_sql(insert)
+        self._insert_sql = self._driver_sql(self._insert_intent())
         self._row_sql = self._driver_sql(select_row)
         self._row_locked_sql = self._driver_sql(self._sql.locked(select_row))
         self._result_sql = self._driver_sql(
@@ -207,7 +206,6 @@ class Store:
             )
         )
         self._finish_sql = self._driver_sql(self._finish_stmt())
-        self._claim_sql = self._driver_sql(self._claim_stmt(insert)) if self._sql.wakes else ""
         if self._sql.wakes:
             self._writes = self._reads = Kept(engine, isolation_level="AUTOCOMMIT")
         else:
@@ -231,7 +229,7 @@ class Store:
     def _insert_intent(self) -> Any:
         """The intent: ``started``, attempt 1, unless the action exists (rowcount 0)."""
         given = ("key", "run_id", "tool", "kind", "args", "args_digest", "owner")
-        return (
+        stmt = (
             self._sql.insert(effects)
             .values(
                 {
@@ -246,19 +244,9 @@ class Store:
             .on_conflict_do_nothing(index_elements=["key"])
             .inline()  # no RETURNING of the new row's seq: nothing reads it
         )
-
-    def _claim_stmt(self, insert: Any) -> Any:
-        """PostgreSQL's claim in one statement: the intent insert, and the row it met (if any),
-        read in the insert's own snapshot: our own new row is never in it, a committed one
-        always is (unless it committed after the snapshot was taken)."""
-        ins = insert.returning(effects.c.attempt).cte("ins")
-        one: Select[Any] = select(literal_column(SYNC_OFF if self._sync_off else "1").label("c4a"))
-        met = effects.alias("met")
-        return select(
-            select(ins.c.attempt).scalar_subquery(),
-            *(met.c[c.name] for c in _ROW_COLUMNS),
-            self._now.label("now"),
-        ).select_from(one.subquery("one").outerjoin(met, met.c.key == bindparam("key")))
+        # Behind a pooler with durability="process": RETURNING runs before the statement's own
+        # commit, for the row it wrote, so SYNC_OFF there still sets how that commit is made.
+        return stmt.returning(literal_column(SYNC_OFF)) if self._sync_off else stmt
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -321,21 +309,16 @@ class Store:
             return Claim("again", 0)
 
     def _claim_ungated(self, conn: Connection, params: dict[str, Any]) -> Claim:
-        """SQLite: the insert, then the row it met, under the write lock of one transaction.
-        PostgreSQL: one statement in autocommit, the insert and the row it met; a row
-        committed after its snapshot is not in sight, so the statement looks again."""
+        """The intent insert, then (if it met a row) the row. SQLite: under the write lock of
+        one transaction. PostgreSQL: each a statement in autocommit, so the common case is one
+        round trip with no row to read back; a row removed or committed between the two is met
+        by trying again."""
         while True:
-            if self._claim_sql:
-                got = conn.exec_driver_sql(self._claim_sql, params).one()
-                if got[0] is not None:
-                    return Claim("run", 1)
-                row = row_of(got[1:]) if got[1] is not None else None
-            elif conn.exec_driver_sql(self._insert_sql, params).rowcount == 1:
+            if conn.exec_driver_sql(self._insert_sql, params).rowcount == 1:
                 return Claim("run", 1)
-            else:
-                row = self._row(conn, params["key"])
+            row = self._row(conn, params["key"])
             if row is None:
-                continue  # removed or committed meanwhile: insert again, or see it
+                continue  # removed meanwhile: insert again
             if row.state != "failed":
                 return Claim("existing", row.attempt, row)
             attempt = row.attempt + 1
@@ -523,7 +506,7 @@ class Store:
         # Still one round trip: RETURNING runs only for the row the UPDATE matched, before
         # the statement's own commit (so SYNC_OFF there still sets how it commits).
         extra: list[ColumnElement[Any]] = [literal_column(SYNC_OFF)] if self._sync_off else []
-        return stmt.returning(effects.c.key, self._wake_waiters(), *extra)
+        return stmt.returning(self._wake_waiters(), *extra)
 
     def _wake_waiters(self) -> ColumnElement[int]:
         """NOTIFY the key (bind ``k``), only if a waiter holds its lock (``lock_id``); see _pg."""
