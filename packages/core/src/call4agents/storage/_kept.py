@@ -23,7 +23,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from call4agents.model import platform
 
-from ._db import OPTIMIZE_EVERY, database_failed, has_input, socket_poll
+from ._db import OPTIMIZE_EVERY, database_failed, has_input, reading, socket_poll
 
 _forks = 0  # forks between the process that loaded this module and this one, counted in each child
 _INHERITED: list[Any] = []  # a forked child's copies of its parent's kept connections
@@ -46,15 +46,18 @@ class Kept:
     ``SIZE`` wait here; one more, or one kept for ``RECYCLE`` seconds, goes back to the pool,
     whose checkin runs SQLite's periodic ``PRAGMA optimize``.
 
-    ``options`` are execution options of every kept connection: ``isolation_level="AUTOCOMMIT"``
-    for PostgreSQL's one-statement transactions, ``c4a_read=True`` for SQLite's reads.
+    ``autocommit``: each statement is its own transaction (PostgreSQL's one-statement ones);
+    ``reads``: the connections only read (their SQLite transactions begin deferred).
     """
 
     SIZE = 4
     RECYCLE = OPTIMIZE_EVERY
 
-    def __init__(self, engine: Engine, **options: Any) -> None:
-        self._engine = engine.execution_options(**options) if options else engine
+    def __init__(self, engine: Engine, *, autocommit: bool = False, reads: bool = False) -> None:
+        self._engine = (
+            engine.execution_options(isolation_level="AUTOCOMMIT") if autocommit else engine
+        )
+        self._reads = reads
         self._postgres = engine.dialect.name == "postgresql"
         self._idle: deque[_Held] = deque()
         self._forks = _forks
@@ -68,6 +71,8 @@ class Kept:
 
     def _checkout(self) -> _Held:
         conn = self._engine.connect()
+        if self._reads:
+            reading(conn)
         poll = None
         if self._postgres:
             driver: Any = conn.connection.driver_connection

@@ -48,7 +48,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
-from ._db import SYNC_OFF, database_failed
+from ._db import SYNC_OFF, database_failed, reading
 from ._db import cannot_open as cannot_open  # what the engine says when opening fails
 from ._db import short_error as short_error  # callers import it from here
 from ._kept import Kept, Transaction
@@ -207,13 +207,14 @@ class Store:
         )
         self._finish_sql = self._driver_sql(self._finish_stmt())
         if self._sql.wakes:
-            self._writes = self._reads = Kept(engine, isolation_level="AUTOCOMMIT")
+            self._writes = self._reads = Kept(engine, autocommit=True)
         else:
-            self._writes, self._reads = Kept(engine), Kept(engine, c4a_read=True)
+            self._writes, self._reads = Kept(engine), Kept(engine, reads=True)
 
     def close(self) -> None:
         self._writes.close()
         self._reads.close()
+        _pg.stop_listening(self.engine)
 
     def _driver_sql(self, stmt: ClauseElement) -> str:
         """``stmt`` as its driver's text, with named parameters (given as a dict)."""
@@ -259,7 +260,8 @@ class Store:
     @contextmanager
     def read(self) -> Iterator[Connection]:
         """A connection for reads, database faults as LedgerError."""
-        with db_faults(), self.engine.connect().execution_options(c4a_read=True) as conn:
+        with db_faults(), self.engine.connect() as conn:
+            reading(conn)
             yield conn
 
     def _row(self, conn: Connection, key: str, *, lock: bool = False) -> Row | None:
