@@ -467,15 +467,21 @@ def same_session(ledger: c4a.Ledger, schema: str) -> Callable[[str], None]:
     ``bench_postgres.py --parts placement``), and each session's server process tends to stay
     where it is for seconds. A floor measured on a session of its own would compare two
     placements, not two lookups."""
-    hot = ledger.store._hot  # the ledger's own driver connection, kept for its hot statements
-    hot.row("")  # opens it: a single thread uses exactly one
-    _, cursor, _ = hot._idle[-1]
+    cursor = kept_driver(ledger).cursor()
     sql = REPEAT_SELECT.format(table=f'"{schema}".c4a_effects', m="%s")
 
     def lookup(key: str) -> None:
         cursor.execute(sql, (key,)).fetchone()
 
     return lookup
+
+
+def kept_driver(ledger: c4a.Ledger) -> Any:
+    """The driver connection under the ledger's kept connection for reads: a single thread's
+    repeats use exactly this one (see storage._kept)."""
+    ledger.store.get("")  # checks it out and keeps it
+    conn = ledger.store._reads._idle[-1][0]
+    return conn.connection.driver_connection
 
 
 def bench_target(t: Target, n: int, warm: int) -> list[Result]:

@@ -61,6 +61,7 @@ from bench_core import (
     Target,
     bench_target,
     interleave,
+    kept_driver,
     lone_run,
     open_postgres,
     pg_bare,
@@ -333,9 +334,9 @@ def bench_placement(url: str, n: int, warm: int) -> list[Placed] | str:
 
 
 def _server_process(ledger: c4a.Ledger) -> int | str:
-    """The pid of the server process behind the ledger's hot connection, if it is on this
+    """The pid of the server process behind the ledger's kept connection, if it is on this
     machine (a pid from another host would name some unrelated local process)."""
-    driver = ledger.store._hot._idle[-1][0]
+    driver = kept_driver(ledger)
     if driver.info.host not in (
         "127.0.0.1",
         "::1",

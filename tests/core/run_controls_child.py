@@ -96,7 +96,7 @@ intents = 0
 @event.listens_for(ledger.engine, "before_cursor_execute")
 def _before(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool) -> None:
     global intents
-    inserts = statement.lstrip().startswith("INSERT")
+    inserts = "INSERT INTO" in statement  # alone, or in PostgreSQL's one-statement claim
     if point == "before_third_undo" and inserts and "undo:charge" in repr(params):
         intents += 1
         if intents == 3:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import stat
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from call4agents.facade import _children
 from call4agents.storage import _db, urls
 from call4agents.storage.migrations import CURRENT
 from call4agents.storage.tables import meta, schema_version
+from tests.conftest import Target
 
 
 def test_newer_schema_is_refused_and_left_alone(target: Any) -> None:
@@ -236,48 +238,60 @@ def test_reads_run_beside_a_writer(tmp_path: Path) -> None:
         ledger.close()
 
 
-def test_hot_statements_bypass_sqlalchemy_unless_someone_listens(
-    ledger: c4a.Ledger, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_every_statement_of_an_action_goes_through_the_engine(target: Target) -> None:
+    """A listener on the engine (OpenTelemetry's SQLAlchemy instrumentation, a test's fault
+    injection) sees every statement a fresh action and a repeat send, with nobody choosing a
+    faster way around it. On SQLite, the driver's own trace of what each connection ran is
+    held against what the listener saw: nothing reaches the database another way."""
     from sqlalchemy import event
 
-    store = ledger.store
-    long_way: list[str] = []
-    for name in ("tx", "read"):
-        original = getattr(store, name)
+    ledger = target.open()
+    ran: list[str] = []  # what SQLite ran, as its trace reports it
+    if target.backend == "sqlite":
+        event.listen(ledger.engine, "connect", lambda conn, _: conn.set_trace_callback(ran.append))
+        ledger.engine.dispose()  # every connection from here on is traced
 
-        def counted(*args: Any, _original: Any = original, _name: str = name) -> Any:
-            long_way.append(_name)
-            return _original(*args)
-
-        monkeypatch.setattr(store, name, counted)
-
-    @c4a.effect(name="hot", ledger=ledger)
-    def hot(n: int) -> int:
+    @c4a.effect(name="seen", ledger=ledger)
+    def tool(n: int) -> int:
         return n
 
-    with c4a.run("hot-run", ledger=ledger):
-        long_way.clear()  # entering a run reads its history once, the usual way
-        assert hot(1) == 1  # claim and outcome on the driver connection
-        ledger._cache.clear()
-        assert hot(1) == 1  # a repeat read from the database, the same way
-        assert long_way == []
-        # An engine listener (OpenTelemetry's SQLAlchemy instrumentation, say) sees everything.
+    with c4a.run("seen-run", ledger=ledger):
+        assert tool(0) == 0  # the connections an action keeps are open before anyone listens
         seen: list[str] = []
         event.listen(ledger.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
-        assert hot(2) == 2
-    assert "tx" in long_way
-    assert any(sql.lstrip().startswith("INSERT") for sql in seen)
-    assert any(sql.lstrip().startswith("UPDATE") for sql in seen)
-    assert [r.state for r in ledger.effects("hot-run")] == ["succeeded", "succeeded"]
+        ran.clear()
+        assert tool(1) == 1
+        ledger._cache.clear()
+        assert tool(1) == 1  # a repeat: the claim's insert meets the row, then reads it
+        ledger._cache.clear()
+        ledger._writing.clear()  # as in a resumed run: the recorded result is read first
+        assert tool(1) == 1
+    assert any("INSERT INTO" in sql and "c4a_effects" in sql for sql in seen)  # the intent
+    assert any(sql.startswith("UPDATE") and "c4a_effects" in sql for sql in seen)  # the outcome
+    assert any(sql.startswith("SELECT") and ".owner" in sql for sql in seen)  # the row met
+    assert any("c4a_effects" in sql and "'succeeded'" in sql for sql in seen)  # the result
+    if target.backend == "sqlite":
+        # The transaction and the connection's upkeep; "--" marks what SQLite ran inside a
+        # statement (a trigger's, PRAGMA optimize's).
+        control = ("BEGIN", "COMMIT", "ROLLBACK", "PRAGMA", "--")
+        statements = [s for s in ran if not s.lstrip().upper().startswith(control)]
+        assert statements
+        # SQLite's trace shows each statement with its parameters written in: compare the text
+        # up to the first one.
+        sent = [re.split("[:?]", sql)[0] for sql in seen]
+        assert all(any(s.startswith(head) for head in sent) for s in statements), statements
 
 
-def test_more_threads_than_hot_connections_take_the_long_path(ledger: c4a.Ledger) -> None:
+def test_more_threads_than_kept_connections(ledger: c4a.Ledger) -> None:
+    """Connections are kept checked out between actions, at most ``SIZE`` of each kind; more
+    threads at once check out more and give them back, and none is ever lost to the pool."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    hot = ledger.store._hot
-    hot.SIZE = 2  # type: ignore[misc]
+    store = ledger.store
+    kept = {id(k): k for k in (store._writes, store._reads)}.values()
+    for k in kept:
+        k.SIZE = 2  # type: ignore[misc]
     inside = threading.Barrier(8)
     ran: list[int] = []
 
@@ -288,23 +302,27 @@ def test_more_threads_than_hot_connections_take_the_long_path(ledger: c4a.Ledger
         return n * 10
 
     def both(n: int) -> tuple[int, int]:
-        return busy(n), busy(n)  # the repeat comes from the ledger, whichever path served it
+        return busy(n), busy(n)  # the repeat comes from the ledger
 
     with c4a.run("crowd", ledger=ledger), ThreadPoolExecutor(8) as pool:
         results = list(pool.map(c4a.bind(both), range(8)))
     assert results == [(n * 10, n * 10) for n in range(8)]
     assert sorted(ran) == list(range(8))  # each once
-    assert hot._count <= 2  # never more hot connections than allowed
-    # With no hot connection to be had, every step takes the long path and still holds.
-    hot.close()
-    hot.SIZE = 0  # type: ignore[misc]
+    idle = sum(len(k._idle) for k in kept)
+    assert 0 < idle <= 2 * len(kept)  # never more kept than allowed
+    pool_of = ledger.engine.pool
+    assert pool_of.checkedout() == idle  # type: ignore[attr-defined]  # the rest went back
+    # With none kept, every transaction checks its connection out of the pool and back in.
+    for k in kept:
+        k.close()
+        k.SIZE = 0  # type: ignore[misc]
     ledger._cache.clear()
     with c4a.run("crowd", ledger=ledger):
-        assert busy(0) == 0  # a repeat, read and claimed the long way
+        assert busy(0) == 0  # a repeat, read from the database
         inside = threading.Barrier(1)
-        assert busy(99) == 990  # a fresh action, claimed and finished the long way
+        assert busy(99) == 990  # a fresh action, claimed and finished
     assert ledger.store.get(ledger.effects("crowd")[-1].key) is not None
-    assert hot._count == 0
+    assert pool_of.checkedout() == 0  # type: ignore[attr-defined]
     assert sorted(ran) == [*range(8), 99]
 
 

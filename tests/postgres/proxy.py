@@ -75,8 +75,8 @@ class Proxy:
     def cut_at_next_request(self) -> None:
         """The next bytes any client sends never reach the server: every connection drops then.
 
-        Arms a cut at an exact step without an engine listener (which would turn the ledger's
-        hot path off): armed inside a tool, it catches the statement that writes the outcome.
+        Arms a cut at an exact step without an engine listener: armed inside a tool, it
+        catches the statement that writes the outcome.
         """
         self._cut_next = True
 

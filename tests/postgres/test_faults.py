@@ -74,23 +74,7 @@ def writes_result(statement: str, params: Any) -> bool:
 
 
 def writes_intent(statement: str, params: Any) -> bool:
-    return statement.lstrip().startswith("INSERT INTO") and "c4a_effects" in statement
-
-
-def on_commit_after(ledger: c4a.Ledger, match: Callable[[str, Any], bool], act: Callable[[], None]):
-    """Run ``act`` once, as the transaction that ran a ``match``ing statement commits."""
-    state = {"seen": False, "done": False}
-
-    @event.listens_for(ledger.engine, "before_cursor_execute")
-    def _before(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
-        if not state["done"] and match(statement, params):
-            state["seen"] = True
-
-    @event.listens_for(ledger.engine, "commit")
-    def _commit(conn: Any) -> None:
-        if state["seen"] and not state["done"]:
-            state["done"] = True
-            act()
+    return "INSERT INTO" in statement and "c4a_effects" in statement  # alone, or the claim's
 
 
 def lose_the_acknowledgement(proxy: Proxy) -> None:
@@ -174,29 +158,28 @@ def test_result_committed_but_acknowledgement_lost(pg_target: Target, proxy: Pro
     assert proxy.opened > 2  # it did reconnect
 
 
-def test_hot_path_cut_as_the_result_is_written(pg_target: Target, proxy: Proxy) -> None:
-    # No engine listener here, so the outcome goes out on the ledger's hot path (its own
-    # autocommit connections), as in every real worker; the cut is armed from inside the tool.
+def test_cut_armed_in_the_tool_as_the_result_is_written(pg_target: Target, proxy: Proxy) -> None:
+    # No engine listener here, as in every real worker; the cut is armed from inside the tool.
     ledger = through(proxy, pg_target, lease=5, wait=5)
     tool = Tool(ledger)
     tool.during = lambda: (proxy.cut_at_next_request(), proxy.refuse(), proxy.up_after(1.0))
-    with c4a.run("hot-write", ledger=ledger):
+    with c4a.run("armed-write", ledger=ledger):
         assert tool.send("bob@example.com") == {"to": "bob@example.com", "n": 1}
-    [record] = pg_target.open().effects("hot-write")
+    [record] = pg_target.open().effects("armed-write")
     assert (record.state, record.attempt, record.evidence) == ("succeeded", 1, [])
     assert tool.sent == ["bob@example.com"]
     assert proxy.opened > 2  # it did reconnect
 
 
-def test_hot_path_result_committed_but_acknowledgement_lost(
+def test_result_committed_but_acknowledgement_lost_armed_in_the_tool(
     pg_target: Target, proxy: Proxy
 ) -> None:
     ledger = through(proxy, pg_target, lease=5, wait=5)
     tool = Tool(ledger)
     tool.during = lambda: lose_the_acknowledgement(proxy)  # armed inside the tool: no listener
-    with c4a.run("hot-ack", ledger=ledger):
+    with c4a.run("armed-ack", ledger=ledger):
         assert tool.send("bob@example.com") == {"to": "bob@example.com", "n": 1}
-    [record] = pg_target.open().effects("hot-ack")
+    [record] = pg_target.open().effects("armed-ack")
     # The retry recognised its own committed write: no late "evidence" of itself.
     assert (record.state, record.attempt, record.evidence) == ("succeeded", 1, [])
     assert tool.sent == ["bob@example.com"]
@@ -224,7 +207,9 @@ def test_result_never_written_is_doubt_never_a_rerun(pg_target: Target, proxy: P
 def test_intent_committed_but_acknowledgement_lost(pg_target: Target, proxy: Proxy) -> None:
     ledger = through(proxy, pg_target, lease=1, wait=10)
     tool = Tool(ledger)
-    on_commit_after(ledger, writes_intent, lambda: lose_the_acknowledgement(proxy))
+    # The claim is one statement in autocommit: it commits as it runs, and its answer is the
+    # acknowledgement, lost here.
+    on_statement(ledger, writes_intent, lambda: lose_the_acknowledgement(proxy))
     with c4a.run("intent", ledger=ledger):
         with pytest.raises(c4a.LedgerError, match="the ledger database failed"):
             tool.send("bob@example.com")
@@ -354,24 +339,24 @@ def test_server_restart_mid_call(pg_target: Target, restart: Callable[[], None])
     assert tool.sent == ["warm@example.com", "bob@example.com", "carol@example.com"]
 
 
-def test_hot_path_intent_committed_but_acknowledgement_lost(
+def test_one_statement_claim_committed_but_acknowledgement_lost(
     pg_target: Target, proxy: Proxy
 ) -> None:
     # The claim's one statement commits; its answer never comes back; the line drops.
     ledger = through(proxy, pg_target, lease=5, wait=5)
     tool = Tool(ledger)
-    with c4a.run("hot-intent", ledger=ledger):
+    with c4a.run("one-statement-intent", ledger=ledger):
         tool.send("warm@example.com")
-        lose_the_acknowledgement(proxy)  # no listener: the claim takes the hot path
+        lose_the_acknowledgement(proxy)  # armed with no listener, before the claim
         with pytest.raises(c4a.LedgerError, match="the ledger database failed"):
             tool.send("bob@example.com")
         assert tool.sent == ["warm@example.com"]
-        states = {r.args["to"]: r.state for r in pg_target.open().effects("hot-intent")}
+        states = {r.args["to"]: r.state for r in pg_target.open().effects("one-statement-intent")}
         assert states["bob@example.com"] == "started"  # the intent did commit
         retried = _retry_until_up(lambda: tool.send("bob@example.com"))
     assert retried == {"to": "bob@example.com", "n": 2}
     assert tool.sent == ["warm@example.com", "bob@example.com"]
-    records = {r.args["to"]: r for r in pg_target.open().effects("hot-intent")}
+    records = {r.args["to"]: r for r in pg_target.open().effects("one-statement-intent")}
     assert (records["bob@example.com"].state, records["bob@example.com"].attempt) == (
         "succeeded",
         1,

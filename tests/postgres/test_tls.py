@@ -156,7 +156,7 @@ def test_a_verified_tls_connection_with_the_awkward_password_runs_effects(
         with c4a.run("tls", ledger=ledger):
             assert send_email("bob@example.com") == "sent"
         with c4a.run("tls", ledger=ledger):
-            assert send_email("bob@example.com") == "sent"  # the hot path's own connection
+            assert send_email("bob@example.com") == "sent"  # a repeat, on a kept connection
         assert calls == ["bob@example.com"]
         sessions = _encrypted_sessions(ledger)
         assert sessions

@@ -66,8 +66,7 @@ def _count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
 
 
 if os.environ.get("COUNT_READS") == "1":
-    # Only when asked: a listener sends every statement the long way (see call4agents.storage._hot),
-    # and the fleet must run the path real workers take.
+    # Only when asked: the fleet runs as real workers do, with no listener of ours.
     event.listen(ledger.engine, "before_cursor_execute", _count)
 
 

@@ -10,7 +10,6 @@ from typing import Any, Literal, ParamSpec, TypeVar
 
 from call4agents.engine.runs import check_escalate_on
 from call4agents.model.canonical import (
-    CanonicalArgs,
     canonical_args,
     canonical_json,
     parse_paths,
@@ -24,7 +23,6 @@ from call4agents.model.kinds import KINDS as KINDS
 from call4agents.model.kinds import Kind as Kind
 
 from . import _keys
-from .approvals import needs_approval
 from .context import EffectContext, current_run
 from .default import default_ledger
 from .ledger import LedgerCore, idempotency_key
@@ -193,14 +191,21 @@ def prepare(
         key, canon = kept
         _check_size(tool, canon.display, ledger.max_args_bytes)  # each ledger has its limit
     else:
-        canon = _canonicalise(tool, arguments, options, ledger)
+        digest = ledger.digest if options.redact else None
+        canon = canonical_args(
+            tool, arguments, ignore=options.ignore, redact=options.redact, redact_digest=digest
+        )
         _check_size(tool, canon.display, ledger.max_args_bytes)
         material = canon.key_material
         if options.key is not None:
             material = _named_key(tool, options.key(**arguments), options, ledger)
         key = action_key(run_id, tool, scoped, material)
         _keys.keep(memo, key, canon)
-    approval = needs_approval(options.approval, arguments, options.kind, ledger.approval_for)
+    rule = options.approval  # the tool's own rule, else the ledger's policy for its kind
+    if rule is None:
+        approval = options.kind in ledger.approval_for
+    else:
+        approval = bool(rule(**arguments)) if callable(rule) else bool(rule)
     return Action(
         ledger,
         tool,
@@ -245,13 +250,4 @@ def _process_irreversible(tool: str) -> ConfigurationError:
         "crash of the database server or the machine can lose (the intent, or the result: the "
         "action could run again); open the ledger with durability='power' (the default) for it;"
         " nothing was run"
-    )
-
-
-def _canonicalise(
-    tool: str, arguments: Mapping[str, Any], options: EffectOptions, ledger: LedgerCore
-) -> CanonicalArgs:
-    digest = (lambda data: ledger.digest(data)) if options.redact else None
-    return canonical_args(
-        tool, arguments, ignore=options.ignore, redact=options.redact, redact_digest=digest
     )

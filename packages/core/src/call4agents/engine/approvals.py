@@ -21,7 +21,7 @@ import hmac
 import json
 import math
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -550,17 +550,3 @@ def find_request(ledger: LedgerCore, ticket: str) -> ApprovalRequest | None:
 def _check_by(by: str) -> None:
     if not isinstance(by, str) or not by.strip():
         raise LedgerError("say who decided: by='name' (it is recorded with the decision)")
-
-
-def needs_approval(
-    approval: bool | Callable[..., bool] | None,
-    arguments: Mapping[str, Any],
-    kind: str,
-    policy: Sequence[str],
-) -> bool:
-    """The tool's own rule if it has one, else the ledger's policy for its side-effect class."""
-    if approval is None:
-        return kind in policy
-    if callable(approval):
-        return bool(approval(**arguments))
-    return bool(approval)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import operator
 import os
 import sys
 import types
@@ -74,7 +75,8 @@ def _perform(action: Action, call: Callable[[], T]) -> T:
     hit = cached(action)  # a finished action is final: no finder, no claim
     if hit is not MISS:
         return cast(T, hit)
-    call = finder_first(action, call)
+    if action.options.find_existing is not None:
+        call = finder_first(action, call)
     while True:
         step = begin(action)
         if isinstance(step, Recalled):
@@ -105,7 +107,7 @@ def _on_doubt(action: Action, row: Row) -> Any:
 
 
 def _take_over_or_raise(action: Action, row: Row, owner: str | None = None) -> Any:
-    return owning(owner, lambda mine: _take_over(action, row, mine))
+    return owning(owner, _take_over, action, row)
 
 
 def _take_over(action: Action, row: Row, owner: str) -> Any:
@@ -204,7 +206,8 @@ async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
     hit = cached(action)  # a finished action is final: no finder, no claim
     if hit is not MISS:
         return cast(T, hit)
-    call = afinder_first(action, call)
+    if action.options.find_existing is not None:
+        call = afinder_first(action, call)
     while True:
         step = await _in_thread(lambda owner: begin(action, wait=False, owner=owner))
         if isinstance(step, Recalled):
@@ -388,6 +391,7 @@ def _main_module_name() -> str:
 
 
 _NO_DEFAULT: Any = inspect.Parameter.empty
+_NAME = operator.itemgetter(0)
 # Subscripting Callable builds a new alias object: done once here, not on every call.
 _AnyCallable = Callable[..., Any]
 
@@ -408,7 +412,7 @@ def _bind_plain(
     call it would refuse, so that ``bind`` says what is wrong."""
     if len(args) > len(params):
         return None
-    found = {name: value for (name, _), value in zip(params, args, strict=False)}
+    found = dict(zip(map(_NAME, params), args, strict=False))  # no comprehension frame
     used = len(kwargs)
     for name, default in params[len(args) :]:
         if name in kwargs:

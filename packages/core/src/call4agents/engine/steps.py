@@ -77,23 +77,23 @@ def begin(action: Action, *, wait: bool = True, owner: str | None = None) -> Go 
             if owner is not None:
                 _owner.finished(owner)
             return Recalled(decode_result(text))
-    return owning(owner, lambda mine: _claim(action, mine, wait=wait))
+    return owning(owner, _claim, action, wait)
 
 
-def owning(owner: str | None, claim: Callable[[str], T]) -> T:
-    """``claim(owner)`` under a claim's owner text (a new one if None); unless it returns the
-    go-ahead to run, no tool runs under that owner, and its process says so (_owner)."""
+def owning(owner: str | None, claim: Callable[..., T], *args: Any) -> T:
+    """``claim(*args, owner)`` under a claim's owner text (a new one if None); unless it returns
+    the go-ahead to run, no tool runs under that owner, and its process says so (_owner)."""
     owner = owner or _owner.claim_owner()
     step: Any = None
     try:
-        step = claim(owner)
+        step = claim(*args, owner)
         return cast(T, step)
     finally:
         if not isinstance(step, Go):
             _owner.finished(owner)
 
 
-def _claim(action: Action, owner: str, *, wait: bool) -> Go | Found:
+def _claim(action: Action, wait: bool, owner: str) -> Go | Found:
     ledger = action.ledger
     gate = budget_gate(action, _gate(action))
     digest = action.args_digest

@@ -1,1 +1,1 @@
-"""Storage: the only code that talks SQL: tables, migrations, engines, dialects, the hot lane."""
+"""Storage: the only code that talks SQL: tables, migrations, engines, dialects, the store."""

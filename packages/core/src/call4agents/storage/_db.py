@@ -170,10 +170,11 @@ def _set_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
             time.sleep(0.01)
 
 
-# What a ``schema=`` may be: a plain identifier, so that it can be written into statements.
 # Marks a pooled SQLite connection whose write transaction a fork waits for (``_forkgate``).
 _WRITER = "c4a_writer"
 _OPTIMIZED = "c4a_optimized"  # when `PRAGMA optimize` last ran on the connection (monotonic)
+_READS = "c4a_reads"  # the connection only reads until its return to the pool (``reading``)
+# What a ``schema=`` may be: a plain identifier, so that it can be written into statements.
 SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # libpq settings a shared ledger wants unless the URL says otherwise: a server that does not
 # answer fails a call within seconds instead of hanging it, and a silently dropped connection
@@ -325,22 +326,20 @@ def sqlite_engine(
         # SQLite before 3.46 looks at), then every OPTIMIZE_EVERY seconds.
         record.info[_OPTIMIZED] = time.monotonic() - OPTIMIZE_EVERY
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Any) -> None:
-        # Take the write lock up front: a deferred transaction that reads then writes can fail
-        # with SQLITE_BUSY without waiting, where an immediate one waits its turn. Pure reads
-        # stay deferred, so WAL lets them run beside a writer.
-        reading = conn.get_execution_options().get("c4a_read", False)
-        if not reading and _WRITER not in conn.connection.info:
-            conn.connection.info[_WRITER] = _forkgate.WRITES.enter()
-        conn.exec_driver_sql("BEGIN" if reading else "BEGIN IMMEDIATE")
+    # A transaction begins and ends through the dialect's own steps: SQLAlchemy wraps what they
+    # raise (a lock waited for too long) as it wraps a statement's faults, listeners still get
+    # its ``begin``, ``commit`` and ``rollback`` events, and the engine carries no connection
+    # events of the ledger's own, so that SQLAlchemy skips its event dispatch on every
+    # statement while nobody listens.
+    dialect: Any = engine.dialect
+    dialect.do_begin, dialect.do_commit, dialect.do_rollback = _begin, _commit, _rollback
 
     @event.listens_for(engine, "checkin")
     def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
-        # Back in the pool, its transaction has ended: a fork need not wait for it.
-        token = record.info.pop(_WRITER, None)
-        if token is not None:
-            _forkgate.WRITES.leave(token)
+        # Back in the pool: its transaction has ended (if no commit or rollback said so, it was
+        # closed or invalidated in the middle of one), and whoever reads on it is done.
+        _ended(record)
+        record.info.pop(_READS, None)
         now = time.monotonic()
         if now - record.info.get(_OPTIMIZED, now) >= OPTIMIZE_EVERY:
             record.info[_OPTIMIZED] = now
@@ -355,6 +354,51 @@ def sqlite_engine(
             optimize_sqlite(dbapi_conn)
 
     return engine
+
+
+def _begin(pooled: Any) -> None:
+    """Take the write lock up front: a deferred transaction that reads then writes can fail
+    with SQLITE_BUSY without waiting, where an immediate one waits its turn. A connection that
+    only reads (``reading``) stays deferred, so WAL lets it run beside a writer."""
+    info = pooled.info
+    if info.get(_READS):
+        pooled.driver_connection.execute("BEGIN")
+        return
+    if _WRITER not in info:
+        info[_WRITER] = _forkgate.WRITES.enter()
+    pooled.driver_connection.execute("BEGIN IMMEDIATE")
+
+
+def _commit(pooled: Any) -> None:
+    try:
+        pooled.commit()
+    finally:
+        _ended(pooled)
+
+
+def _rollback(pooled: Any) -> None:
+    try:
+        pooled.rollback()
+    finally:
+        _ended(pooled)
+
+
+def _ended(pooled: Any) -> None:
+    """Its write transaction ended: a fork need not wait for it. (A connection may stay checked
+    out of the pool between transactions, see ``_kept``.)"""
+    try:
+        token = pooled.info.pop(_WRITER, None)
+    except NotImplementedError:  # the bare connection SQLAlchemy rolls back as it first connects
+        return
+    if token is not None:
+        _forkgate.WRITES.leave(token)
+
+
+def reading(conn: Any) -> None:
+    """Mark ``conn`` (a Connection of an SQLite ledger) as one that only reads until it goes
+    back to the pool: its transactions begin deferred. Nothing on PostgreSQL."""
+    if conn.dialect.name == "sqlite":
+        conn.connection.info[_READS] = True
 
 
 def postgres_engine(
@@ -419,9 +463,11 @@ def postgres_engine(
 
 
 def _sync_off(conn: Any) -> None:
-    # A read commits nothing, so the setting would change nothing there; through a pooler its
-    # statement is one more round trip, on every read.
-    if not conn.get_execution_options().get("c4a_read", False):
+    # A read commits nothing, so the setting would change nothing there (through a pooler its
+    # statement is one more round trip, on every read); a statement in autocommit is its own
+    # transaction and carries SYNC_OFF itself (see Store).
+    options = conn.get_execution_options()
+    if not options.get("c4a_read", False) and options.get("isolation_level") != "AUTOCOMMIT":
         conn.exec_driver_sql(f"SELECT {SYNC_OFF}")
 
 

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
 
 from call4agents.model import platform
 
@@ -315,10 +315,9 @@ def register(
     listen: bool = True,
     sync_off: bool = False,
 ) -> None:
-    """Remember how to listen for ``engine``'s ledger; closes the listener when it is disposed."""
+    """Remember how to listen for ``engine``'s ledger (``stop_listening`` closes it)."""
     with _registry:
         _targets[engine] = Target(dict(connect_kwargs), schema, listen, sync_off)
-    event.listen(engine, "engine_disposed", _on_dispose)
 
 
 def target_of(engine: Engine) -> Target | None:
@@ -327,7 +326,10 @@ def target_of(engine: Engine) -> Target | None:
         return _targets.get(engine)
 
 
-def _on_dispose(engine: Engine) -> None:
+def stop_listening(engine: Engine) -> None:
+    """Close ``engine``'s listening connection, if it has one, as its ledger closes. (Not on
+    the engine's ``engine_disposed`` event: an engine with a connection event of the ledger's
+    own would make SQLAlchemy dispatch events on every statement; see _db.)"""
     with _registry:
         listener = _listeners.pop(engine, None)
     if listener is not None:

@@ -12,13 +12,13 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Float,
     Select,
     Table,
     Text,
     any_,
     bindparam,
-    func,
-    literal,
+    literal_column,
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -30,7 +30,7 @@ _CHUNK = 500
 
 class Dialect:
     name: str
-    # The clock as hand-written SQL, for the hot lane's statements (storage/_hot.py).
+    # The database's clock in epoch seconds, as SQL: the one clock every lease is judged by.
     now_text: str
     # An outcome wakes a waiter through the database (PostgreSQL's LISTEN/NOTIFY); elsewhere
     # waiters re-read the row.
@@ -39,8 +39,8 @@ class Dialect:
     row_locks: bool = False
 
     def now(self) -> ColumnElement[float]:
-        """The database's clock in epoch seconds: the one clock every lease is judged by."""
-        raise NotImplementedError
+        """``now_text`` in a statement: written into it, so that it adds no parameters."""
+        return literal_column(f"({self.now_text})", Float)
 
     def insert(self, table: Table) -> Any:
         """An INSERT that can skip a row whose key exists (``.on_conflict_do_nothing``)."""
@@ -69,9 +69,6 @@ class SQLite(Dialect):
     # julianday('now'): one clock for every process of this machine, at millisecond grain
     now_text = "((julianday('now') - 2440587.5) * 86400.0)"
 
-    def now(self) -> ColumnElement[float]:
-        return (func.julianday("now") - literal(2440587.5)) * literal(86400.0)
-
     def insert(self, table: Table) -> Any:
         return sqlite.insert(table)
 
@@ -86,9 +83,6 @@ class PostgreSQL(Dialect):
     now_text = "extract(epoch from clock_timestamp())::float8"
     wakes = True
     row_locks = True
-
-    def now(self) -> ColumnElement[float]:
-        return func.extract("epoch", func.clock_timestamp()).cast(postgresql.DOUBLE_PRECISION)
 
     def insert(self, table: Table) -> Any:
         return postgresql.insert(table)

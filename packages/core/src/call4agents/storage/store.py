@@ -23,21 +23,24 @@ from functools import cached_property
 from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import (
+    ClauseElement,
     Connection,
     Engine,
-    Executable,
     Float,
     Integer,
+    Select,
     Table,
     and_,
     bindparam,
     case,
     func,
-    literal,
+    literal_column,
+    null,
     or_,
     select,
     update,
 )
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.elements import ColumnElement
@@ -45,14 +48,22 @@ from sqlalchemy.sql.elements import ColumnElement
 from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
+from ._db import SYNC_OFF, database_failed, reading
 from ._db import cannot_open as cannot_open  # what the engine says when opening fails
-from ._db import database_failed
 from ._db import short_error as short_error  # callers import it from here
-from ._hot import HotPath
+from ._kept import Kept, Transaction
 from .dialects import dialect_of
 from .tables import audit, effects
 
 OPEN_STATES = ("started", "in_doubt")
+# SQLite's dialect with named parameters (:key), which sqlite3 takes as a dict, as psycopg takes
+# PostgreSQL's %(key)s: the form an action's statements are compiled to (see Store).
+_SQLITE_NAMED = sqlite.dialect(paramstyle="named")
+
+
+def _text(value: str) -> ColumnElement[Any]:
+    """A fixed SQL string written into a statement, not sent as a parameter."""
+    return literal_column(f"'{value}'")
 
 
 def _held(key: str, attempt: int, owner: str) -> ColumnElement[bool]:
@@ -170,31 +181,73 @@ class Store:
         self.dialect = engine.dialect.name
         self._sql = dialect_of(self.dialect)
         self._now = self._sql.now()
-        insert = self._sql.insert
+        target = _pg.target_of(engine)
+        # Behind a pooler, durability="process" cannot be a startup option: a statement in
+        # autocommit (its own transaction) then turns synchronous commit off itself.
+        self._sync_off = target is not None and target.sync_off
+        # Every statement an action runs, written once below and compiled once here into its
+        # driver's text: running one then costs no compiling and no parameter processing.
+        # They run on connections kept checked out of the engine's pool (see _kept): on
+        # PostgreSQL in autocommit, each one statement and one round trip; on SQLite inside
+        # BEGIN IMMEDIATE, as every write transaction of the engine.
+        select_row = select(*_ROW_COLUMNS, self._now.label("now")).where(
+            effects.c.key == bindparam("k")
+        )
+        self._insert_sql = self._driver_sql(self._insert_intent())
+        self._row_sql = self._driver_sql(select_row)
+        self._row_locked_sql = self._driver_sql(self._sql.locked(select_row))
+        self._result_sql = self._driver_sql(
+            # What a repeat needs of a finished action: its result, nothing else to load.
+            select(effects.c.result).where(
+                effects.c.key == bindparam("k"),
+                effects.c.state == _text("succeeded"),
+                effects.c.pruned_at.is_(None),
+                effects.c.result.is_not(None),
+            )
+        )
+        self._finish_sql = self._driver_sql(self._finish_stmt())
+        if self._sql.wakes:
+            self._writes = self._reads = Kept(engine, autocommit=True)
+        else:
+            self._writes, self._reads = Kept(engine), Kept(engine, reads=True)
+
+    def close(self) -> None:
+        self._writes.close()
+        self._reads.close()
+        _pg.stop_listening(self.engine)
+
+    def _driver_sql(self, stmt: ClauseElement) -> str:
+        """``stmt`` as its driver's text, with named parameters (given as a dict)."""
+        dialect = _SQLITE_NAMED if self.dialect == "sqlite" else self.engine.dialect
+        if self._schema is None:
+            return str(stmt.compile(dialect=dialect))
+        translate = {None: self._schema}
+        compiled = stmt.compile(
+            dialect=dialect, schema_translate_map=translate, render_schema_translate=True
+        )
+        return str(compiled)
+
+    def _insert_intent(self) -> Any:
+        """The intent: ``started``, attempt 1, unless the action exists (rowcount 0)."""
         given = ("key", "run_id", "tool", "kind", "args", "args_digest", "owner")
-        self._insert_intent = (
-            insert(effects)
+        stmt = (
+            self._sql.insert(effects)
             .values(
                 {
                     **{name: bindparam(name) for name in given},
-                    "state": "started",
-                    "attempt": 1,
+                    "state": _text("started"),
+                    "attempt": literal_column("1"),
                     "lease_expires_at": self._now + bindparam("ttl", type_=Float),
                     "created_at": self._now,
                     "updated_at": self._now,
                 }
             )
             .on_conflict_do_nothing(index_elements=["key"])
-            # rowcount of INSERT .. ON CONFLICT is not reliable across drivers; RETURNING is.
-            .returning(effects.c.attempt)
+            .inline()  # no RETURNING of the new row's seq: nothing reads it
         )
-        self._select_row = select(*_ROW_COLUMNS, self._now.label("now")).where(
-            effects.c.key == bindparam("k")
-        )
-        self._hot = HotPath(engine, self._schema, [c.name for c in _ROW_COLUMNS])
-
-    def close(self) -> None:
-        self._hot.close()
+        # Behind a pooler with durability="process": RETURNING runs before the statement's own
+        # commit, for the row it wrote, so SYNC_OFF there still sets how that commit is made.
+        return stmt.returning(literal_column(SYNC_OFF)) if self._sync_off else stmt
 
     # -- transactions -------------------------------------------------------------------------
 
@@ -208,12 +261,13 @@ class Store:
     def read(self) -> Iterator[Connection]:
         """A connection for reads, database faults as LedgerError."""
         with db_faults(), self.engine.connect().execution_options(c4a_read=True) as conn:
+            reading(conn)
             yield conn
 
     def _row(self, conn: Connection, key: str, *, lock: bool = False) -> Row | None:
-        stmt = self._sql.locked(self._select_row) if lock else self._select_row
-        found = conn.execute(stmt, {"k": key}).first()
-        return Row(**found._asdict()) if found is not None else None
+        sql = self._row_locked_sql if lock else self._row_sql
+        found = conn.exec_driver_sql(sql, {"k": key}).first()
+        return row_of(found) if found is not None else None
 
     # -- primitives ---------------------------------------------------------------------------
 
@@ -233,22 +287,11 @@ class Store:
         """Write the intent (``started``, attempt 1) unless the action exists.
 
         Closes: two workers starting the same action at once. The unique key makes exactly one
-        INSERT win; the loser reads the winner's row in the same transaction. A ``failed`` row is
-        taken as a new attempt here, inside the same lock, so two retries cannot both run it.
-        ``gate`` (approvals, limits) is asked inside the same transaction before a new attempt.
+        INSERT win; the loser reads the winner's row. A ``failed`` row is taken as a new attempt
+        by an UPDATE fenced by the attempt it read, so two retries cannot both run it.
+        ``gate`` (approvals, limits) is asked inside one transaction before a new attempt.
         """
-        if gate is None and self._hot.usable:
-            params = (key, run_id, tool, kind, args, args_digest, owner, ttl)
-            with db_faults():
-                got = self._hot.claim(params, key)
-            if got is not None:
-                attempt, found = got
-                if attempt:
-                    return Claim("run", attempt)
-                row = row_of(found)
-                if row.state != "failed":  # a failed row restarts under a lock, below
-                    return Claim("existing", row.attempt, row)
-        values = {
+        params = {
             "key": key,
             "run_id": run_id,
             "tool": tool,
@@ -258,25 +301,32 @@ class Store:
             "owner": owner,
             "ttl": ttl,
         }
+        if gate is None:
+            with Transaction(self._writes) as conn:
+                return self._claim_ungated(conn, params)
         try:
             with self.tx() as conn:
-                if gate is not None:
-                    return self._claim_gated(conn, values, gate)
-                if conn.execute(self._insert_intent, values).first() is not None:
-                    return Claim("run", 1)
-                return self._claim_existing(conn, values)
+                return self._claim_gated(conn, params, gate)
         except _Retry:
             return Claim("again", 0)
 
-    def _claim_existing(self, conn: Connection, params: dict[str, Any]) -> Claim:
-        row = self._row(conn, params["key"], lock=True)
-        if row is None:  # pragma: no cover - a concurrent gc between the two statements
-            raise LedgerError("the action vanished while it was being claimed; call again")
-        if row.state == "failed":
+    def _claim_ungated(self, conn: Connection, params: dict[str, Any]) -> Claim:
+        """The intent insert, then (if it met a row) the row. SQLite: under the write lock of
+        one transaction. PostgreSQL: each a statement in autocommit, so the common case is one
+        round trip with no row to read back; a row removed or committed between the two is met
+        by trying again."""
+        while True:
+            if conn.exec_driver_sql(self._insert_sql, params).rowcount == 1:
+                return Claim("run", 1)
+            row = self._row(conn, params["key"])
+            if row is None:
+                continue  # removed meanwhile: insert again
+            if row.state != "failed":
+                return Claim("existing", row.attempt, row)
             attempt = row.attempt + 1
-            self._restart(conn, params, row.attempt, attempt, from_state="failed")
-            return Claim("run", attempt)
-        return Claim("existing", row.attempt, row)
+            if self._restart(conn, params, row.attempt, attempt, from_state="failed"):
+                return Claim("run", attempt)
+            # Another worker restarted it first (PostgreSQL; SQLite holds the lock): look again.
 
     def _claim_gated(self, conn: Connection, params: dict[str, Any], gate: Gate) -> Claim:
         key = params["key"]
@@ -294,7 +344,7 @@ class Store:
         if row is not None:
             self._restart(conn, params, row.attempt, attempt, from_state="failed")
             return Claim("run", attempt)
-        if conn.execute(self._insert_intent, params).first() is None:
+        if conn.exec_driver_sql(self._insert_sql, params).rowcount != 1:
             # Another worker inserted it meanwhile (PostgreSQL): undo what the gate spent.
             raise _Retry
         return Claim("run", 1)
@@ -327,12 +377,13 @@ class Store:
 
     def recorded(self, key: str) -> str | None:
         """The action's recorded result if it has succeeded, from one plain read: what a likely
-        repeat asks before it claims. None when there is none to give (not succeeded, pruned,
-        not stored, or the read cannot take the hot path now): the claim then decides."""
-        if not self._hot.usable:
-            return None
-        with db_faults():
-            return self._hot.recorded(key)
+        repeat asks before it claims. An insert attempt costs the server far more than a read,
+        and a succeeded row is final (no rule moves an action out of it), so finding one
+        settles the call with no write at all. None when there is none to give (not succeeded,
+        pruned, not stored): the claim then decides."""
+        with Transaction(self._reads) as conn:
+            found = conn.exec_driver_sql(self._result_sql, {"k": key}).first()
+        return None if found is None else str(found[0])
 
     def stored_args(self, key: str) -> StoredArgs | None:
         """What the ledger keeps of the action's arguments, in one read (None: no such action)."""
@@ -345,12 +396,7 @@ class Store:
         return None if found is None else StoredArgs(found[0], found[1], found[2] is not None)
 
     def get(self, key: str) -> Row | None:
-        if self._hot.usable:
-            with db_faults():
-                found = self._hot.row(key)
-            if found is None or isinstance(found, tuple):
-                return row_of(found) if found is not None else None
-        with self.read() as conn:
+        with Transaction(self._reads) as conn:
             return self._row(conn, key)
 
     def finish(
@@ -374,81 +420,37 @@ class Store:
         for ``finish_retry`` seconds. A try that committed but lost its acknowledgement is
         recognised by the next try as this attempt's own write, not as a late result.
         """
+        params = {"k": key, "a": attempt, "st": state, "res": result, "err": error, "nt": note}
+        if self._sql.wakes:
+            params["lock_id"] = _pg.lock_id(self._schema, key)
         deadline = time.monotonic() + self.finish_retry
         pause = 0.05
         while True:
             try:
-                if self._finish_at_once(key, attempt, state, result, error, note):
-                    return True
+                # SQLite: the outcome and, if it matched nothing, a closer look, in one write
+                # transaction. PostgreSQL: the outcome alone in autocommit (one round trip),
+                # then the closer look, if needed, in a transaction of its own.
+                if not self._sql.wakes:
+                    with Transaction(self._writes) as conn:
+                        return self._finish_once(conn, params)
+                with Transaction(self._writes) as conn:
+                    if conn.exec_driver_sql(self._finish_sql, params).rowcount == 1:
+                        return True
                 with self.tx() as conn:
-                    return self._finish_once(conn, key, attempt, state, result, error, note)
+                    return self._finish_once(conn, params)
             except LedgerError as exc:
                 if not self.transient(exc) or time.monotonic() + pause > deadline:
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
 
-    def _finish_at_once(
-        self,
-        key: str,
-        attempt: int,
-        state: str,
-        result: str | None,
-        error: str | None,
-        note: str | None,
-    ) -> bool:
-        """The common case at once: one UPDATE, its own transaction (one round trip on
-        PostgreSQL).
-
-        False when it matched nothing (fenced off, or an earlier try landed): the caller then
-        looks closer inside a transaction.
-        """
-        if self._hot.usable:
-            with db_faults():
-                return self._hot.finish(key, attempt, state, result, error, note)
-        if not self._sql.wakes:  # one round trip matters where the server is a network away
-            return False
-        params = self._finish_params(key, attempt, state, result, error, note)
-        with db_faults(), self._autocommit.connect() as conn:
-            return conn.execute(self._finish_sql, params).first() is not None
-
-    def _finish_params(
-        self,
-        key: str,
-        attempt: int,
-        state: str,
-        result: str | None,
-        error: str | None,
-        note: str | None,
-    ) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "k": key,
-            "a": attempt,
-            "st": state,
-            "res": result,
-            "err": error,
-            "nt": note,
-        }
-        if self._sql.wakes:
-            params["lock_id"] = _pg.lock_id(self._schema, key)
-        return params
-
-    def _finish_once(
-        self,
-        conn: Connection,
-        key: str,
-        attempt: int,
-        state: str,
-        result: str | None,
-        error: str | None,
-        note: str | None,
-    ) -> bool:
-        params = self._finish_params(key, attempt, state, result, error, note)
-        if self._sql.wakes:  # the outcome's RETURNING carries the wake-up
-            if conn.execute(self._finish_sql, params).first() is not None:
-                return True
-        elif conn.execute(self._finish_sql, params).rowcount == 1:
+    def _finish_once(self, conn: Connection, params: dict[str, Any]) -> bool:
+        """The outcome, else why it matched no open row: this attempt's own earlier try whose
+        acknowledgement was lost (True), or a late result, kept as evidence (False)."""
+        if conn.exec_driver_sql(self._finish_sql, params).rowcount == 1:
             return True
+        key, attempt, state = params["k"], params["a"], params["st"]
+        result, error = params["res"], params["err"]
         found = conn.execute(
             select(
                 effects.c.state,
@@ -477,50 +479,46 @@ class Store:
         return False
 
     @cached_property
-    def _autocommit(self) -> Engine:
-        # The same pool; each statement commits on its own, so no BEGIN and COMMIT round trips.
-        return self.engine.execution_options(isolation_level="AUTOCOMMIT")
-
-    @cached_property
     def _schema(self) -> str | None:
         translate = self.engine.get_execution_options().get("schema_translate_map") or {}
         schema: str | None = translate.get(None)
         return schema
 
-    @cached_property
-    def _finish_sql(self) -> Executable:
+    def _finish_stmt(self) -> Any:
         """The UPDATE that records an outcome; on PostgreSQL it also wakes whoever waits."""
         stmt = (
             update(effects)
             .where(
                 effects.c.key == bindparam("k"),
                 effects.c.attempt == bindparam("a"),
-                # Not in_(): an expanding IN is re-rendered on every execution.
-                or_(*(effects.c.state == literal(s, effects.c.state.type) for s in OPEN_STATES)),
+                or_(*(effects.c.state == _text(s) for s in OPEN_STATES)),
             )
             .values(
                 state=bindparam("st"),
                 result=bindparam("res"),
                 error=bindparam("err"),
                 note=bindparam("nt"),
-                owner=None,
-                lease_expires_at=None,
+                owner=null(),
+                lease_expires_at=null(),
                 updated_at=self._now,
             )
         )
         if not self._sql.wakes:
             return stmt
-        # Still one round trip: RETURNING runs only for the row the UPDATE matched.
-        return stmt.returning(effects.c.key, self._wake_waiters())
+        # Still one round trip: RETURNING runs only for the row the UPDATE matched, before
+        # the statement's own commit (so SYNC_OFF there still sets how it commits).
+        extra: list[ColumnElement[Any]] = [literal_column(SYNC_OFF)] if self._sync_off else []
+        return stmt.returning(self._wake_waiters(), *extra)
 
     def _wake_waiters(self) -> ColumnElement[int]:
         """NOTIFY the key (bind ``k``), only if a waiter holds its lock (``lock_id``); see _pg."""
         quiet = func.pg_try_advisory_xact_lock(
-            literal(_pg.LOCK_CLASS, Integer), bindparam("lock_id", type_=Integer)
+            literal_column(str(_pg.LOCK_CLASS)), bindparam("lock_id", type_=Integer)
         )
-        channel = literal(_pg.channel_for(self._schema))
-        sent = select(literal(1)).select_from(func.pg_notify(channel, bindparam("k")))
-        return case((quiet, literal(0)), else_=sent.scalar_subquery())
+        channel = _text(_pg.channel_for(self._schema))
+        notify = func.pg_notify(channel, bindparam("k"))
+        sent: Select[Any] = select(literal_column("1")).select_from(notify)
+        return case((quiet, literal_column("0")), else_=sent.scalar_subquery())
 
     def _announce(self, conn: Connection, key: str) -> None:
         """Wake whoever waits for ``key`` once this transaction commits (PostgreSQL)."""
