@@ -452,6 +452,7 @@ class Effect(Generic[P, T]):
         # A method's self/cls is the object, not the action: leave it out of the key.
         self._skip_first = bool(params) and params[0] in ("self", "cls")
         self._plain = _plain_parameters(self._signature)
+        self._recorded = options.recorded  # read on every call; the options never change
         functools.update_wrapper(self, fn)
 
     def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -484,7 +485,7 @@ class Effect(Generic[P, T]):
         run = current_run()
         if run is not None:  # counted for the run's summary (a read is its evidence)
             note_tool(run.run_id, options.kind)
-        if not options.recorded:
+        if not self._recorded:
             return cast(T, fn(*args, **kwargs, **injected))
         action = prepare(self.tool, arguments, options)
         if injected:

@@ -95,7 +95,8 @@ def owning(owner: str | None, claim: Callable[..., T], *args: Any) -> T:
 
 def _claim(action: Action, wait: bool, owner: str) -> Go | Found:
     ledger = action.ledger
-    gate = budget_gate(action, _gate(action))
+    gated = action.needs_approval or action.options.max_per_run is not None
+    gate = budget_gate(action, _gate(action) if gated else None)
     digest = action.args_digest
     while True:
         try:
@@ -150,10 +151,9 @@ def _adopted(action: Action, row: Row, owner: str) -> bool:
         _owner.finished(lost)
 
 
-def _gate(action: Action) -> Gate | None:
+def _gate(action: Action) -> Gate:
+    """The approval and per-run limit gate of an action that has either."""
     options = action.options
-    if not action.needs_approval and options.max_per_run is None:
-        return None
     ttl = options.approval_ttl or action.ledger.approval_ttl
     return Gate(action.ledger, action, action.needs_approval, options.max_per_run, ttl)
 

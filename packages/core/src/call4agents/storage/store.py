@@ -313,8 +313,8 @@ class Store:
     def _claim_ungated(self, conn: Connection, params: dict[str, Any]) -> Claim:
         """The intent insert, then (if it met a row) the row. SQLite: under the write lock of
         one transaction. PostgreSQL: each a statement in autocommit, so the common case is one
-        round trip with no row to read back; a row removed or committed between the two is met
-        by trying again."""
+        round trip with no row to read back (the insert waits for a conflicting row to commit,
+        so the read finds it; one removed between the two is inserted again)."""
         while True:
             if conn.exec_driver_sql(self._insert_sql, params).rowcount == 1:
                 return Claim("run", 1)
