@@ -44,6 +44,13 @@ def test_bench_core_on_sqlite() -> None:
     assert "postgresql" not in out
 
 
+def test_trace_path() -> None:
+    out = bench("trace_path.py", "--list")
+    assert "files:" in out
+    assert "functions:" in out
+    assert "storage/store.py" in out  # the claim and the outcome were traced
+
+
 def test_bench_startup() -> None:
     out = bench("bench_startup.py", "--rounds", "1")
     for case in ("python -c pass (floor)", "import call4agents", "call4agents doubt"):
