@@ -17,7 +17,14 @@ def make_app(broker: str, queue: str, folder: Path) -> Celery:
         result_serializer="pickle",
         result_accept_content=["json", "pickle"],
         task_default_queue=queue,
-        broker_transport_options={"visibility_timeout": 2},  # Redis redelivers after this
+        broker_transport_options={
+            "visibility_timeout": 2,  # Redis redelivers an unacknowledged job after this
+            # A worker looks for such jobs when it starts and then, by default, every 100 s (10 s
+            # times a scan every tenth look): a worker started within the 2 s found nothing and
+            # the job waited that long. Each second instead.
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        },
         broker_connection_retry_on_startup=True,
         worker_prefetch_multiplier=1,
         worker_hijack_root_logger=False,

@@ -80,8 +80,12 @@ class Jobs:
         return worker
 
     def celery_worker(self, pool: str, concurrency: int = 1) -> subprocess.Popen[bytes]:
+        # A name of its own, as each worker of a deployment has: under the default one (celery@
+        # the host), a second worker on RabbitMQ failed to declare the name's exclusive
+        # remote-control queue while another test's worker held it, and never took a job.
+        name = f"w{len(self.workers)}-{self.queue}@%h"
         return self.start(
-            "celery", "-A", "tests.jobs.celery_app", "worker", "-P", pool,
+            "celery", "-A", "tests.jobs.celery_app", "worker", "-P", pool, "-n", name,
             "-c", str(concurrency), "-Q", self.queue, "-l", "info",
             "--without-heartbeat", "--without-mingle", "--without-gossip",
         )  # fmt: skip

@@ -221,14 +221,16 @@ def test_in_progress_while_another_worker_runs_the_call(
     async def main() -> list[str]:
         inside, release = asyncio.Event(), asyncio.Event()
 
-        @function_tool
-        async def send_email(to: str) -> str:
-            """Send an email."""
-            inside.set()
-            await release.wait()
-            return f"sent to {to}"
-
         def worker(wait: float) -> Agent[Any]:
+            # A tool of each worker's own, as in two processes: wrapping the same tool object
+            # again keeps its first wrap's options (the first worker's wait).
+            @function_tool
+            async def send_email(to: str) -> str:
+                """Send an email."""
+                inside.set()
+                await release.wait()
+                return f"sent to {to}"
+
             model = script([call("send_email", "call-1", to="bob")], [assistant_message("ok")])
             once = OnceOnly(default=c4a.EffectOptions(wait=wait))
             return once.wrap(Agent(name="support", model=model, tools=[send_email]))
