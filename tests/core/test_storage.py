@@ -71,7 +71,7 @@ def test_a_ledger_from_before_argument_digests_is_brought_up_to_date(target: Any
 
 
 def test_threads_making_the_secret_at_once_all_get_the_same_one(tmp_path: Path) -> None:
-    from call4agents.engine.ledger import _read_or_create_secret
+    from call4agents.engine.ledger_core import _read_or_create_secret
 
     path = tmp_path / "ledger" / "secret"
     start = threading.Barrier(8)
@@ -348,7 +348,7 @@ def test_a_version_7_ledger_gets_who_asked_and_the_kind_on_new_tickets_only(
     # As version 7 made it: tickets without asked_by and kind (and, on PostgreSQL, no news
     # triggers). Opening it adds both; the old ticket still verifies and can be decided.
     from call4agents.engine import approvals
-    from call4agents.storage import _live
+    from call4agents.storage import news
     from call4agents.storage.tables import approvals as approvals_table
 
     ledger = target.open()
@@ -362,7 +362,7 @@ def test_a_version_7_ledger_gets_who_asked_and_the_kind_on_new_tickets_only(
         conn.execute(text(f"ALTER TABLE {table} DROP COLUMN asked_by"))
         conn.execute(text(f"ALTER TABLE {table} DROP COLUMN kind"))
         if target.backend == "postgres":
-            _live.drop_triggers(conn)
+            news.drop_triggers(conn)
         conn.execute(schema_version.update().values(version=7))
     ledger.close()
 
@@ -384,7 +384,7 @@ def test_a_version_7_ledger_gets_who_asked_and_the_kind_on_new_tickets_only(
         assert (stored.asked_by, stored.kind) == (new.asked_by, "irreversible")
         if target.backend == "postgres":  # the upgrade made the news triggers
             assert feed is not None
-            assert _live.News("ticket", new.ticket) in feed.wait(10.0)
+            assert news.News("ticket", new.ticket) in feed.wait(10.0)
         else:
             assert feed is None
     finally:

@@ -275,8 +275,8 @@ def test_read_tools_are_not_spanned(ledger: c4a.Ledger, telemetry: Telemetry) ->
     ],
 )
 def test_external_id_of_a_result(result: object, found: str | None) -> None:
+    from call4agents.engine.endings import external_ids
     from call4agents.engine.observe import external_id
-    from call4agents.engine.runs import external_ids
 
     assert external_id(result) == found
     assert (external_ids(result).get("id") or external_ids(result).get("external_id")) == (

@@ -44,11 +44,11 @@ if TYPE_CHECKING:
         record_model_usage,
     )
     from .engine.effect import Effect, approve, deny, effect
-    from .engine.ledger import GcReport, RunSummary
+    from .engine.endings import Escalated, Handoff, RunStatus, escalate
+    from .engine.ledger_core import GcReport, RunSummary
     from .engine.lookup import find_marked, key_marker
     from .engine.records import EffectRecord
-    from .engine.runs import Escalated, Handoff, RunStatus, escalate
-    from .engine.scope import run
+    from .engine.run_block import run
     from .engine.verdicts import DidNotHappen, Happened
     from .facade.ledger import Ledger, default_ledger, init
     from .model.errors import BudgetExceeded
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 # Everything that needs SQLAlchemy is imported on first use (PEP 562), so a process that only
 # imports the package, or a command that needs little of it, does not pay for all of it.
 _LAZY = {
-    "run": "engine.scope",
+    "run": "engine.run_block",
     "ApprovalRequest": "engine.approvals",
     "AuditEntry": "storage.audit_rows",
     "Budget": "engine.budgets",
@@ -70,15 +70,15 @@ _LAZY = {
     "Effect": "engine.effect",
     "EffectOptions": "engine.action",
     "EffectRecord": "engine.records",
-    "Escalated": "engine.runs",
-    "GcReport": "engine.ledger",
-    "Handoff": "engine.runs",
+    "Escalated": "engine.endings",
+    "GcReport": "engine.ledger_core",
+    "Handoff": "engine.endings",
     "Happened": "engine.verdicts",
     "Ledger": "facade.ledger",
     "ReplayMismatch": "controls.replay",
     "ReplayedFailure": "controls.replay",
-    "RunStatus": "engine.runs",
-    "RunSummary": "engine.ledger",
+    "RunStatus": "engine.endings",
+    "RunSummary": "engine.ledger_core",
     "UndoItem": "controls.undo",
     "UndoReport": "controls.undo",
     "WaitingFilter": "storage.approval_rows",
@@ -88,7 +88,7 @@ _LAZY = {
     "default_ledger": "facade.ledger",
     "deny": "engine.effect",
     "effect": "engine.effect",
-    "escalate": "engine.runs",
+    "escalate": "engine.endings",
     "find_marked": "engine.lookup",
     "init": "facade.ledger",
     "key_marker": "engine.lookup",

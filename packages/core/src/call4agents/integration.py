@@ -27,7 +27,15 @@ from .engine.budgets import Budget, count_model_request, record_model_usage
 from .engine.context import RunContext, Trigger, check_run_id, current_run
 from .engine.context import uncovered as uncovered_call
 from .engine.effect import aperform, perform
-from .engine.ledger import LedgerCore, idempotency_key
+from .engine.endings import (
+    ESCALATE_ON,
+    Escalated,
+    check_escalate_on,
+    escalate_by_policy,
+    external_ids,
+    handoff,
+)
+from .engine.ledger_core import LedgerCore, idempotency_key
 from .engine.observe import (
     NOT_AN_ENVELOPE,
     Step,
@@ -38,16 +46,8 @@ from .engine.observe import (
     register_tool_payload,
     register_tool_payload_shape,
 )
+from .engine.run_block import run_part
 from .engine.run_notes import TRIGGERS, note_tool
-from .engine.runs import (
-    ESCALATE_ON,
-    Escalated,
-    check_escalate_on,
-    escalate_by_policy,
-    external_ids,
-    handoff,
-)
-from .engine.scope import run_part
 from .engine.verdicts import Happened, is_in_doubt_error
 from .facade.ledger import Ledger, default_ledger
 from .model import _semconv as semconv  # every telemetry name, for spans an integration makes

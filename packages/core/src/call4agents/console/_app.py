@@ -15,8 +15,8 @@ from call4agents import Ledger
 
 from . import _audit, _doubt, _health, _inbox, _runs, _tickets
 from ._auth import ConsoleSettings
+from ._events import LiveHub, events
 from ._guard import Guard
-from ._live import LiveHub, events
 from ._web import Ask, endpoint, not_routed, static
 
 Page = Callable[[Ledger, Ask], Response]

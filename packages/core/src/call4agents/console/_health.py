@@ -16,7 +16,7 @@ from ._auth import Refused
 from ._doubt import SHOWN as SHOWN_DOUBT
 from ._format import age as _age
 from ._format import clock
-from ._waiting import SHOWN
+from ._ticket_filters import SHOWN
 from ._web import Ask, json_response, page
 
 # Windows a person can pick; the figures of actions started in it (open items: whatever age).

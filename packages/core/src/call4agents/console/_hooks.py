@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from call4agents import ApprovalRequest, EffectRecord, Ledger
 from call4agents.controls.webhooks import Webhooks
-from call4agents.engine.runs import RunStatus
+from call4agents.engine.endings import RunStatus
 from call4agents.model.errors import Call4AgentsError
 from call4agents.storage._db import DatabaseFault
 from call4agents.storage.audit_rows import AuditEntry

@@ -16,6 +16,7 @@ from call4agents.engine.approvals import ApprovalRequest, superseded
 
 from ._auth import Refused
 from ._listing import kept, local_address, with_param
+from ._ticket_filters import FILTERS, SHOWN, filters, pages, where_of
 from ._tickets import (
     DECISIONS,
     LIST_KEYS,
@@ -28,7 +29,6 @@ from ._tickets import (
     too_late,
     verb,
 )
-from ._waiting import FILTERS, SHOWN, filters, pages, where_of
 from ._web import Ask, fingerprint, page, redirect
 
 VIEWS = ("list", "cards")

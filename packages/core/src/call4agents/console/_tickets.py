@@ -16,7 +16,7 @@ from ._auth import Refused
 from ._changes import Comparison, changes
 from ._format import ago, count_redacted
 from ._listing import kept, local_address, with_param
-from ._waiting import FILTERS, where_of
+from ._ticket_filters import FILTERS, where_of
 from ._web import Ask, fingerprint, page, redirect
 
 LIST_KEYS = (*FILTERS, "view")  # what a ticket's page keeps of the list it was opened from

@@ -19,7 +19,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from call4agents.engine.ledger import idempotency_key
+from call4agents.engine.ledger_core import idempotency_key
 from call4agents.engine.observe import (
     _NO_STEP,
     AInner,
@@ -40,7 +40,7 @@ from call4agents.storage._db import DatabaseFault
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
-    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.ledger_core import LedgerCore
     from call4agents.engine.run_notes import RunSummary
 
     from .stats import OpenFigures

@@ -30,7 +30,7 @@ from call4agents.model.errors import Call4AgentsError, EffectInDoubt, ResultPrun
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
-    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.ledger_core import LedgerCore
     from call4agents.engine.records import EffectRecord
 
 T = TypeVar("T")

@@ -25,7 +25,7 @@ from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGE
 from call4agents.storage.store import Conn
 
 if TYPE_CHECKING:
-    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.ledger_core import LedgerCore
 
 DEDUP_NOTE = (
     "repeats served from the record, over repeats plus executions; counted in memory and "

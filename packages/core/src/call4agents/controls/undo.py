@@ -39,7 +39,7 @@ from call4agents.model.errors import (
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
-    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.ledger_core import LedgerCore
     from call4agents.engine.records import EffectRecord
 
 UNDO_PREFIX = "undo:"
@@ -120,7 +120,7 @@ def undo_run(
     ledger: LedgerCore, run_id: str, *, undos: Mapping[str, UndoFn] | None = None
 ) -> UndoReport:
     """Reverse the run's succeeded actions newest first; see the module docstring."""
-    from call4agents.engine.runs import PARTLY_UNDONE, UNDONE, record_status
+    from call4agents.engine.endings import PARTLY_UNDONE, UNDONE, record_status
 
     ledger.sweep()  # a dead worker's action is in doubt, not running
     records = [r for r in ledger.effects(run_id) if not r.tool.startswith(UNDO_PREFIX)]

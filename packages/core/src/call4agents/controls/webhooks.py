@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit, urlunsplit
 
 from call4agents.controls import notices
-from call4agents.engine.ledger import LedgerCore
+from call4agents.engine.ledger_core import LedgerCore
 from call4agents.model.errors import Call4AgentsError, ConfigurationError
 from call4agents.storage import dead_letters
 from call4agents.storage._db import DatabaseFault

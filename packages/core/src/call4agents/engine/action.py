@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, ParamSpec, TypeVar
 
-from call4agents.engine.runs import check_escalate_on
+from call4agents.engine.endings import check_escalate_on
 from call4agents.model.canonical import (
     canonical_args,
     canonical_json,
@@ -22,10 +22,10 @@ from call4agents.model.errors import (
 from call4agents.model.kinds import KINDS as KINDS
 from call4agents.model.kinds import Kind as Kind
 
-from . import _keys
+from . import key_memo
 from .context import EffectContext, current_run
 from .default import default_ledger
-from .ledger import LedgerCore, idempotency_key
+from .ledger_core import LedgerCore, idempotency_key
 from .lookup import check_from_finder
 from .undos import register_undo
 
@@ -185,8 +185,8 @@ def prepare(
     scoped = call_id if options.scope == "call" else None
     memo = None
     if options.key is None and not options.ignore and not options.redact:
-        memo = _keys.memo_of(tool, run_id, scoped, arguments)  # see _keys: a repeat's key
-    kept = _keys.recall(memo)
+        memo = key_memo.memo_of(tool, run_id, scoped, arguments)  # see key_memo: a repeat's key
+    kept = key_memo.recall(memo)
     if kept is not None:
         key, canon = kept
         _check_size(tool, canon.display, ledger.max_args_bytes)  # each ledger has its limit
@@ -200,7 +200,7 @@ def prepare(
         if options.key is not None:
             material = _named_key(tool, options.key(**arguments), options, ledger)
         key = action_key(run_id, tool, scoped, material)
-        _keys.keep(memo, key, canon)
+        key_memo.keep(memo, key, canon)
     rule = options.approval  # the tool's own rule, else the ledger's policy for its kind
     if rule is None:
         approval = options.kind in ledger.approval_for

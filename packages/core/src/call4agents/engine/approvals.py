@@ -31,7 +31,7 @@ from call4agents.storage import audit_rows
 from call4agents.storage.store import Conn, clock
 
 if TYPE_CHECKING:
-    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.ledger_core import LedgerCore
 
     from .action import Action
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from call4agents.engine.context import current_run
 from call4agents.engine.default import default_ledger, default_or_none
-from call4agents.engine.runs import record_status_in
+from call4agents.engine.endings import record_status_in
 from call4agents.model.errors import (
     BudgetExceeded,
     Call4AgentsError,
@@ -32,7 +32,7 @@ log = logging.getLogger("call4agents")
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
-    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.ledger_core import LedgerCore
 
 STEP_LIMIT = "step_limit"
 BUDGET = "budget"

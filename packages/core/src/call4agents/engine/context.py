@@ -20,7 +20,7 @@ from call4agents.model.errors import Call4AgentsError, ConfigurationError
 
 if TYPE_CHECKING:
     from call4agents.engine.budgets import Budget
-    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.ledger_core import LedgerCore
 
 
 Trigger = Literal["user", "schedule", "webhook", "retry"]

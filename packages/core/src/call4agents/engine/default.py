@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from call4agents.model.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from .ledger import LedgerCore
+    from .ledger_core import LedgerCore
 
 _default_ledger: LedgerCore | None = None
 

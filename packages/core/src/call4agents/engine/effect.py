@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Generic, Literal, ParamSpec, TypeVar, cast, overload
 
 from call4agents.engine import observe
-from call4agents.engine.runs import escalate_by_policy
+from call4agents.engine.endings import escalate_by_policy
 from call4agents.model.errors import (
     ConfigurationError,
     EffectInDoubt,
@@ -28,11 +28,11 @@ from call4agents.model.errors import (
 )
 from call4agents.storage.store import Row
 
-from . import _owner, _waiting
+from . import _owner, owner_wait
 from .action import Action, EffectOptions, Kind, prepare
 from .approvals import ApprovalRequest
 from .context import _effect, current_run
-from .ledger import LedgerCore
+from .ledger_core import LedgerCore
 from .lookup import afinder_first, finder_first
 from .run_notes import note_tool
 from .steps import (
@@ -214,7 +214,7 @@ async def _aperform(action: Action, call: Callable[[], Awaitable[T]]) -> T:
             return cast(T, step.value)
         if isinstance(step, Go):
             return await _aexecute(action, step, call)
-        row = await _waiting.await_while_live(action, step.row)
+        row = await owner_wait.await_while_live(action, step.row)
         outcome = settle_found(action, row)
         if isinstance(outcome, Doubt):
             outcome = await _aon_doubt(action, outcome.row)

@@ -35,7 +35,7 @@ from call4agents.storage.run_rows import (
 )
 
 if TYPE_CHECKING:
-    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.ledger_core import LedgerCore
 
     from .context import Trigger
 
@@ -179,7 +179,7 @@ def note_tool(run_id: str | None, kind: str) -> None:
 
 def ending_of(exc: BaseException | None) -> tuple[str | None, str | None]:
     """(terminal reason, escalation reason) of an exception leaving the run."""
-    from call4agents.engine.runs import Escalated
+    from call4agents.engine.endings import Escalated
     from call4agents.model.errors import BudgetExceeded
 
     if exc is None:

@@ -17,7 +17,7 @@ from call4agents.model.errors import (
 )
 from call4agents.storage.store import Row
 
-from . import _owner, _waiting
+from . import _owner, owner_wait
 from .action import Action
 from .approvals import Gate
 from .verdicts import DidNotHappen, Happened, is_in_doubt_error
@@ -161,10 +161,10 @@ def _gate(action: Action) -> Gate:
 def _wait_while_live(action: Action, row: Row) -> Row:
     """Wait (bounded) while another live worker runs the action; a dead one's lease is doubt.
 
-    Woken by the outcome on PostgreSQL, polling otherwise: see _waiting (which also has the
+    Woken by the outcome on PostgreSQL, polling otherwise: see owner_wait (which also has the
     async form, ``await_while_live``).
     """
-    return _waiting.wait_while_live(action, row)
+    return owner_wait.wait_while_live(action, row)
 
 
 def settle_found(action: Action, row: Row) -> Any:

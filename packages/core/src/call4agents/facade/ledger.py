@@ -1,6 +1,6 @@
 """The ledger users open (:class:`Ledger`), and the one effects use by default (``init``).
 
-The engine works with a :class:`~call4agents.engine.ledger.LedgerCore`; this class adds what
+The engine works with a :class:`~call4agents.engine.ledger_core.LedgerCore`; this class adds what
 the run controls above the engine do with a run: undo it, say how it ended, hand it off.
 """
 
@@ -12,12 +12,12 @@ from call4agents.controls import telemetry
 from call4agents.controls.undo import undo_run
 from call4agents.engine import default as _engine
 from call4agents.engine.default import use_default
-from call4agents.engine.ledger import LedgerCore
-from call4agents.engine.runs import handoff, run_endings, run_status
+from call4agents.engine.endings import handoff, run_endings, run_status
+from call4agents.engine.ledger_core import LedgerCore
 
 if TYPE_CHECKING:
     from call4agents.controls.undo import UndoReport
-    from call4agents.engine.runs import Handoff, RunStatus
+    from call4agents.engine.endings import Handoff, RunStatus
     from call4agents.engine.undos import UndoFn
 
 

@@ -17,7 +17,7 @@ from sqlalchemy.exc import OperationalError
 
 from call4agents.model.errors import LedgerError
 
-from . import _live, tally
+from . import news, tally
 from .dialects import qualified, schema_of
 from .tables import (
     approvals,
@@ -122,7 +122,7 @@ def _v8(conn: Connection) -> None:
     for column, sql_type in (("asked_by", "TEXT"), ("kind", "VARCHAR(16)")):
         _add_column(conn, approvals.name, column, sql_type)
     if conn.dialect.name == "postgresql":
-        _locking(conn, effects.name, lambda: _live.create_triggers(conn))
+        _locking(conn, effects.name, lambda: news.create_triggers(conn))
 
 
 def _v9(conn: Connection) -> None:
@@ -256,7 +256,7 @@ def create_current(conn: Connection) -> None:
     conn.execute(meta.insert().values(name="key_salt", value=secrets.token_hex(32)))
     tally.create_triggers(conn)
     if conn.dialect.name == "postgresql":
-        _live.create_triggers(conn)
+        news.create_triggers(conn)
 
 
 def current_version(conn: Connection, schema: str | None = None) -> int:

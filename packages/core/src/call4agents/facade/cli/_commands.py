@@ -41,9 +41,9 @@ from ._base import (
 )
 
 if TYPE_CHECKING:
-    from call4agents.engine.ledger import RunSummary
+    from call4agents.engine.endings import Handoff, RunStatus
+    from call4agents.engine.ledger_core import RunSummary
     from call4agents.engine.records import EffectRecord
-    from call4agents.engine.runs import Handoff, RunStatus
     from call4agents.facade.ledger import Ledger
 
 
@@ -214,7 +214,7 @@ def _with_waiting_runs(
 ) -> list[RunSummary]:
     """The runs with actions, and those whose only records are approvals waiting for a person:
     the ``limit`` of them asked last, their tickets' times read in one query for all."""
-    from call4agents.engine.ledger import RunSummary
+    from call4agents.engine.ledger_core import RunSummary
     from call4agents.storage import approval_rows
 
     known = {r.run_id for r in found}

@@ -28,7 +28,7 @@ log = logging.getLogger("call4agents")
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
-    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.ledger_core import LedgerCore
     from call4agents.engine.records import EffectRecord
 
 ESCALATED = "escalated"

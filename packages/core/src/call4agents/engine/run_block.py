@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from call4agents.engine import observe
 from call4agents.engine.budgets import start_clock
 from call4agents.engine.context import RunContext, Trigger, _run, check_run_id
+from call4agents.engine.endings import Escalated
 from call4agents.engine.run_notes import (
     afinish,
     check_trigger,
@@ -26,14 +27,13 @@ from call4agents.engine.run_notes import (
     look_back,
     settle,
 )
-from call4agents.engine.runs import Escalated
 from call4agents.model.errors import BudgetExceeded
 
 if TYPE_CHECKING:
     from contextvars import Token
 
     from call4agents.engine.budgets import Budget
-    from call4agents.engine.ledger import LedgerCore
+    from call4agents.engine.ledger_core import LedgerCore
     from call4agents.engine.run_notes import Notes
 
 

@@ -35,7 +35,7 @@ from call4agents.storage.store import Store
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
-    from call4agents.storage._live import LiveFeed
+    from call4agents.storage.news import LiveFeed
 
 _L = TypeVar("_L", bound="LedgerCore")
 _CACHE_LIMIT = 50_000
@@ -568,7 +568,7 @@ class LedgerCore:
     def listen(self) -> LiveFeed | None:
         """A feed of new tickets and new in-doubt actions as they commit (PostgreSQL LISTEN);
         None on SQLite, where a watcher polls. Close the feed when done."""
-        from call4agents.storage._live import listen
+        from call4agents.storage.news import listen
 
         return listen(self.engine)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from starlette.responses import Response, StreamingResponse
 
 from call4agents import Ledger, LedgerError
-from call4agents.storage._live import News
+from call4agents.storage.news import News
 
 from ._web import SECURITY_HEADERS, Ask
 

@@ -36,7 +36,7 @@ def where_of(query: dict[str, str]) -> WaitingFilter:
 
 
 def filters(where: WaitingFilter, query: dict[str, str]) -> dict[str, object]:
-    """What the inbox's folded filter form shows (``_waiting.html``)."""
+    """What the inbox's folded filter form shows (``_ticket_filters.html``)."""
     return {
         "where": where,
         "kinds": {"": "any kind", **{k: k for k in KINDS}},
