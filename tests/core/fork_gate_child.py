@@ -18,10 +18,10 @@ import threading
 import time
 
 import call4agents as c4a
-from call4agents.storage import _forkgate
+from call4agents.storage import sqlite_tx
 
 url, case = sys.argv[1], sys.argv[2]
-_forkgate.LIMIT = 120.0  # longer than the test waits: a fork that waits for itself fails it
+sqlite_tx.LIMIT = 120.0  # longer than the test waits: a fork that waits for itself fails it
 ledger = c4a.Ledger(url)
 
 

@@ -15,7 +15,7 @@ def lease_of(ledger: c4a.Ledger, key: str) -> float:
 
 
 def test_a_heartbeat_thread_that_ended_is_started_again_and_renews(ledger: c4a.Ledger) -> None:
-    beat = ledger._heartbeat
+    beat = ledger.heartbeat
     real_loop = beat._loop
     beat._loop = lambda: None  # type: ignore[method-assign]  # ends at once, as a fault would
     beat.hold("no-such-key", 1, 30.0, "owner")

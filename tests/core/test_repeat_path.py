@@ -1,6 +1,6 @@
 """What makes a repeat served from memory cheap, held to what it replaces.
 
-* Keys kept by value (``key_memo``) are the keys the full canonical path computes, for any plain
+* Keys kept by value (``action._KEPT``) are the keys the full canonical path computes, for any plain
   arguments; values Python finds equal but JSON does not (``True`` and ``1``) stay two keys.
 * The results kept in memory and the memo stay bounded (the oldest result goes first); the
   memo keeps nothing the tool's code or the ledger's secret takes part in, and a ledger's own
@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import call4agents as c4a
-from call4agents.engine import key_memo
+from call4agents.engine import action
 from call4agents.model.canonical import canonical_args
 from call4agents.model.codec import decode_result
 from call4agents.model.errors import ConfigurationError
@@ -83,20 +83,20 @@ def test_equal_in_python_but_not_in_json_are_two_actions(
 def test_the_memo_is_bounded_and_keeps_short_plain_calls_only(
     sqlite_target: Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(key_memo, "_LIMIT", 8)
-    monkeypatch.setattr(key_memo, "_kept", {})
+    monkeypatch.setattr(action, "_LIMIT", 8)
+    monkeypatch.setattr(action, "_KEPT", {})
     ledger = sqlite_target.open()
     options = c4a.EffectOptions()
     for n in range(50):
         effect_module.prepare("t", {"n": n}, options, run_id="r", ledger=ledger)
-        assert len(key_memo._kept) <= 8
-    key_memo._kept.clear()
+        assert len(action._KEPT) <= 8
+    action._KEPT.clear()
     effect_module.prepare("t", {"text": "x" * 2000}, options, run_id="r", ledger=ledger)
     effect_module.prepare("t", {"items": [1, 2]}, options, run_id="r", ledger=ledger)
     effect_module.prepare(
         "t", {"n": 1}, c4a.EffectOptions(ignore=("m",)), run_id="r", ledger=ledger
     )
-    assert key_memo._kept == {}
+    assert action._KEPT == {}
 
 
 def test_the_results_kept_in_memory_are_bounded_and_drop_the_oldest_first(
@@ -115,8 +115,8 @@ def test_the_results_kept_in_memory_are_bounded_and_drop_the_oldest_first(
     with c4a.run("kept-run", ledger=ledger):
         for n in range(6):
             kept(n)
-        assert len(ledger._cache) == 4
-        first_kept = [ledger.effects("kept-run")[n].key in ledger._cache for n in range(6)]
+        assert len(ledger.recent) == 4
+        first_kept = [ledger.effects("kept-run")[n].key in ledger.recent for n in range(6)]
         assert first_kept == [False, False, True, True, True, True]
         assert [kept(n) for n in range(6)] == list(range(6))  # the dropped ones from the ledger
     assert ran == list(range(6))

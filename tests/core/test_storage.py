@@ -261,10 +261,9 @@ def test_every_statement_of_an_action_goes_through_the_engine(target: Target) ->
         event.listen(ledger.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
         ran.clear()
         assert tool(1) == 1
-        ledger._cache.clear()
+        ledger.recent.clear()
         assert tool(1) == 1  # a repeat: the claim's insert meets the row, then reads it
-        ledger._cache.clear()
-        ledger._writing.clear()  # as in a resumed run: the recorded result is read first
+        ledger.recent.forget()  # as in a resumed run: the recorded result is read first
         assert tool(1) == 1
     assert any("INSERT INTO" in sql and "c4a_effects" in sql for sql in seen)  # the intent
     assert any(sql.startswith("UPDATE") and "c4a_effects" in sql for sql in seen)  # the outcome
@@ -316,7 +315,7 @@ def test_more_threads_than_kept_connections(ledger: c4a.Ledger) -> None:
     for k in kept:
         k.close()
         k.SIZE = 0  # type: ignore[misc]
-    ledger._cache.clear()
+    ledger.recent.clear()
     with c4a.run("crowd", ledger=ledger):
         assert busy(0) == 0  # a repeat, read from the database
         inside = threading.Barrier(1)

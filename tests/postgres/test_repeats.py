@@ -86,11 +86,11 @@ def test_a_run_that_is_writing_goes_straight_to_the_insert(pg_target: Target) ->
     send = c4a.effect(name="repeat.live", ledger=ledger)(lambda n: {"sent": n})
     with c4a.run("live"):
         assert send(1) == {"sent": 1}
-        ledger._cache.clear()  # served from the database, as in a process that never saw it
+        ledger.recent.clear()  # served from the database, as in a process that never saw it
         with writes_blocked(pg_target), pytest.raises(c4a.LedgerError, match="lock"):
             send(1)
         assert send(1) == {"sent": 1}  # a repeat met: the next claims read first again
-        ledger._cache.clear()
+        ledger.recent.clear()
         with writes_blocked(pg_target):
             assert send(1) == {"sent": 1}
 

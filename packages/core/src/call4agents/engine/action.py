@@ -6,10 +6,11 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Final, Literal, ParamSpec, TypeVar
 
 from call4agents.engine.endings import check_escalate_on
 from call4agents.model.canonical import (
+    CanonicalArgs,
     canonical_args,
     canonical_json,
     parse_paths,
@@ -22,10 +23,9 @@ from call4agents.model.errors import (
 from call4agents.model.kinds import KINDS as KINDS
 from call4agents.model.kinds import Kind as Kind
 
-from . import key_memo
-from .context import EffectContext, current_run
+from .context import EffectContext, _run
 from .default import default_ledger
-from .ledger_core import LedgerCore, idempotency_key
+from .ledger_core import LedgerCore
 from .lookup import check_from_finder
 from .undos import register_undo
 
@@ -103,6 +103,7 @@ class Action:
     call_id: str | None
     key: str
     args_display: str
+    ttl: float  # seconds of lease a claim takes: the tool's own, else the ledger's
     secrets: tuple[str, ...] = field(default=())
     needs_approval: bool = False
     args_material: str = ""  # the arguments' canonical key material (redacted values as HMACs)
@@ -111,9 +112,7 @@ class Action:
     call_id_stable: bool = True
 
     def context(self, attempt: int) -> EffectContext:
-        return EffectContext(
-            self.run_id, self.tool, self.key, idempotency_key(self.key), attempt, self.call_id
-        )
+        return EffectContext(self.run_id, self.tool, self.key, attempt, self.call_id)
 
     @property
     def args_digest(self) -> str:
@@ -128,10 +127,6 @@ class Action:
         if digest is not None:
             return digest == self.args_digest
         return bool(dict(shown) == json.loads(self.args_display))
-
-    @property
-    def ttl(self) -> float:
-        return self.options.lease or self.ledger.lease
 
     def error_text(self, exc: BaseException) -> str:
         """What the ledger keeps of a tool's error: credentials masked, storable, at most 2,000
@@ -164,7 +159,7 @@ def prepare(
     ledger: LedgerCore | None = None,
 ) -> Action:
     """Canonicalise and key one call; raises before anything is written if that cannot be done."""
-    run = current_run()
+    run = _run.get()
     if run_id is None:
         if run is None:
             raise ConfigurationError(
@@ -185,8 +180,8 @@ def prepare(
     scoped = call_id if options.scope == "call" else None
     memo = None
     if options.key is None and not options.ignore and not options.redact:
-        memo = key_memo.memo_of(tool, run_id, scoped, arguments)  # see key_memo: a repeat's key
-    kept = key_memo.recall(memo)
+        memo = _memo_of(tool, run_id, scoped, arguments)  # see _KEPT: a repeat's key
+    kept = None if memo is None else _KEPT.get(memo)
     if kept is not None:
         key, canon = kept
         _check_size(tool, canon.display, ledger.max_args_bytes)  # each ledger has its limit
@@ -200,7 +195,7 @@ def prepare(
         if options.key is not None:
             material = _named_key(tool, options.key(**arguments), options, ledger)
         key = action_key(run_id, tool, scoped, material)
-        key_memo.keep(memo, key, canon)
+        _keep(memo, key, canon)
     rule = options.approval  # the tool's own rule, else the ledger's policy for its kind
     if rule is None:
         approval = options.kind in ledger.approval_for
@@ -215,6 +210,7 @@ def prepare(
         call_id,
         key,
         canon.display,
+        options.lease or ledger.lease,
         canon.secrets,
         approval,
         canon.key_material,
@@ -251,3 +247,46 @@ def _process_irreversible(tool: str) -> ConfigurationError:
         "action could run again); open the ledger with durability='power' (the default) for it;"
         " nothing was run"
     )
+
+
+# -- keys of the plainest calls, remembered by value --------------------------------------------
+#
+# A call's key is the SHA-256 of its run, tool, call id and canonical arguments, and working it out
+# (canonical JSON, then the hash) is a third of what a repeat served from memory costs. For a call
+# whose arguments are all ``str``, ``int``, ``bool`` or ``None`` (exactly those types, no
+# subclasses) the canonical arguments are a pure function of the names, the values and their
+# types, so the key is kept here under exactly those, and the next equal call skips both steps.
+# Types are part of what is compared because Python's ``True == 1`` is not JSON's.
+#
+# Only calls with no ``key=``, ``ignore=`` or ``redact=`` are kept (those involve the tool's code
+# or the ledger's secret), only short ones (``_MAX_TEXT``), and at most ``_LIMIT`` of them: the
+# memo is emptied when full, so its memory stays bounded in a worker that lives for millions of
+# runs.
+
+_PLAIN: Final[frozenset[type]] = frozenset((str, int, bool, type(None)))
+_LIMIT: Final = 4096
+_MAX_TEXT: Final = 1024  # characters of canonical arguments
+
+Memo = tuple[Any, ...]
+
+_KEPT: dict[Memo, tuple[str, CanonicalArgs]] = {}
+
+
+def _memo_of(
+    tool: str, run_id: str, call_id: str | None, arguments: Mapping[str, Any]
+) -> Memo | None:
+    """What a call is remembered by, or None if its arguments are not all of the plain types
+    (then nothing user-defined is hashed or compared here either)."""
+    values = tuple(arguments.values())
+    types = tuple(map(type, values))
+    if not _PLAIN.issuperset(types):
+        return None
+    return (tool, run_id, call_id, tuple(arguments), values, types)
+
+
+def _keep(memo: Memo | None, key: str, canon: CanonicalArgs) -> None:
+    if memo is None or len(canon.display) > _MAX_TEXT:
+        return
+    if len(_KEPT) >= _LIMIT:
+        _KEPT.clear()  # one call, safe against other threads (popping the oldest is not)
+    _KEPT[memo] = (key, canon)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from call4agents.engine.context import current_run
+from call4agents.engine.context import RunContext, current_run
 from call4agents.engine.default import default_ledger, default_or_none
 from call4agents.engine.endings import record_status_in
 from call4agents.model.errors import (
@@ -213,16 +213,14 @@ def _usage(run_id: str, values: dict[str, float], now: float, budget: Budget) ->
     )
 
 
-def budget_gate(action: Action, inner: Gate | None) -> Gate | None:
-    """The claim's gate with the run's budgets in front: checked and counted in the claim's own
-    transaction, so two workers cannot both take the last call, and a crash cannot lose a count.
+def budget_gate(action: Action, run: RunContext, inner: Gate | None) -> Gate | None:
+    """The claim's gate with the budgets of ``run`` (the current run, which has some) in front:
+    checked and counted in the claim's own transaction, so two workers cannot both take the last
+    call, and a crash cannot lose a count.
 
     Every budget in force is checked (a nested run's own and each enclosing run's), and the
     call is counted once in each of their runs' counters.
     """
-    run = current_run()
-    if run is None or not run.budgets:
-        return inner
     chain = run.budgets
     if action.run_id != run.run_id and action.run_id not in {r for r, _ in chain}:
         return inner  # an action of another run, keyed explicitly: not these budgets'

@@ -15,7 +15,6 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
 
-from call4agents.engine.records import idempotency_key
 from call4agents.model.errors import Call4AgentsError, ConfigurationError
 
 if TYPE_CHECKING:
@@ -57,10 +56,18 @@ class EffectContext:
     run_id: str
     tool: str
     key: str
-    idempotency_key: str
     attempt: int
     call_id: str | None = None
     covered: bool = True
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.key)
+
+
+def idempotency_key(key: str) -> str:
+    """The key a tool forwards to its provider (``Idempotency-Key``): stable across attempts."""
+    return "c4a-" + key[:48]
 
 
 _run: ContextVar[RunContext | None] = ContextVar("call4agents_run", default=None)
@@ -138,7 +145,7 @@ def uncovered(run_id: str, tool: str, call_id: str | None = None) -> Iterator[Ef
     """Within it, ``c4a.current()`` describes a tool call run outside the ledger
     (``covered=False``), with keys that are this call's alone."""
     key = secrets.token_hex(32)  # the shape of an action key, shared with no other call
-    ctx = EffectContext(run_id, tool, key, idempotency_key(key), 1, call_id, covered=False)
+    ctx = EffectContext(run_id, tool, key, 1, call_id, covered=False)
     token = _effect.set(ctx)
     try:
         yield ctx

@@ -31,7 +31,7 @@ from call4agents.storage.store import Row
 from . import _owner, owner_wait
 from .action import Action, EffectOptions, Kind, prepare
 from .approvals import ApprovalRequest
-from .context import _effect, current_run
+from .context import _effect, _run
 from .ledger_core import LedgerCore
 from .lookup import afinder_first, finder_first
 from .run_notes import note_tool
@@ -150,7 +150,7 @@ def _other_args_in_doubt(action: Action, row: Row) -> EffectInDoubt:
 
 
 def _execute(action: Action, go: Go, call: Callable[[], T]) -> T:
-    heartbeat, attempt = action.ledger._heartbeat, go.attempt
+    heartbeat, attempt = action.ledger.heartbeat, go.attempt
     heartbeat.hold(action.key, attempt, action.ttl, go.owner)
     token = _effect.set(action.context(attempt))
     try:
@@ -254,7 +254,7 @@ async def _in_thread(claim: Callable[[str], T]) -> T:
 
 async def _aexecute(action: Action, go: Go, call: Callable[[], Awaitable[T]]) -> T:
     attempt = go.attempt
-    action.ledger._heartbeat.hold(action.key, attempt, action.ttl, go.owner)
+    action.ledger.heartbeat.hold(action.key, attempt, action.ttl, go.owner)
     token = _effect.set(action.context(attempt))
     # The outcome's write, shielded: a task cancelled again while it runs (anyio cancels a
     # scope's task at each await) leaves it running, and must leave a durable outcome.
@@ -287,7 +287,7 @@ def _once_written(writing: asyncio.Future[Any] | None, action: Action, go: Go) -
     in doubt. Later, if this task was cancelled while the write ran."""
 
     def done() -> None:
-        action.ledger._heartbeat.release(action.key)
+        action.ledger.heartbeat.release(action.key)
         _owner.finished(go.owner)
 
     if writing is None or writing.done():
@@ -482,7 +482,7 @@ class Effect(Generic[P, T]):
             else {}
         )
         arguments = self.arguments(args, kwargs)
-        run = current_run()
+        run = _run.get()
         if run is not None:  # counted for the run's summary (a read is its evidence)
             note_tool(run.run_id, options.kind)
         if not self._recorded:
@@ -490,9 +490,10 @@ class Effect(Generic[P, T]):
         action = prepare(self.tool, arguments, options)
         if injected:
             action.secrets += tuple(v for v in injected.values() if len(v) >= 4)
+        call: Any = functools.partial(fn, *args, **kwargs, **injected)
         if self.is_async:
-            return cast(T, aperform(action, lambda: fn(*args, **kwargs, **injected)))
-        return perform(action, lambda: cast(T, fn(*args, **kwargs, **injected)))
+            return cast(T, aperform(action, call))
+        return cast(T, perform(action, call))
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         return self if instance is None else types.MethodType(self, instance)

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from call4agents.engine import _owner, approvals
 from call4agents.engine.approvals import ApprovalRequest, Signer
+from call4agents.engine.context import idempotency_key as idempotency_key
 from call4agents.engine.records import EffectRecord, record_of
-from call4agents.engine.records import idempotency_key as idempotency_key  # its old home
 from call4agents.model import platform
 from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
@@ -63,7 +63,7 @@ class GcReport:
     kept_open: int  # started or in-doubt actions older than the cut, never touched
 
 
-class _Heartbeat:
+class Heartbeat:
     """One daemon thread per ledger that renews the leases of the tools running in this process.
 
     A claim starts with a full lease, so a lease is renewed only once a third of it has passed:
@@ -163,6 +163,67 @@ class _Heartbeat:
         return True
 
 
+class Recent(OrderedDict[str, str]):
+    """The finished results this process has seen, by action key (``get`` serves a repeat without
+    a database round trip: a succeeded action is final), and what it learnt of each run: whether
+    it is being resumed (its repeats are near) or past its replay point (its claims are new).
+
+    Oldest first: a full dict would drop its first key by scanning past every slot emptied
+    before it (tens of microseconds an action, once full); this pops in O(1).
+    """
+
+    def __init__(self, store: Store) -> None:
+        super().__init__()
+        self._store = store
+        self._repeats_read: dict[str, int] = {}  # repeats met in the database, per run
+        self._writing: set[str] = set()  # runs whose last claim here wrote a new intent
+
+    def remember(self, key: str, result_json: str) -> None:
+        if len(self) >= _CACHE_LIMIT:
+            with contextlib.suppress(KeyError):  # emptied by another thread meanwhile
+                self.popitem(last=False)
+        self[key] = result_json
+
+    def recall_run(self, run_id: str) -> None:
+        """Called for each repeat met in the database. At the second, ``run_id`` is being
+        resumed (a replayed agent loop): read its other recorded results in one query, so the
+        repeats that follow are served from memory instead of one round trip each. A lone
+        retry pays nothing extra."""
+        self._writing.discard(run_id)
+        seen = self._repeats_read.get(run_id, 0) + 1
+        if seen > 2:
+            return
+        if len(self._repeats_read) >= _CACHE_LIMIT:
+            self._repeats_read.clear()
+        self._repeats_read[run_id] = seen
+        if seen < 2:
+            return
+        # Only a shortcut: the repeat in hand has its result either way.
+        with contextlib.suppress(LedgerError):
+            for key, result in reads.recorded_results(
+                self._store, run_id, rows=_RECALL_ROWS, max_bytes=_RECALL_BYTES
+            ):
+                self.remember(key, result)
+
+    def likely_repeat(self, run_id: str) -> bool:
+        """Whether a claim in ``run_id`` should look for a recorded result before trying an
+        insert. Yes, unless this process's last claim in the run wrote a new intent: a run met
+        here for the first time may be a resume, while a run past its replay point meets new
+        actions. Either way the answer is the same; only the cost differs."""
+        return run_id not in self._writing
+
+    def wrote_intent(self, run_id: str) -> None:
+        if len(self._writing) >= _CACHE_LIMIT:
+            self._writing.clear()
+        self._writing.add(run_id)
+
+    def forget(self) -> None:
+        """As in a process that never saw these results or runs."""
+        self.clear()
+        self._repeats_read.clear()
+        self._writing.clear()
+
+
 _ledgers: weakref.WeakSet[LedgerCore] = weakref.WeakSet()
 
 
@@ -171,7 +232,7 @@ def _after_fork_in_child() -> None:
     # docs, "Using Connection Pools with Multiprocessing or os.fork()").
     for ledger in list(_ledgers):
         ledger.engine.dispose(close=False)
-        ledger._heartbeat.reset_after_fork()
+        ledger.heartbeat.reset_after_fork()
 
 
 platform.at_fork(after_in_child=_after_fork_in_child)
@@ -256,13 +317,9 @@ class LedgerCore:
         self._secret_given = secret.encode() if isinstance(secret, str) else secret
         self._secret: bytes | None = None
         self._salt: bytes | None = None
-        # Oldest first: a full dict would drop its first key by scanning past every slot
-        # emptied before it (tens of microseconds an action, once full); this pops in O(1).
-        self._cache: OrderedDict[str, str] = OrderedDict()
-        self._repeats_read: dict[str, int] = {}  # repeats met in the database, per run
-        self._writing: set[str] = set()  # runs whose last claim here wrote a new intent
+        self.recent = Recent(self.store)  # the results this process has seen
         self.dedup = DedupCounter(self.store)
-        self._heartbeat = _Heartbeat(self)
+        self.heartbeat = Heartbeat(self)
         self._open(auto_migrate, open_retry)
         _ledgers.add(self)
 
@@ -370,48 +427,6 @@ class LedgerCore:
         if self._salt is None:
             raise LedgerError("the ledger has no key salt: run `call4agents migrate`")
         return hmac.new(self._salt, data, hashlib.sha256).hexdigest()
-
-    # -- the in-process cache of finished results ------------------------------------------------
-
-    def _remember(self, key: str, result_json: str) -> None:
-        # A succeeded action is final, so its result can be served without a database round trip.
-        if len(self._cache) >= _CACHE_LIMIT:
-            with contextlib.suppress(KeyError):  # emptied by another thread meanwhile
-                self._cache.popitem(last=False)
-        self._cache[key] = result_json
-
-    def _recall_run(self, run_id: str) -> None:
-        """Called for each repeat met in the database. At the second, ``run_id`` is being
-        resumed (a replayed agent loop): read its other recorded results in one query, so the
-        repeats that follow are served from memory instead of one round trip each. A lone
-        retry pays nothing extra."""
-        self._writing.discard(run_id)
-        seen = self._repeats_read.get(run_id, 0) + 1
-        if seen > 2:
-            return
-        if len(self._repeats_read) >= _CACHE_LIMIT:
-            self._repeats_read.clear()
-        self._repeats_read[run_id] = seen
-        if seen < 2:
-            return
-        # Only a shortcut: the repeat in hand has its result either way.
-        with contextlib.suppress(LedgerError):
-            for key, result in reads.recorded_results(
-                self.store, run_id, rows=_RECALL_ROWS, max_bytes=_RECALL_BYTES
-            ):
-                self._remember(key, result)
-
-    def _likely_repeat(self, run_id: str) -> bool:
-        """Whether a claim in ``run_id`` should look for a recorded result before trying an
-        insert. Yes, unless this process's last claim in the run wrote a new intent: a run met
-        here for the first time may be a resume, while a run past its replay point meets new
-        actions. Either way the answer is the same; only the cost differs."""
-        return run_id not in self._writing
-
-    def _wrote_intent(self, run_id: str) -> None:
-        if len(self._writing) >= _CACHE_LIMIT:
-            self._writing.clear()
-        self._writing.add(run_id)
 
     # -- reading --------------------------------------------------------------------------------
 

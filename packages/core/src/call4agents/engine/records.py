@@ -7,11 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from call4agents.engine import _owner
-
-
-def idempotency_key(key: str) -> str:
-    """The key a tool forwards to its provider (``Idempotency-Key``): stable across attempts."""
-    return "c4a-" + key[:48]
+from call4agents.engine.context import idempotency_key
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,13 @@ from call4agents.model.errors import (
     ResultNotStored,
     ResultPruned,
 )
+from call4agents.storage.store import Gate as Claimable
 from call4agents.storage.store import Row
 
 from . import _owner, owner_wait
 from .action import Action
 from .approvals import Gate
+from .context import _run
 from .verdicts import DidNotHappen, Happened, is_in_doubt_error
 
 T = TypeVar("T")
@@ -52,7 +54,7 @@ MISS = object()
 
 
 def cached(action: Action) -> Any:
-    found = action.ledger._cache.get(action.key)
+    found = action.ledger.recent.get(action.key)
     if found is None:
         return MISS
     action.ledger.dedup.add()
@@ -68,12 +70,12 @@ def begin(action: Action, *, wait: bool = True, owner: str | None = None) -> Go 
     """
     ledger = action.ledger
     # A run met here for the first time, or resumed: its result may be recorded.
-    if ledger._likely_repeat(action.run_id):
+    if ledger.recent.likely_repeat(action.run_id):
         text = ledger.store.recorded(action.key)
         if text is not None:  # a repeat needs no claim, gate or new yes: nothing will run
-            ledger._recall_run(action.run_id)  # a resume: its next repeats are near
+            ledger.recent.recall_run(action.run_id)  # a resume: its next repeats are near
             ledger.dedup.add()
-            ledger._remember(action.key, text)
+            ledger.recent.remember(action.key, text)
             if owner is not None:
                 _owner.finished(owner)
             return Recalled(decode_result(text))
@@ -96,7 +98,10 @@ def owning(owner: str | None, claim: Callable[..., T], *args: Any) -> T:
 def _claim(action: Action, wait: bool, owner: str) -> Go | Found:
     ledger = action.ledger
     gated = action.needs_approval or action.options.max_per_run is not None
-    gate = budget_gate(action, _gate(action) if gated else None)
+    gate: Claimable | None = _gate(action) if gated else None
+    run = _run.get()
+    if run is not None and run.budgets:
+        gate = budget_gate(action, run, gate)
     digest = action.args_digest
     while True:
         try:
@@ -117,17 +122,17 @@ def _claim(action: Action, wait: bool, owner: str) -> Go | Found:
             _owner.unanswered(action.key, owner)
             raise
         if claim.outcome == "run":
-            ledger._wrote_intent(action.run_id)
+            ledger.recent.wrote_intent(action.run_id)
             return Go(claim.attempt, owner)
         if claim.refusal is not None:
             raise claim.refusal
         row = claim.row
         if row is not None:
             if row.state == "started" and _adopted(action, row, owner):
-                ledger._wrote_intent(action.run_id)
+                ledger.recent.wrote_intent(action.run_id)
                 return Go(row.attempt, owner)
             if row.state == "succeeded":
-                ledger._recall_run(action.run_id)  # a resume: its next repeats are near
+                ledger.recent.recall_run(action.run_id)  # a resume: its next repeats are near
             return Found(_wait_while_live(action, row) if wait else row)
 
 
@@ -192,7 +197,7 @@ def _recorded_result(action: Action, row: Row) -> Any:
             tool=action.tool,
             why=(row.note or "no result was recorded"),
         )
-    action.ledger._remember(action.key, row.result)
+    action.ledger.recent.remember(action.key, row.result)
     return decode_result(row.result)
 
 
@@ -265,7 +270,7 @@ def record_result(action: Action, attempt: int, result: Any) -> Any:
             key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
         ) from None
     if ledger.store.finish(action.key, attempt, state="succeeded", result=encoded):
-        ledger._remember(action.key, encoded)
+        ledger.recent.remember(action.key, encoded)
         return result
     return _fenced_off(action, attempt)
 

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from ._json import json_writer
+from .canonical import json_writer
 
 __all__ = ["MAX_DEPTH", "ResultEncodingError", "decode_result", "encode_result"]
 

@@ -20,7 +20,8 @@ from sqlalchemy.exc import InvalidatePoolError, SQLAlchemyError
 from call4agents.model import platform
 from call4agents.model.errors import ConfigurationError, LedgerError
 
-from . import _files, _forkgate, _pg
+from . import _files, _pg, sqlite_tx
+from .sqlite_tx import WRITES
 
 Durability = Literal["power", "process"]
 
@@ -170,10 +171,7 @@ def _set_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
             time.sleep(0.01)
 
 
-# Marks a pooled SQLite connection whose write transaction a fork waits for (``_forkgate``).
-_WRITER = "c4a_writer"
 _OPTIMIZED = "c4a_optimized"  # when `PRAGMA optimize` last ran on the connection (monotonic)
-_READS = "c4a_reads"  # the connection only reads until its return to the pool (``reading``)
 # What a ``schema=`` may be: a plain identifier, so that it can be written into statements.
 SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # libpq settings a shared ledger wants unless the URL says otherwise: a server that does not
@@ -320,7 +318,7 @@ def sqlite_engine(
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, record: Any) -> None:
         configure_sqlite(dbapi_conn, durability=durability, busy_timeout=busy_timeout)
-        with _forkgate.WRITES:  # it may write statistics
+        with WRITES:  # it may write statistics
             optimize_sqlite(dbapi_conn, opening=True)
         # The first return to the pool optimizes again, with the tables just used in mind (all
         # SQLite before 3.46 looks at), then every OPTIMIZE_EVERY seconds.
@@ -332,73 +330,29 @@ def sqlite_engine(
     # events of the ledger's own, so that SQLAlchemy skips its event dispatch on every
     # statement while nobody listens.
     dialect: Any = engine.dialect
-    dialect.do_begin, dialect.do_commit, dialect.do_rollback = _begin, _commit, _rollback
+    dialect.do_begin = sqlite_tx.begin
+    dialect.do_commit, dialect.do_rollback = sqlite_tx.commit, sqlite_tx.rollback
 
     @event.listens_for(engine, "checkin")
     def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
         # Back in the pool: its transaction has ended (if no commit or rollback said so, it was
         # closed or invalidated in the middle of one), and whoever reads on it is done.
-        _ended(record)
-        record.info.pop(_READS, None)
+        sqlite_tx.ended(record)
+        record.info.pop(sqlite_tx.READS, None)
         now = time.monotonic()
         if now - record.info.get(_OPTIMIZED, now) >= OPTIMIZE_EVERY:
             record.info[_OPTIMIZED] = now
-            with _forkgate.WRITES:
+            with WRITES:
                 optimize_sqlite(_dbapi_conn)
 
     @event.listens_for(engine, "close")
     def _on_close(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
         # SQLite's advice for every connection: optimize before closing it, when this process
         # knows which tables it used (a command's run ends here).
-        with _forkgate.WRITES:
+        with WRITES:
             optimize_sqlite(dbapi_conn)
 
     return engine
-
-
-def _begin(pooled: Any) -> None:
-    """Take the write lock up front: a deferred transaction that reads then writes can fail
-    with SQLITE_BUSY without waiting, where an immediate one waits its turn. A connection that
-    only reads (``reading``) stays deferred, so WAL lets it run beside a writer."""
-    info = pooled.info
-    if info.get(_READS):
-        pooled.driver_connection.execute("BEGIN")
-        return
-    if _WRITER not in info:
-        info[_WRITER] = _forkgate.WRITES.enter()
-    pooled.driver_connection.execute("BEGIN IMMEDIATE")
-
-
-def _commit(pooled: Any) -> None:
-    try:
-        pooled.commit()
-    finally:
-        _ended(pooled)
-
-
-def _rollback(pooled: Any) -> None:
-    try:
-        pooled.rollback()
-    finally:
-        _ended(pooled)
-
-
-def _ended(pooled: Any) -> None:
-    """Its write transaction ended: a fork need not wait for it. (A connection may stay checked
-    out of the pool between transactions, see ``_kept``.)"""
-    try:
-        token = pooled.info.pop(_WRITER, None)
-    except NotImplementedError:  # the bare connection SQLAlchemy rolls back as it first connects
-        return
-    if token is not None:
-        _forkgate.WRITES.leave(token)
-
-
-def reading(conn: Any) -> None:
-    """Mark ``conn`` (a Connection of an SQLite ledger) as one that only reads until it goes
-    back to the pool: its transactions begin deferred. Nothing on PostgreSQL."""
-    if conn.dialect.name == "sqlite":
-        conn.connection.info[_READS] = True
 
 
 def postgres_engine(

@@ -23,7 +23,8 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from call4agents.model import platform
 
-from ._db import OPTIMIZE_EVERY, database_failed, has_input, reading, socket_poll
+from ._db import OPTIMIZE_EVERY, database_failed, has_input, socket_poll
+from .sqlite_tx import reading
 
 _forks = 0  # forks between the process that loaded this module and this one, counted in each child
 _INHERITED: list[Any] = []  # a forked child's copies of its parent's kept connections

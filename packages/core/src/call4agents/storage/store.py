@@ -48,11 +48,12 @@ from sqlalchemy.sql.elements import ColumnElement
 from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
-from ._db import SYNC_OFF, database_failed, reading
+from ._db import SYNC_OFF, database_failed
 from ._db import cannot_open as cannot_open  # what the engine says when opening fails
 from ._db import short_error as short_error  # callers import it from here
 from ._kept import Kept, Transaction
 from .dialects import dialect_of
+from .sqlite_tx import reading
 from .tables import audit, effects
 
 OPEN_STATES = ("started", "in_doubt")
@@ -429,26 +430,26 @@ class Store:
             try:
                 # SQLite: the outcome and, if it matched nothing, a closer look, in one write
                 # transaction. PostgreSQL: the outcome alone in autocommit (one round trip),
-                # then the closer look, if needed, in a transaction of its own.
-                if not self._sql.wakes:
-                    with Transaction(self._writes) as conn:
-                        return self._finish_once(conn, params)
+                # then, if it matched nothing, the outcome again and the closer look in a
+                # transaction of its own.
                 with Transaction(self._writes) as conn:
                     if conn.exec_driver_sql(self._finish_sql, params).rowcount == 1:
                         return True
+                    if not self._sql.wakes:
+                        return self._unmatched(conn, params)
                 with self.tx() as conn:
-                    return self._finish_once(conn, params)
+                    if conn.exec_driver_sql(self._finish_sql, params).rowcount == 1:
+                        return True
+                    return self._unmatched(conn, params)
             except LedgerError as exc:
                 if not self.transient(exc) or time.monotonic() + pause > deadline:
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
 
-    def _finish_once(self, conn: Connection, params: dict[str, Any]) -> bool:
-        """The outcome, else why it matched no open row: this attempt's own earlier try whose
+    def _unmatched(self, conn: Connection, params: dict[str, Any]) -> bool:
+        """Why the outcome matched no open row: this attempt's own earlier try whose
         acknowledgement was lost (True), or a late result, kept as evidence (False)."""
-        if conn.exec_driver_sql(self._finish_sql, params).rowcount == 1:
-            return True
         key, attempt, state = params["k"], params["a"], params["st"]
         result, error = params["res"], params["err"]
         found = conn.execute(

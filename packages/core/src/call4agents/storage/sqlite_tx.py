@@ -1,4 +1,8 @@
-"""A fork waits for this process's SQLite write transactions to end.
+"""SQLite's transactions: begun IMMEDIATE unless their connection only reads, and counted so
+that a fork waits for this process's write transactions to end.
+
+The engine of an SQLite ledger begins, commits and rolls back through ``begin``, ``commit`` and
+``rollback`` below (the dialect's own steps, see ``_db.sqlite_engine``).
 
 SQLite keeps the locks of every connection a process has on a file in one table per process
 (POSIX locks belong to the process, not to a connection). ``os.fork`` copies that table: if
@@ -17,11 +21,15 @@ behind another process's lock) lets the fork go on, as it did before.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from call4agents.model import platform
 
 # Seconds a fork waits at most for open write transactions (the default busy timeout).
 LIMIT = 30.0
+# Marks a pooled connection whose write transaction a fork waits for.
+WRITER = "c4a_writer"
+READS = "c4a_reads"  # the connection only reads until its return to the pool (``reading``)
 
 
 class _Gate:
@@ -85,3 +93,48 @@ platform.at_fork(
     after_in_parent=WRITES.after_fork_in_parent,
     after_in_child=WRITES.after_fork_in_child,
 )
+
+
+def begin(pooled: Any) -> None:
+    """Take the write lock up front: a deferred transaction that reads then writes can fail
+    with SQLITE_BUSY without waiting, where an immediate one waits its turn. A connection that
+    only reads (``reading``) stays deferred, so WAL lets it run beside a writer."""
+    info = pooled.info
+    if info.get(READS):
+        pooled.driver_connection.execute("BEGIN")
+        return
+    if WRITER not in info:
+        info[WRITER] = WRITES.enter()
+    pooled.driver_connection.execute("BEGIN IMMEDIATE")
+
+
+def commit(pooled: Any) -> None:
+    try:
+        pooled.commit()
+    finally:
+        ended(pooled)
+
+
+def rollback(pooled: Any) -> None:
+    try:
+        pooled.rollback()
+    finally:
+        ended(pooled)
+
+
+def ended(pooled: Any) -> None:
+    """Its write transaction ended: a fork need not wait for it. (A connection may stay checked
+    out of the pool between transactions, see ``_kept``.)"""
+    try:
+        token = pooled.info.pop(WRITER, None)
+    except NotImplementedError:  # the bare connection SQLAlchemy rolls back as it first connects
+        return
+    if token is not None:
+        WRITES.leave(token)
+
+
+def reading(conn: Any) -> None:
+    """Mark ``conn`` (a Connection of an SQLite ledger) as one that only reads until it goes
+    back to the pool: its transactions begin deferred. Nothing on PostgreSQL."""
+    if conn.dialect.name == "sqlite":
+        conn.connection.info[READS] = True
