@@ -71,13 +71,13 @@ from call4agents.integration import (
     run_entered,
     run_part,
     uncovered_call,
-    warn_once,
 )
 
 from . import _endings, _hooks
 from . import _outcomes as out
 from ._keys import EXTENSION, KEY_META, MAX_KEY_LENGTH, client_key
 from ._payload import tool_payload
+from ._warnings import warn_once
 
 register_tool_payload_shape(tool_payload)  # spans and hand-offs see the tool's own value
 
@@ -87,7 +87,11 @@ T = TypeVar("T")
 Identity = Callable[[ServerRequestContext[Any, Any]], str | None]
 ToolOptions = Mapping[str, EffectOptions | Mapping[str, Any]]
 
-_HANDSHAKES: Final = ("initialize", "server/discover")
+# Where each era's handshake advertises OnceOnly: SEP-2133's `extensions` exist from 2026-07-28
+# (`server/discover`); the 2025 schema (`initialize`) has none, and names non-standard
+# capabilities under `experimental`, so an `extensions` field there would be off its schema (the
+# SDK drops its own extensions on that wire for the same reason).
+_ADVERTISED_UNDER: Final = {"server/discover": "extensions", "initialize": "experimental"}
 _HINTS_TTL: Final = 60.0  # seconds a tools/list answer seeds options before it is asked again
 _HINTS_RETRY: Final = 1.0  # at most this often for a tool the last listing did not show
 _MAX_LIST_PAGES: Final = 100
@@ -203,7 +207,9 @@ class OnceOnly(Extension):
         out.install_witness()
 
     def settings(self) -> dict[str, Any]:
-        """Advertised under ``capabilities.extensions["io.call4agents/once-only"]``."""
+        """Advertised under ``capabilities.extensions["io.call4agents/once-only"]`` (2026-07-28),
+        or ``capabilities.experimental[...]`` on the handshake era, whose schema has no
+        ``extensions``."""
         return {"metaKey": KEY_META, "windowSeconds": self._window}
 
     # -- the two ways in ------------------------------------------------------------------------
@@ -221,8 +227,9 @@ class OnceOnly(Extension):
                 finally:
                     _active.reset(token)
         result = await call_next(ctx)
-        if ctx.method in _HANDSHAKES and isinstance(result, dict):
-            _advertise(result, self.settings())
+        field = _ADVERTISED_UNDER.get(ctx.method)
+        if field is not None and isinstance(result, dict):
+            _advertise(result, field, self.settings())
         return result
 
     async def intercept_tool_call(
@@ -692,12 +699,12 @@ async def _list_annotations(
     return found
 
 
-def _advertise(result: dict[str, Any], settings: dict[str, Any]) -> None:
+def _advertise(result: dict[str, Any], field: str, settings: dict[str, Any]) -> None:
     capabilities = result.get("capabilities")
     if isinstance(capabilities, dict):
-        extensions = capabilities.setdefault("extensions", {})
-        if isinstance(extensions, dict):
-            extensions.setdefault(EXTENSION, settings)
+        advertised = capabilities.setdefault(field, {})
+        if isinstance(advertised, dict):
+            advertised.setdefault(EXTENSION, settings)
 
 
 # -- the two tiers differ only in the shape they must answer with -------------------------------
