@@ -825,20 +825,58 @@ def test_credentials_cannot_be_injected_into_mcp_tools() -> None:
 # -- as the bare SDK where once-only has nothing to say -------------------------------------------
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("keyed", [True, False], ids=["client-key", "keyless-window"])
 def test_a_call_to_an_unknown_tool_is_the_sdks_own_error_and_writes_nothing(
-    ledger: c4a.Ledger, outbox: Outbox
+    ledger: c4a.Ledger, outbox: Outbox, mode: str, keyed: bool
 ) -> None:
+    """Both ways a call is keyed: by the client's key, or (keyless) by the window, which
+    ``anonymous_window=True`` applies to the in-memory client's calls."""
+    meta = {KEY_META: "k-1"} if keyed else None
+
     async def main(server: MCPServer) -> CallToolResult:
-        async with Client(server) as client:
-            return await client.call_tool("send_emial", {"to": "bob"}, meta={KEY_META: "k-1"})
+        async with Client(server, mode=mode) as client:
+            return await client.call_tool("send_emial", {"to": "bob"}, meta=meta)
 
     bare = anyio.run(main, MCPServer("mail"))
-    told = anyio.run(main, mail_server(outbox))
+    told = anyio.run(main, mail_server(outbox, once=OnceOnly(anonymous_window=True)))
     assert told.is_error
     assert bare.is_error
     assert text(told) == text(bare) == "Unknown tool: send_emial"
-    assert outcome(told) is None  # no ledger outcome, so nothing marks it retryable
+    assert told.meta == bare.meta  # no ledger outcome, so nothing marks it retryable
     assert ledger.effects() == []
+
+
+def test_a_tool_a_lowlevel_server_serves_but_does_not_list_runs_as_bare_with_a_warning(
+    ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    """Nothing is recorded for a name the listing does not show; where the handler runs it
+    anyway, it ran outside the ledger, and the server says so once."""
+    from call4agents_mcp import Call4AgentsWarning
+
+    hidden = f"hidden_{uuid.uuid4().hex[:8]}"  # warnings are once per process and tool
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> ListToolsResult:
+        return ListToolsResult(tools=[Tool(name="pay", input_schema={"type": "object"})])
+
+    async def call(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> Any:
+        n = outbox.deliver(tool=params.name)
+        return CallToolResult(content=[TextContent(type="text", text=f"{params.name} #{n}")])
+
+    low = Server("low", on_list_tools=list_tools, on_call_tool=call)
+    low.middleware.append(OnceOnly())
+
+    async def main() -> list[str]:
+        async with Client(low) as client:
+            return [text(await client.call_tool(hidden, {}, meta={KEY_META: "h"})) for _ in "12"]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert anyio.run(main) == [f"{hidden} #1", f"{hidden} #2"]
+    assert ledger.effects() == []
+    [warned] = [w for w in caught if hidden in str(w.message)]
+    assert warned.category is Call4AgentsWarning
+    assert "not in this server's tools/list" in str(warned.message)
 
 
 def keyless_calls(name: str, times: int) -> tuple[list[CallToolResult], list[str]]:

@@ -254,8 +254,7 @@ class OnceOnly(Extension):
         self, call: _Call, ctx: ServerRequestContext[Any, Any], call_next: CallNext, tier: _Tier
     ) -> HandlerResult:
         if not await self._listed(call.tool, ctx, call_next, tier):
-            # No such tool: the SDK's own error goes back as it is, and nothing is recorded.
-            return await call_next(ctx)
+            return await self._unlisted(call, ctx, call_next)
         options = await self._options(call.tool, ctx, call_next, tier)
         caller = self._identity(ctx)  # here, not in the worker thread: it may read contextvars
         if call.key is None:
@@ -276,6 +275,21 @@ class OnceOnly(Extension):
         # first calls share one; an approval ticket must not take one for an edit of the other.
         action = replace(action, call_id=_request_id(ctx), call_id_stable=False)
         return await self._once(action, call, ctx, call_next, tier)
+
+    async def _unlisted(
+        self, call: _Call, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """A tool the client's ``tools/list`` does not show: the server's own answer (MCPServer's
+        "Unknown tool" error) goes back as it is, and nothing is recorded. A low-level server
+        whose handler serves an unlisted name anyway has run it outside the ledger: say so."""
+        result = await call_next(ctx)
+        if out.as_dict(result).get("isError") is not True:
+            warn_once(
+                f"mcp-unlisted:{call.tool}",
+                f"{call.tool} is not in this server's tools/list, yet its tools/call handler ran "
+                "it, so it ran without the ledger. List every tool the server serves.",
+            )
+        return result
 
     async def _plain(
         self,
