@@ -5,14 +5,16 @@ them. The chosen files are its tests of ``MCPServer`` tools, tool errors, valida
 cancellation, extensions and middleware, driven through the SDK's in-memory client. Its conftest
 is left out (it wants BlockBuster and Logfire, which measure nothing of tools), and so is one
 file that imports the repository's examples, which the sdist does not ship; its
-``filterwarnings = error`` stays. The second run loads ``once_only_mcp_plugin``: ``OnceOnly()``
-joins every ``MCPServer``'s middleware, each test on a fresh SQLite ledger. Every test that
-passes bare must pass switched on, except the named differences below.
+``filterwarnings = error`` stays. The runs switched on load ``once_only_mcp_plugin``:
+``OnceOnly()`` joins every ``MCPServer``'s middleware, or (the other route it offers) its
+extensions, each test on a fresh SQLite ledger. Every test that passes bare must pass switched
+on, except the named differences below.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+from pathlib import Path
 
 import pytest
 
@@ -52,14 +54,13 @@ FILES = [
     "tests/client/test_client.py",
 ]
 _ADVERTISED = (
-    "OnceOnly is an MCP extension: the server's capabilities name it (io.call4agents/once-only, "
-    "with its idempotency key's _meta name and window), so an exact snapshot of them differs"
+    "OnceOnly advertises itself, as the SDK's extension API has an extension do: under "
+    "capabilities.extensions['io.call4agents/once-only'] on the 2026-07-28 wire (SEP-2133), under "
+    "capabilities.experimental on the handshake era, whose schema has no extensions. It is how a "
+    "client learns to send an idempotency key (and the window a keyless retry is matched in), so "
+    "it is what once-only adds; an exact snapshot of the server's capabilities shows it"
 )
-_KEYLESS = (
-    "a tool call with no idempotency key from a caller the server cannot name is logged once a "
-    "process as a call4agents warning; a test asserting no log records sees it (issue 47)"
-)
-EXPECTED = {
+_ADVERTISED_MODERN = {
     f"{_SERVER}/test_server.py::"
     "test_server_advertises_change_notifications_on_the_modern_wire_by_default": _ADVERTISED,
     f"{_SERVER}/test_server.py::test_subscriptions_false_neither_advertises_nor_serves_listen": (
@@ -67,28 +68,43 @@ EXPECTED = {
     ),
     f"{_SERVER}/test_extension.py::"
     "test_extension_settings_advertised_under_server_capabilities": _ADVERTISED,
-    f"{_SERVER}/test_extension.py::test_extension_settings_dropped_on_legacy_handshake": (
-        _ADVERTISED
-    ),
-    "tests/client/test_client.py::test_client_is_initialized": _ADVERTISED,
-    f"{_SERVER}/test_server.py::"
-    "test_tool_raising_unexpected_exception_is_logged_once_at_error_with_its_traceback": _KEYLESS,
-    f"{_SERVER}/test_server.py::test_tool_raising_tool_error_is_logged_at_info_without_traceback": (
-        _KEYLESS
-    ),
-    f"{_SERVER}/test_server.py::"
-    "test_tool_argument_validation_failure_is_logged_at_info_without_traceback": _KEYLESS,
-    f"{_SERVER}/test_server.py::test_tool_raising_mcp_error_is_not_logged_by_mcpserver": _KEYLESS,
-    f"{_SERVER}/test_server.py::test_resource_error_escaping_a_tool_is_anticipated": _KEYLESS,
 }
+EXPECTED = {
+    **_ADVERTISED_MODERN,
+    "tests/client/test_client.py::test_client_is_initialized": _ADVERTISED,
+}
+# Given as an extension, the SDK advertises it on the 2026-07-28 wire alone.
+EXPECTED_AS_EXTENSION = {
+    **_ADVERTISED_MODERN,
+    f"{_SERVER}/test_extension.py::test_plain_extension_leaves_the_tool_call_handler_bare": (
+        "OnceOnly as an extension intercepts tools/call, so the SDK composes its interceptor "
+        "chain around the handler: the test compares the handler with the bare one"
+    ),
+}
+_OPTIONS = ["--noconftest", "-p", "no:asyncio"]  # see above; the anyio plugin runs the tests
+
+
+@pytest.fixture(scope="module")
+def bare() -> tuple[Path, set[str]]:
+    suites.check_installed(RELEASE, importlib.metadata.version("mcp"))
+    root = suites.unpacked(RELEASE)
+    return root, suites.passed(root, FILES, plugin=None, options=_OPTIONS)
 
 
 @pytest.mark.slow
-def test_every_test_passing_bare_passes_with_once_only() -> None:
-    suites.check_installed(RELEASE, importlib.metadata.version("mcp"))
-    root = suites.unpacked(RELEASE)
-    # The conftest's fixtures are of no use here (see above); the anyio plugin runs the tests.
-    options = ["--noconftest", "-p", "no:asyncio"]
-    bare = suites.passed(root, FILES, plugin=None, options=options)
-    switched_on = suites.passed(root, FILES, plugin="once_only_mcp_plugin", options=options)
-    suites.assert_same_outcomes(bare, switched_on, EXPECTED, at_least=300)
+@pytest.mark.parametrize(
+    ("route", "expected"),
+    [("middleware", EXPECTED), ("extension", EXPECTED_AS_EXTENSION)],
+)
+def test_every_test_passing_bare_passes_with_once_only(
+    bare: tuple[Path, set[str]], route: str, expected: dict[str, str]
+) -> None:
+    root, passed_bare = bare
+    switched_on = suites.passed(
+        root,
+        FILES,
+        plugin="once_only_mcp_plugin",
+        options=_OPTIONS,
+        env={"C4A_MCP_ROUTE": route},
+    )
+    suites.assert_same_outcomes(passed_bare, switched_on, expected, at_least=300)

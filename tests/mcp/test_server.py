@@ -7,9 +7,13 @@ the initialize handshake (``legacy``).
 
 from __future__ import annotations
 
-import importlib
 import json
+import logging
+import subprocess
+import sys
+import textwrap
 import threading
+import uuid
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -748,12 +752,22 @@ def test_as_extension_it_is_advertised_and_works(ledger: c4a.Ledger, outbox: Out
 
 @pytest.mark.parametrize("mode", MODES)
 def test_middleware_advertises_the_extension(ledger: c4a.Ledger, outbox: Outbox, mode: str) -> None:
+    """Under SEP-2133's ``extensions`` from 2026-07-28; on the handshake era, whose schema has no
+    ``extensions`` (the SDK drops its own there), under ``experimental``, its place for
+    capabilities outside the standard."""
+
     async def main() -> Any:
         async with Client(mail_server(outbox), mode=mode) as client:
-            return client.server_capabilities.extensions
+            return client.server_capabilities
 
-    extensions = anyio.run(main)
-    assert extensions["io.call4agents/once-only"] == {"metaKey": KEY_META, "windowSeconds": 600.0}
+    capabilities = anyio.run(main)
+    settings = {"metaKey": KEY_META, "windowSeconds": 600.0}
+    if mode == "legacy":
+        assert capabilities.extensions is None
+        assert capabilities.experimental == {"io.call4agents/once-only": settings}
+    else:
+        assert capabilities.extensions == {"io.call4agents/once-only": settings}
+        assert capabilities.experimental is None
 
 
 def test_given_as_middleware_and_extension_it_acts_once(ledger: c4a.Ledger, outbox: Outbox) -> None:
@@ -811,75 +825,165 @@ def test_credentials_cannot_be_injected_into_mcp_tools() -> None:
 # -- as the bare SDK where once-only has nothing to say -------------------------------------------
 
 
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("keyed", [True, False], ids=["client-key", "keyless-window"])
 def test_a_call_to_an_unknown_tool_is_the_sdks_own_error_and_writes_nothing(
-    ledger: c4a.Ledger, outbox: Outbox
+    ledger: c4a.Ledger, outbox: Outbox, mode: str, keyed: bool
 ) -> None:
+    """Both ways a call is keyed: by the client's key, or (keyless) by the window, which
+    ``anonymous_window=True`` applies to the in-memory client's calls."""
+    meta = {KEY_META: "k-1"} if keyed else None
+
     async def main(server: MCPServer) -> CallToolResult:
-        async with Client(server) as client:
-            return await client.call_tool("send_emial", {"to": "bob"}, meta={KEY_META: "k-1"})
+        async with Client(server, mode=mode) as client:
+            return await client.call_tool("send_emial", {"to": "bob"}, meta=meta)
 
     bare = anyio.run(main, MCPServer("mail"))
-    told = anyio.run(main, mail_server(outbox))
+    told = anyio.run(main, mail_server(outbox, once=OnceOnly(anonymous_window=True)))
     assert told.is_error
     assert bare.is_error
     assert text(told) == text(bare) == "Unknown tool: send_emial"
-    assert outcome(told) is None  # no ledger outcome, so nothing marks it retryable
+    assert told.meta == bare.meta  # no ledger outcome, so nothing marks it retryable
     assert ledger.effects() == []
 
 
-@pytest.fixture
-def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Warnings given once per process: this test sees its own first one."""
-    monkeypatch.setattr(importlib.import_module("call4agents.integration"), "_warned", set())
-
-
-def keyless_calls(server: MCPServer, times: int) -> list[CallToolResult]:
-    async def main() -> list[CallToolResult]:
-        async with Client(server) as client:
-            return [
-                await client.call_tool("send_email", {"to": "bob", "body": "hi"})
-                for _ in range(times)
-            ]
-
-    return anyio.run(main)
-
-
-@pytest.mark.usefixtures("fresh_warnings")
-def test_the_keyless_warning_never_turns_a_call_into_an_error(
-    ledger: c4a.Ledger, outbox: Outbox, caplog: pytest.LogCaptureFixture
-) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # as a suite with filterwarnings = error runs
-        results = keyless_calls(mail_server(outbox), 2)
-    assert [r.is_error for r in results] == [False, False]
-    assert outbox.count() == 2
-    [logged] = [r for r in caplog.records if "no idempotency key" in r.getMessage()]
-    assert logged.levelname == "WARNING"  # said once, in the log instead
-
-
-@pytest.mark.usefixtures("fresh_warnings")
-def test_the_keyless_warning_is_given_once_in_a_category_of_its_own(
+def test_a_tool_a_lowlevel_server_serves_but_does_not_list_runs_as_bare_with_a_warning(
     ledger: c4a.Ledger, outbox: Outbox
 ) -> None:
+    """Nothing is recorded for a name the listing does not show; where the handler runs it
+    anyway, it ran outside the ledger, and the server says so once."""
+    from call4agents_mcp import Call4AgentsWarning
+
+    hidden = f"hidden_{uuid.uuid4().hex[:8]}"  # warnings are once per process and tool
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any], params: Any) -> ListToolsResult:
+        return ListToolsResult(tools=[Tool(name="pay", input_schema={"type": "object"})])
+
+    async def call(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> Any:
+        n = outbox.deliver(tool=params.name)
+        return CallToolResult(content=[TextContent(type="text", text=f"{params.name} #{n}")])
+
+    low = Server("low", on_list_tools=list_tools, on_call_tool=call)
+    low.middleware.append(OnceOnly())
+
+    async def main() -> list[str]:
+        async with Client(low) as client:
+            return [text(await client.call_tool(hidden, {}, meta={KEY_META: "h"})) for _ in "12"]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert anyio.run(main) == [f"{hidden} #1", f"{hidden} #2"]
+    assert ledger.effects() == []
+    [warned] = [w for w in caught if hidden in str(w.message)]
+    assert warned.category is Call4AgentsWarning
+    assert "not in this server's tools/list" in str(warned.message)
+
+
+def keyless_calls(name: str, times: int) -> tuple[list[CallToolResult], list[str]]:
+    """``times`` keyless calls from an anonymous caller to a fresh server's tool, named ``name``
+    and a suffix of its own (warnings are given once per process and tool), and what it did."""
+    tool = f"{name}_{uuid.uuid4().hex[:8]}"
+    app = MCPServer("keyless", middleware=[OnceOnly()])
+    done: list[str] = []
+
+    @app.tool(name=tool)
+    def send(to: str) -> str:
+        done.append(to)
+        return f"sent #{len(done)}"
+
+    async def main() -> list[CallToolResult]:
+        async with Client(app) as client:
+            return [await client.call_tool(tool, {"to": "bob"}) for _ in range(times)]
+
+    return anyio.run(main), done
+
+
+def keyless_warnings(caught: list[warnings.WarningMessage]) -> list[warnings.WarningMessage]:
+    return [w for w in caught if "no idempotency key" in str(w.message)]
+
+
+def test_the_keyless_warning_is_given_once_in_a_category_of_its_own(ledger: c4a.Ledger) -> None:
     from call4agents_mcp import Call4AgentsWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        keyless_calls(mail_server(outbox), 3)
-    [warned] = [w for w in caught if "no idempotency key" in str(w.message)]
+        results, done = keyless_calls("send_once_warned", 3)
+    [warned] = keyless_warnings(caught)
     assert warned.category is Call4AgentsWarning
     assert issubclass(Call4AgentsWarning, RuntimeWarning)
+    assert "send_once_warned_" in str(warned.message)
+    assert [r.is_error for r in results] == [False] * 3
+    assert done == ["bob"] * 3  # outside the ledger, as the warning says
 
 
-@pytest.mark.usefixtures("fresh_warnings")
+def test_the_keyless_warning_never_turns_a_call_into_an_error(
+    ledger: c4a.Ledger, caplog: pytest.LogCaptureFixture
+) -> None:
+    from call4agents_mcp import Call4AgentsWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("error")  # as python -W error, or a suite's filterwarnings = error
+        results, done = keyless_calls("send_under_error_filter", 2)
+    assert [r.is_error for r in results] == [False, False]
+    assert done == ["bob", "bob"]
+    # Shown all the same, once, as the warning it is (pytest lists it in its summary) ...
+    [shown] = keyless_warnings(caught)
+    assert shown.category is Call4AgentsWarning
+    # ... and not written to the log, where a suite asserting on its server's records sees it.
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_keyless_warning_under_w_error_is_on_stderr_and_the_call_succeeds(
+    tmp_path: Path,
+) -> None:
+    """``python -W error``: the process's own filters, its own once-per-process warning."""
+    child = tmp_path / "child.py"
+    child.write_text(
+        textwrap.dedent(f"""
+            import anyio
+            from mcp import Client
+            from mcp.server.mcpserver import MCPServer
+            import call4agents as c4a
+            from call4agents_mcp import OnceOnly
+
+            c4a.init("sqlite:///{tmp_path / "ledger.db"}")
+            app = MCPServer("keyless", middleware=[OnceOnly()])
+            done = []
+
+            @app.tool()
+            def send(to: str) -> str:
+                done.append(to)
+                return "sent"
+
+            async def main():
+                async with Client(app) as client:
+                    return [await client.call_tool("send", {{"to": "bob"}}) for _ in range(2)]
+
+            print([r.is_error for r in anyio.run(main)], len(done))
+        """),
+        encoding="utf-8",
+    )
+    ran = subprocess.run(
+        [sys.executable, "-W", "error", str(child)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.splitlines()[-1] == "[False, False] 2"
+    assert ran.stderr.count("Call4AgentsWarning: send was called with no idempotency key") == 1
+
+
 def test_the_keyless_warning_can_be_filtered_by_its_category(
-    ledger: c4a.Ledger, outbox: Outbox
+    ledger: c4a.Ledger, caplog: pytest.LogCaptureFixture
 ) -> None:
     from call4agents_mcp import Call4AgentsWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", category=Call4AgentsWarning)
-        [result] = keyless_calls(mail_server(outbox), 1)
+        [result], _ = keyless_calls("send_filtered", 1)
     assert not result.is_error
     assert caught == []
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

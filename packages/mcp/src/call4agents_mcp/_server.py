@@ -71,13 +71,13 @@ from call4agents.integration import (
     run_entered,
     run_part,
     uncovered_call,
-    warn_once,
 )
 
 from . import _endings, _hooks
 from . import _outcomes as out
 from ._keys import EXTENSION, KEY_META, MAX_KEY_LENGTH, client_key
 from ._payload import tool_payload
+from ._warnings import warn_once
 
 register_tool_payload_shape(tool_payload)  # spans and hand-offs see the tool's own value
 
@@ -87,7 +87,11 @@ T = TypeVar("T")
 Identity = Callable[[ServerRequestContext[Any, Any]], str | None]
 ToolOptions = Mapping[str, EffectOptions | Mapping[str, Any]]
 
-_HANDSHAKES: Final = ("initialize", "server/discover")
+# Where each era's handshake advertises OnceOnly: SEP-2133's `extensions` exist from 2026-07-28
+# (`server/discover`); the 2025 schema (`initialize`) has none, and names non-standard
+# capabilities under `experimental`, so an `extensions` field there would be off its schema (the
+# SDK drops its own extensions on that wire for the same reason).
+_ADVERTISED_UNDER: Final = {"server/discover": "extensions", "initialize": "experimental"}
 _HINTS_TTL: Final = 60.0  # seconds a tools/list answer seeds options before it is asked again
 _HINTS_RETRY: Final = 1.0  # at most this often for a tool the last listing did not show
 _MAX_LIST_PAGES: Final = 100
@@ -203,7 +207,9 @@ class OnceOnly(Extension):
         out.install_witness()
 
     def settings(self) -> dict[str, Any]:
-        """Advertised under ``capabilities.extensions["io.call4agents/once-only"]``."""
+        """Advertised under ``capabilities.extensions["io.call4agents/once-only"]`` (2026-07-28),
+        or ``capabilities.experimental[...]`` on the handshake era, whose schema has no
+        ``extensions``."""
         return {"metaKey": KEY_META, "windowSeconds": self._window}
 
     # -- the two ways in ------------------------------------------------------------------------
@@ -221,8 +227,9 @@ class OnceOnly(Extension):
                 finally:
                     _active.reset(token)
         result = await call_next(ctx)
-        if ctx.method in _HANDSHAKES and isinstance(result, dict):
-            _advertise(result, self.settings())
+        field = _ADVERTISED_UNDER.get(ctx.method)
+        if field is not None and isinstance(result, dict):
+            _advertise(result, field, self.settings())
         return result
 
     async def intercept_tool_call(
@@ -247,8 +254,7 @@ class OnceOnly(Extension):
         self, call: _Call, ctx: ServerRequestContext[Any, Any], call_next: CallNext, tier: _Tier
     ) -> HandlerResult:
         if not await self._listed(call.tool, ctx, call_next, tier):
-            # No such tool: the SDK's own error goes back as it is, and nothing is recorded.
-            return await call_next(ctx)
+            return await self._unlisted(call, ctx, call_next)
         options = await self._options(call.tool, ctx, call_next, tier)
         caller = self._identity(ctx)  # here, not in the worker thread: it may read contextvars
         if call.key is None:
@@ -269,6 +275,21 @@ class OnceOnly(Extension):
         # first calls share one; an approval ticket must not take one for an edit of the other.
         action = replace(action, call_id=_request_id(ctx), call_id_stable=False)
         return await self._once(action, call, ctx, call_next, tier)
+
+    async def _unlisted(
+        self, call: _Call, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """A tool the client's ``tools/list`` does not show: the server's own answer (MCPServer's
+        "Unknown tool" error) goes back as it is, and nothing is recorded. A low-level server
+        whose handler serves an unlisted name anyway has run it outside the ledger: say so."""
+        result = await call_next(ctx)
+        if out.as_dict(result).get("isError") is not True:
+            warn_once(
+                f"mcp-unlisted:{call.tool}",
+                f"{call.tool} is not in this server's tools/list, yet its tools/call handler ran "
+                "it, so it ran without the ledger. List every tool the server serves.",
+            )
+        return result
 
     async def _plain(
         self,
@@ -692,12 +713,12 @@ async def _list_annotations(
     return found
 
 
-def _advertise(result: dict[str, Any], settings: dict[str, Any]) -> None:
+def _advertise(result: dict[str, Any], field: str, settings: dict[str, Any]) -> None:
     capabilities = result.get("capabilities")
     if isinstance(capabilities, dict):
-        extensions = capabilities.setdefault("extensions", {})
-        if isinstance(extensions, dict):
-            extensions.setdefault(EXTENSION, settings)
+        advertised = capabilities.setdefault(field, {})
+        if isinstance(advertised, dict):
+            advertised.setdefault(EXTENSION, settings)
 
 
 # -- the two tiers differ only in the shape they must answer with -------------------------------
