@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import logging
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -298,7 +298,7 @@ __all__ = [
 ]
 
 _warned: set[str] = set()
-_log = logging.getLogger("call4agents")
+_warned_lock = threading.Lock()
 
 
 def shown_other_args(action: Action) -> ApprovalRequest | None:
@@ -351,17 +351,25 @@ class Call4AgentsWarning(RuntimeWarning):
 
 
 def warn_once(topic: str, message: str) -> None:
-    """A warning shown once per process and topic (e.g. a side-effect tool with no stable run).
+    """A ``Call4AgentsWarning`` shown once per process and topic (e.g. a side-effect tool with no
+    stable run), filtered by its category like any other warning.
 
     Never an error for the call that gave it: where a filter turns warnings into exceptions
-    (``filterwarnings = error``, as test suites set), the message goes to the log instead."""
-    if topic in _warned:
-        return
-    _warned.add(topic)
+    (``-W error``, pytest's ``filterwarnings = error``) it is shown as a warning all the same,
+    through ``warnings.showwarning`` (what Python calls to show one; pytest's recorder in a
+    test), not logged: a suite asserting on its log records would see a record the framework
+    alone never writes. ``ignore`` filters are honoured."""
+    with _warned_lock:  # MCP keys calls in worker threads: two may warn at once
+        if topic in _warned:
+            return
+        _warned.add(topic)
     try:
         warnings.warn(message, Call4AgentsWarning, stacklevel=3)
-    except Warning:
-        _log.warning("%s", message)
+    except Warning as promoted:
+        caller = sys._getframe(1)
+        warnings.showwarning(
+            str(promoted), Call4AgentsWarning, caller.f_code.co_filename, caller.f_lineno
+        )
 
 
 # -- hooks in the tool's own terms ----------------------------------------------------------------

@@ -71,13 +71,13 @@ from call4agents.integration import (
     run_entered,
     run_part,
     uncovered_call,
+    warn_once,
 )
 
 from . import _endings, _hooks
 from . import _outcomes as out
 from ._keys import EXTENSION, KEY_META, MAX_KEY_LENGTH, client_key
 from ._payload import tool_payload
-from ._warnings import warn_once
 
 register_tool_payload_shape(tool_payload)  # spans and hand-offs see the tool's own value
 
