@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# Set on the hooks and instructions OnceOnly installs, so wrapping an agent twice counts once.
+# Set on the hooks OnceOnly installs, so wrapping an agent twice counts each request once.
 _MARK = "__call4agents_run_controls__"
 
 
@@ -221,6 +221,16 @@ class BudgetHooks(AgentHooks[Any]):
         self.inner = inner
         setattr(self, _MARK, True)
 
+    # Two agents equal bare (dataclass ==, which the SDK uses, e.g. a handoff to one of two
+    # same-named agents) stay equal once the same OnceOnly wrapped both: equal hooks inside.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BudgetHooks):
+            return NotImplemented
+        return self.controls is other.controls and self.inner == other.inner
+
+    def __hash__(self) -> int:
+        return hash(id(self.controls))
+
     async def on_llm_start(
         self,
         context: RunContextWrapper[Any],
@@ -284,18 +294,39 @@ def hooks_for(controls: RunControls, agent: Agent[Any]) -> AgentHooks[Any] | Non
 def instructions_for(controls: RunControls, agent: Agent[Any]) -> Any:
     """The instructions of the wrapped agent: its own, plus the note once it is due."""
     original = agent.instructions
-    if getattr(original, _MARK, False):
+    if isinstance(original, NoteInstructions):
         return original
+    return NoteInstructions(controls, original)
 
-    async def instructions(context: RunContextWrapper[Any], agent: Agent[Any]) -> str:
-        base = await _resolve(original, context, agent)
-        note = await controls.wrap_up_note(context)
+
+class NoteInstructions:
+    """The wrapped agent's instructions (the SDK's dynamic kind, an async callable): its own,
+    plus the budget's wrap-up note once it is due.
+
+    A callable object rather than a closure so that, as with the hooks, two agents equal bare
+    stay equal when the same OnceOnly wrapped both (their own instructions equal).
+    """
+
+    __slots__ = ("controls", "original")
+
+    def __init__(self, controls: RunControls, original: str | Instructions | None) -> None:
+        self.controls = controls
+        self.original = original
+
+    async def __call__(self, context: RunContextWrapper[Any], agent: Agent[Any]) -> str:
+        base = await _resolve(self.original, context, agent)
+        note = await self.controls.wrap_up_note(context)
         if note is None:
             return cast(str, base)  # None stays None: the SDK sends no instructions then
         return f"{base}\n\n{note}" if base else note
 
-    setattr(instructions, _MARK, True)
-    return instructions
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NoteInstructions):
+            return NotImplemented
+        return self.controls is other.controls and self.original == other.original
+
+    def __hash__(self) -> int:
+        return hash(id(self.controls))
 
 
 async def _resolve(
