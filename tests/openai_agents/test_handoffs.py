@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -218,3 +219,45 @@ async def test_one_agent_run_bare_then_wrapped(ledger: c4a.Ledger, outbox: Outbo
         assert result.last_agent is billing
         assert outputs(result) == ["refund 2 for A-1"]
     assert outbox.count() == 2  # the bare run's, then the wrapped runs' one
+
+
+@MODES
+def test_a_deep_copy_of_an_agent_equals_it(once_only: bool) -> None:
+    # The SDK's items hold agents, and a handoff input filter may deep-copy them.
+    agent = Agent(name="billing", instructions="Refunds.", handoff_description="money")
+    if once_only:
+        OnceOnly().wrap(agent)
+    copied = copy.deepcopy(agent)
+    assert copied == agent
+    assert copied is not agent
+
+
+@MODES
+async def test_same_named_agents_told_apart_by_instructions_persist(
+    once_only: bool, ledger: c4a.Ledger, outbox: Outbox
+) -> None:
+    # A saved RunState tells same-named agents apart by their fields; wrapped, still so.
+    def same_named(instructions: str) -> Agent[Any]:
+        agent = billing_agent(outbox, needs_approval=True)
+        agent.instructions = instructions
+        return agent
+
+    first, second = same_named("first"), same_named("second")
+    root = Agent(
+        name="root",
+        model=script([call("to_first", "h1")]),
+        handoffs=[
+            handoff(first, tool_name_override="to_first"),
+            handoff(second, tool_name_override="to_second"),
+        ],
+    )
+    if once_only:
+        OnceOnly().wrap(root)
+    result = await Runner.run(root, "refund A-1", context=dict(RUN))
+    [item] = result.interruptions
+    state = result.to_state()
+    state.approve(item)
+    restored = await RunState.from_string(root, state.to_string())
+    resumed = await Runner.run(root, restored)
+    assert resumed.last_agent is first
+    assert outbox.count() == 1

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -231,6 +232,12 @@ class BudgetHooks(AgentHooks[Any]):
     def __hash__(self) -> int:
         return hash(id(self.controls))
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> BudgetHooks:
+        # A deep copy of the agent (the SDK's items hold agents; a handoff filter may deep-copy
+        # them) copies the agent's own hooks; the controls (ledger, budget) are shared, as a
+        # ledger connection cannot be copied and a copy counts against the same budget.
+        return BudgetHooks(self.controls, copy.deepcopy(self.inner, memo))
+
     async def on_llm_start(
         self,
         context: RunContextWrapper[Any],
@@ -307,11 +314,14 @@ class NoteInstructions:
     stay equal when the same OnceOnly wrapped both (their own instructions equal).
     """
 
-    __slots__ = ("controls", "original")
-
     def __init__(self, controls: RunControls, original: str | Instructions | None) -> None:
         self.controls = controls
         self.original = original
+        # The SDK tells same-named agents apart in a saved RunState by a signature of their
+        # fields, where a callable counts by its module and name alone: named after the agent's
+        # own instructions, two agents it told apart bare stay apart.
+        self.__module__ = __name__
+        self.__qualname__ = f"{type(self).__name__}[{_identity_of(original)}]"
 
     async def __call__(self, context: RunContextWrapper[Any], agent: Agent[Any]) -> str:
         base = await _resolve(self.original, context, agent)
@@ -327,6 +337,17 @@ class NoteInstructions:
 
     def __hash__(self) -> int:
         return hash(id(self.controls))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NoteInstructions:
+        return NoteInstructions(self.controls, copy.deepcopy(self.original, memo))
+
+
+def _identity_of(original: object) -> str:
+    if original is None or isinstance(original, str):
+        return repr(original)
+    module = getattr(original, "__module__", type(original).__module__)
+    name = getattr(original, "__qualname__", type(original).__qualname__)
+    return f"{module}.{name}"
 
 
 async def _resolve(
