@@ -6,6 +6,7 @@ import asyncio
 import copy
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agents import Agent, FunctionTool, RunContextWrapper, RunState, Tool
@@ -45,7 +46,15 @@ TAgent = TypeVar("TAgent", bound=Agent[Any])
 
 
 _UNSPENT = ("pending", "approved")
-_HIDDEN = "\0a handoff hides its agent"  # in wrap's seen tool names: no tool has this name
+
+
+@dataclass
+class _Walk:
+    """One ``wrap`` through an agent graph."""
+
+    done: set[int] = field(default_factory=set)  # the agents wrapped (handoffs may form a cycle)
+    seen: set[str] = field(default_factory=set)  # the function tool names met
+    hidden: bool = False  # a hand-built Handoff hides its agent (and its tools) until invoked
 
 
 class OnceOnly:
@@ -127,10 +136,10 @@ class OnceOnly:
         wrapped the same way and the ``Handoff`` keeps its own settings; a hand-built
         ``Handoff`` that shows no agent has the agent it returns wrapped when it is invoked.
         """
-        seen: set[str] = set()
-        self._wrap_agent(agent, set(), seen)
-        unknown = sorted(set(self._shared.tools) - seen)
-        if unknown and _HIDDEN not in seen:  # a hand-built Handoff's tools show only later
+        walk = _Walk()
+        self._wrap_agent(agent, walk)
+        unknown = sorted(set(self._shared.tools) - walk.seen)
+        if unknown and not walk.hidden:  # a hand-built Handoff's tools show only later
             warn_once(
                 f"oa-unknown-{unknown}",
                 f"OnceOnly(tools=...) names {unknown}, which no function tool of {agent.name!r} "
@@ -151,27 +160,27 @@ class OnceOnly:
             return tool
         return _tools.build(self, tool, chosen)
 
-    def _wrap_agent(self, agent: Agent[Any], done: set[int], seen: set[str]) -> None:
-        if id(agent) in done:  # handoffs may form a cycle
+    def _wrap_agent(self, agent: Agent[Any], walk: _Walk) -> None:
+        if id(agent) in walk.done:
             return
-        done.add(id(agent))
+        walk.done.add(id(agent))
         for tool in agent.tools:
-            self._wrap_tool(tool, seen)
+            self._wrap_tool(tool, walk.seen)
         # Model requests are counted, and the wrap-up note shown, in the SDK's own way.
         agent.hooks = hooks_for(self.controls, agent)
         agent.instructions = instructions_for(self.controls, agent)
         for item in agent.handoffs:
             if isinstance(item, Agent):
-                self._wrap_agent(item, done, seen)
+                self._wrap_agent(item, walk)
             elif (target := _handoffs.target(item)) is not None:
-                self._wrap_agent(target, done, seen)
+                self._wrap_agent(target, walk)
             else:
-                seen.add(_HIDDEN)
+                walk.hidden = True
                 _handoffs.wrap_on_arrival(item, self._wrap_arrived)
 
     def _wrap_arrived(self, agent: Agent[Any]) -> None:
         # The agent a hand-built Handoff returned: wrapped as it arrives (nothing if it was).
-        self._wrap_agent(agent, set(), set())
+        self._wrap_agent(agent, _Walk())
 
     def _wrap_tool(self, tool: Tool, seen: set[str]) -> None:
         if not isinstance(tool, FunctionTool) or _tools.is_wrapped(tool):
