@@ -39,8 +39,18 @@ from agents.tool import get_function_tool_origin
 from agents.tool_context import ToolContext
 
 # The SDK's own judgement of a function tool's needs_approval: its argument preparation, then
-# the policy. Private to the SDK, whose minor version the package pins (0.24).
-from agents.util._approvals import evaluate_function_tool_approval
+# the policy. Private to the SDK (0.24 has no public form of it; its runner imports it from
+# here), so the package pins the SDK's minor version and tests/openai_agents/test_sdk_private.py
+# names what moved if a release drops it.
+try:
+    from agents.util._approvals import evaluate_function_tool_approval
+except ImportError as exc:  # pragma: no cover - only with an SDK release the pin excludes
+    raise ImportError(
+        "call4agents_openai_agents judges needs_approval with the OpenAI Agents SDK's private "
+        "agents.util._approvals.evaluate_function_tool_approval, which this openai-agents "
+        'release lacks: install the release the package pins, pip install "openai-agents>=0.24,'
+        '<0.25"'
+    ) from exc
 
 from call4agents import (
     ApprovalRequest,

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# Set on the hooks and instructions OnceOnly installs, so wrapping an agent twice counts once.
+# Set on the hooks OnceOnly installs, so wrapping an agent twice counts each request once.
 _MARK = "__call4agents_run_controls__"
 
 
@@ -221,6 +222,22 @@ class BudgetHooks(AgentHooks[Any]):
         self.inner = inner
         setattr(self, _MARK, True)
 
+    # Two agents equal bare (dataclass ==, which the SDK uses, e.g. a handoff to one of two
+    # same-named agents) stay equal once the same OnceOnly wrapped both: equal hooks inside.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BudgetHooks):
+            return NotImplemented
+        return self.controls is other.controls and self.inner == other.inner
+
+    def __hash__(self) -> int:
+        return hash(id(self.controls))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> BudgetHooks:
+        # A deep copy of the agent (the SDK's items hold agents; a handoff filter may deep-copy
+        # them) copies the agent's own hooks; the controls (ledger, budget) are shared, as a
+        # ledger connection cannot be copied and a copy counts against the same budget.
+        return BudgetHooks(self.controls, copy.deepcopy(self.inner, memo))
+
     async def on_llm_start(
         self,
         context: RunContextWrapper[Any],
@@ -284,18 +301,53 @@ def hooks_for(controls: RunControls, agent: Agent[Any]) -> AgentHooks[Any] | Non
 def instructions_for(controls: RunControls, agent: Agent[Any]) -> Any:
     """The instructions of the wrapped agent: its own, plus the note once it is due."""
     original = agent.instructions
-    if getattr(original, _MARK, False):
+    if isinstance(original, NoteInstructions):
         return original
+    return NoteInstructions(controls, original)
 
-    async def instructions(context: RunContextWrapper[Any], agent: Agent[Any]) -> str:
-        base = await _resolve(original, context, agent)
-        note = await controls.wrap_up_note(context)
+
+class NoteInstructions:
+    """The wrapped agent's instructions (the SDK's dynamic kind, an async callable): its own,
+    plus the budget's wrap-up note once it is due.
+
+    A callable object rather than a closure so that, as with the hooks, two agents equal bare
+    stay equal when the same OnceOnly wrapped both (their own instructions equal).
+    """
+
+    def __init__(self, controls: RunControls, original: str | Instructions | None) -> None:
+        self.controls = controls
+        self.original = original
+        # The SDK tells same-named agents apart in a saved RunState by a signature of their
+        # fields, where a callable counts by its module and name alone: named after the agent's
+        # own instructions, two agents it told apart bare stay apart.
+        self.__module__ = __name__
+        self.__qualname__ = f"{type(self).__name__}[{_identity_of(original)}]"
+
+    async def __call__(self, context: RunContextWrapper[Any], agent: Agent[Any]) -> str:
+        base = await _resolve(self.original, context, agent)
+        note = await self.controls.wrap_up_note(context)
         if note is None:
             return cast(str, base)  # None stays None: the SDK sends no instructions then
         return f"{base}\n\n{note}" if base else note
 
-    setattr(instructions, _MARK, True)
-    return instructions
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NoteInstructions):
+            return NotImplemented
+        return self.controls is other.controls and self.original == other.original
+
+    def __hash__(self) -> int:
+        return hash(id(self.controls))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> NoteInstructions:
+        return NoteInstructions(self.controls, copy.deepcopy(self.original, memo))
+
+
+def _identity_of(original: object) -> str:
+    if original is None or isinstance(original, str):
+        return repr(original)
+    module = getattr(original, "__module__", type(original).__module__)
+    name = getattr(original, "__qualname__", type(original).__qualname__)
+    return f"{module}.{name}"
 
 
 async def _resolve(

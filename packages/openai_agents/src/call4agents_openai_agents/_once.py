@@ -6,9 +6,10 @@ import asyncio
 import copy
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agents import Agent, FunctionTool, Handoff, RunContextWrapper, RunState, Tool
+from agents import Agent, FunctionTool, RunContextWrapper, RunState, Tool
 from agents.items import ToolApprovalItem
 from agents.tool_context import ToolContext
 
@@ -32,7 +33,7 @@ from call4agents.integration import (
     warn_once,
 )
 
-from . import _approval, _tools
+from . import _approval, _handoffs, _tools
 from ._controls import RunControls, hooks_for, instructions_for
 from ._run_id import RunIdSource, require_run_id
 from ._session import RunIdSession
@@ -45,6 +46,15 @@ TAgent = TypeVar("TAgent", bound=Agent[Any])
 
 
 _UNSPENT = ("pending", "approved")
+
+
+@dataclass
+class _Walk:
+    """One ``wrap`` through an agent graph."""
+
+    done: set[int] = field(default_factory=set)  # the agents wrapped (handoffs may form a cycle)
+    seen: set[str] = field(default_factory=set)  # the function tool names met
+    hidden: bool = False  # a hand-built Handoff hides its agent (and its tools) until invoked
 
 
 class OnceOnly:
@@ -115,16 +125,21 @@ class OnceOnly:
         """Make ``agent`` (and the agents it hands off to) once-only, in place; returns ``agent``.
 
         The SDK's identity checks keep holding: ``result.last_agent is agent``, ``ctx.agent is
-        agent``, the same handoff targets and the same tool objects. Each function tool's
+        agent``, the same handoff targets and the same tool objects, and two agents equal bare
+        (``==``) stay equal when this ``OnceOnly`` wrapped both. Each function tool's
         ``on_invoke_tool`` (and ``needs_approval`` when a call may need a yes) now goes through
         the ledger; the agent's ``hooks`` count model requests and its ``instructions`` add the
         budget's wrap-up note when due, around the agent's own hooks and instructions. Wrapping
-        again (with this or another ``OnceOnly``) changes nothing.
+        again (with this or another ``OnceOnly``) changes nothing. The change is for good: a
+        later run of the same agent, or of another agent holding the same tool objects, goes
+        through the ledger too. Agents reached through ``handoff(agent, ...)`` objects are
+        wrapped the same way and the ``Handoff`` keeps its own settings; a hand-built
+        ``Handoff`` that shows no agent has the agent it returns wrapped when it is invoked.
         """
-        seen: set[str] = set()
-        self._wrap_agent(agent, set(), seen)
-        unknown = sorted(set(self._shared.tools) - seen)
-        if unknown:
+        walk = _Walk()
+        self._wrap_agent(agent, walk)
+        unknown = sorted(set(self._shared.tools) - walk.seen)
+        if unknown and not walk.hidden:  # a hand-built Handoff's tools show only later
             warn_once(
                 f"oa-unknown-{unknown}",
                 f"OnceOnly(tools=...) names {unknown}, which no function tool of {agent.name!r} "
@@ -145,20 +160,27 @@ class OnceOnly:
             return tool
         return _tools.build(self, tool, chosen)
 
-    def _wrap_agent(self, agent: Agent[Any], done: set[int], seen: set[str]) -> None:
-        if id(agent) in done:  # handoffs may form a cycle
+    def _wrap_agent(self, agent: Agent[Any], walk: _Walk) -> None:
+        if id(agent) in walk.done:
             return
-        done.add(id(agent))
+        walk.done.add(id(agent))
         for tool in agent.tools:
-            self._wrap_tool(tool, seen)
+            self._wrap_tool(tool, walk.seen)
         # Model requests are counted, and the wrap-up note shown, in the SDK's own way.
         agent.hooks = hooks_for(self.controls, agent)
         agent.instructions = instructions_for(self.controls, agent)
         for item in agent.handoffs:
             if isinstance(item, Agent):
-                self._wrap_agent(item, done, seen)
+                self._wrap_agent(item, walk)
+            elif (target := _handoffs.target(item)) is not None:
+                self._wrap_agent(target, walk)
             else:
-                self._check_handoff(item)
+                walk.hidden = True
+                _handoffs.wrap_on_arrival(item, self._wrap_arrived)
+
+    def _wrap_arrived(self, agent: Agent[Any]) -> None:
+        # The agent a hand-built Handoff returned: wrapped as it arrives (nothing if it was).
+        self._wrap_agent(agent, _Walk())
 
     def _wrap_tool(self, tool: Tool, seen: set[str]) -> None:
         if not isinstance(tool, FunctionTool) or _tools.is_wrapped(tool):
@@ -171,37 +193,6 @@ class OnceOnly:
         options = self.options_for(tool.name)
         if options.recorded:
             _tools.take_invoker(tool, _tools.build(self, copy.copy(tool), options))
-
-    def _check_handoff(self, item: Handoff[Any, Any]) -> None:
-        # A handoff() object does not show its agent, so it cannot be wrapped here. Check the
-        # agent it hands off to instead, and stop the run before an unrecorded tool can act.
-        original = item.on_invoke_handoff
-        if getattr(original, _tools.MARK, False):
-            return
-
-        async def on_invoke_handoff(ctx: RunContextWrapper[Any], args: str) -> Any:
-            target = await original(ctx, args)
-            bare = [t.name for t in self._unwrapped_tools(target)]
-            if bare:
-                raise ConfigurationError(
-                    f"the handoff to {target.name!r} leads to tools {bare} that are not "
-                    "once-only: a handoff() object hides its agent from OnceOnly.wrap, so wrap "
-                    f"the agent first: handoff(once.wrap({target.name}_agent), ...)"
-                )
-            return target
-
-        setattr(on_invoke_handoff, _tools.MARK, True)
-        item.on_invoke_handoff = on_invoke_handoff
-
-    def _unwrapped_tools(self, agent: Agent[Any]) -> list[FunctionTool]:
-        return [
-            t
-            for t in agent.tools
-            if isinstance(t, FunctionTool)
-            and not _tools.is_wrapped(t)
-            and not _tools.passes_through(t, configured=t.name in self._shared.tools)
-            and self.options_for(t.name).recorded
-        ]
 
     # -- run ids and sessions ---------------------------------------------------------------------
 
