@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import (
@@ -40,7 +40,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.elements import ColumnElement
@@ -57,9 +56,16 @@ from .sqlite_tx import reading
 from .tables import audit, effects
 
 OPEN_STATES = ("started", "in_doubt")
-# SQLite's dialect with named parameters (:key), which sqlite3 takes as a dict, as psycopg takes
-# PostgreSQL's %(key)s: the form an action's statements are compiled to (see Store).
-_SQLITE_NAMED = sqlite.dialect(paramstyle="named")
+
+
+@cache
+def _sqlite_named() -> Any:
+    """SQLite's dialect with named parameters (:key), which sqlite3 takes as a dict, as psycopg
+    takes PostgreSQL's %(key)s: the form an action's statements are compiled to (see Store).
+    Made on first use, so a PostgreSQL ledger never loads SQLite's dialect."""
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.dialect(paramstyle="named")
 
 
 def _text(value: str) -> ColumnElement[Any]:
@@ -219,7 +225,7 @@ class Store:
 
     def _driver_sql(self, stmt: ClauseElement) -> str:
         """``stmt`` as its driver's text, with named parameters (given as a dict)."""
-        dialect = _SQLITE_NAMED if self.dialect == "sqlite" else self.engine.dialect
+        dialect = _sqlite_named() if self.dialect == "sqlite" else self.engine.dialect
         if self._schema is None:
             return str(stmt.compile(dialect=dialect))
         translate = {None: self._schema}
