@@ -192,27 +192,13 @@ class Store:
         # Behind a pooler, durability="process" cannot be a startup option: a statement in
         # autocommit (its own transaction) then turns synchronous commit off itself.
         self._sync_off = target is not None and target.sync_off
-        # Every statement an action runs, written once below and compiled once here into its
-        # driver's text: running one then costs no compiling and no parameter processing.
-        # They run on connections kept checked out of the engine's pool (see _kept): on
-        # PostgreSQL in autocommit, each one statement and one round trip; on SQLite inside
-        # BEGIN IMMEDIATE, as every write transaction of the engine.
-        select_row = select(*_ROW_COLUMNS, self._now.label("now")).where(
-            effects.c.key == bindparam("k")
-        )
-        self._insert_sql = self._driver_sql(self._insert_intent())
-        self._row_sql = self._driver_sql(select_row)
-        self._row_locked_sql = self._driver_sql(self._sql.locked(select_row))
-        self._result_sql = self._driver_sql(
-            # What a repeat needs of a finished action: its result, nothing else to load.
-            select(effects.c.result).where(
-                effects.c.key == bindparam("k"),
-                effects.c.state == _text("succeeded"),
-                effects.c.pruned_at.is_(None),
-                effects.c.result.is_not(None),
-            )
-        )
-        self._finish_sql = self._driver_sql(self._finish_stmt())
+        # Every statement an action runs is written once below and compiled once per ledger
+        # into its driver's text (the cached properties after close()), at its first use: a
+        # command that only reads never compiles them. Running one then costs no compiling
+        # and no parameter processing. They run on connections kept checked out of the
+        # engine's pool (see _kept): on PostgreSQL in autocommit, each one statement and one
+        # round trip; on SQLite inside BEGIN IMMEDIATE, as every write transaction of the
+        # engine.
         if self._sql.wakes:
             self._writes = self._reads = Kept(engine, autocommit=True)
         else:
@@ -222,6 +208,38 @@ class Store:
         self._writes.close()
         self._reads.close()
         _pg.stop_listening(self.engine)
+
+    @cached_property
+    def _select_row(self) -> Select[Any]:
+        return select(*_ROW_COLUMNS, self._now.label("now")).where(effects.c.key == bindparam("k"))
+
+    @cached_property
+    def _insert_sql(self) -> str:
+        return self._driver_sql(self._insert_intent())
+
+    @cached_property
+    def _row_sql(self) -> str:
+        return self._driver_sql(self._select_row)
+
+    @cached_property
+    def _row_locked_sql(self) -> str:
+        return self._driver_sql(self._sql.locked(self._select_row))
+
+    @cached_property
+    def _result_sql(self) -> str:
+        return self._driver_sql(
+            # What a repeat needs of a finished action: its result, nothing else to load.
+            select(effects.c.result).where(
+                effects.c.key == bindparam("k"),
+                effects.c.state == _text("succeeded"),
+                effects.c.pruned_at.is_(None),
+                effects.c.result.is_not(None),
+            )
+        )
+
+    @cached_property
+    def _finish_sql(self) -> str:
+        return self._driver_sql(self._finish_stmt())
 
     def _driver_sql(self, stmt: ClauseElement) -> str:
         """``stmt`` as its driver's text, with named parameters (given as a dict)."""
