@@ -7,9 +7,10 @@ Each case is a new process, started ``--rounds`` times with the cases interleave
 moment of the machine falls on all of them alike): ``python -c pass`` (the floor),
 ``import call4agents`` (what a tool-calling process pays), ``call4agents --help``, and
 ``call4agents doubt``, ``stats`` and ``runs`` on a SQLite ledger (all open it through
-SQLAlchemy, as every command does). Wall times from spawn to exit, in milliseconds, and the CPU
-time the process used (user + system), which a busy machine inflates far less than the wall
-time: on a shared machine it is the steadier figure to compare.
+SQLAlchemy, as every command does), beside the import of SQLAlchemy and its SQLite dialect
+alone: the least a command on the one route can cost. Wall times from spawn to exit, in
+milliseconds, and the CPU time the process used (user + system), which a busy machine inflates
+far less than the wall time: on a shared machine it is the steadier figure to compare.
 
 The ledger is empty unless ``--actions`` is given: then it is filled inside the database by
 ``bench_scale.py``'s fill, ``--open`` actions in doubt, as many started and as many approval
@@ -19,8 +20,9 @@ with every statement it sends counted: a count that grows with the ledger (one q
 waiting ticket, say) shows there.
 
 Given a PostgreSQL server (``--postgres``, by default ``$CALL4AGENTS_TEST_POSTGRES_URL``), the
-same three commands run on a ledger in a schema of its own, dropped afterwards, beside ``python
--c "import psycopg"`` (the driver's own share).
+same three commands run on a ledger in a schema of its own, dropped afterwards, beside the
+import of psycopg (the driver's own share) and of SQLAlchemy with its psycopg dialect and
+psycopg (their floor).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ CLI = [
     "-c",
     "import sys; from call4agents.facade.cli import main; sys.exit(main())",
 ]
+IMPORT = [sys.executable, "-c", "import sys; exec('import ' + sys.argv[1])"]
 READS = ("doubt", "stats", "runs")  # the reading commands timed on each ledger
 
 
@@ -53,11 +56,17 @@ def cases(ledger: list[str], postgres: list[str] | None, size: str) -> dict[str,
         "python -c pass (floor)": [sys.executable, "-c", "pass"],
         "import call4agents": [sys.executable, "-c", "import call4agents"],
         "call4agents --help": [*CLI, "--help"],
+        # What any command on one route loads before it does anything: the command's floor.
+        "import sqlalchemy + SQLite dialect": [*IMPORT, "sqlalchemy.dialects.sqlite"],
     }
     for command in READS:
         found[f"call4agents {command} ({size})"] = [*CLI, command, *ledger]
     if postgres:
-        found["PG: import psycopg"] = [sys.executable, "-c", "import psycopg"]
+        found["PG: import psycopg"] = [*IMPORT, "psycopg"]
+        found["PG: import sqlalchemy + psycopg dialect"] = [
+            *IMPORT,
+            "sqlalchemy.dialects.postgresql.psycopg, psycopg",
+        ]
         for command in READS:
             found[f"PG: call4agents {command} ({size})"] = [*CLI, command, *postgres]
     return found
@@ -185,17 +194,30 @@ def count_statements(target: list[str], secret: str) -> None:
     print(f"{where}: statements sent: " + ", ".join(found))
 
 
+def _imports_of(name: str) -> str | None:
+    """The case whose CPU time a reading command's is compared with: importing its SQLAlchemy
+    dialect (and driver), the part of its start-up that one route cannot go without."""
+    if name.startswith("PG: call4agents "):
+        return "PG: import sqlalchemy + psycopg dialect"
+    if name.startswith("call4agents ") and name.split()[1] in READS:
+        return "import sqlalchemy + SQLite dialect"
+    return None
+
+
 def report(times: dict[str, list[float]], cpus: dict[str, list[float]], rounds: int) -> None:
     floor = statistics.median(times["python -c pass (floor)"])
+    cpu = {name: statistics.median(samples) for name, samples in cpus.items()}
     print(
         f"\n{'case':<44} {'median ms':>10} {'min ms':>8} {'over floor ms':>14} {'CPU ms':>8}"
-        f" {'min CPU':>8}"
+        f" {'min CPU':>8} {'CPU over imports':>17}"
     )
     for name, samples in times.items():
         median = statistics.median(samples)
+        imports = _imports_of(name)
+        beyond = f"{cpu[name] - cpu[imports]:>17.1f}" if imports in cpu else ""
         print(
             f"{name:<44} {median:>10.1f} {min(samples):>8.1f} {median - floor:>14.1f}"
-            f" {statistics.median(cpus[name]):>8.1f} {min(cpus[name]):>8.1f}"
+            f" {cpu[name]:>8.1f} {min(cpus[name]):>8.1f} {beyond}"
         )
     print(
         f"\n{rounds} rounds; load average {os.getloadavg()[0]:.2f} at the end; CPU ms: median"
