@@ -57,7 +57,7 @@ def test_help_and_version_load_no_sqlalchemy(args: list[str]) -> None:
 
 def test_a_sqlite_command_loads_no_postgresql_dialect(sqlite_target: Target) -> None:
     """SQLAlchemy's PostgreSQL dialect package imports asyncpg's, pg8000's and psycopg2's
-    modules (some 40 ms): a SQLite ledger must not pay for them, as it did while the partial
+    modules (some 35 ms): a SQLite ledger must not pay for them, as it did while the partial
     indexes named ``postgresql_where=`` in tables.py."""
     sqlite_target.open().close()  # made and migrated
     found = loaded_after(cli("doubt", "--url", sqlite_target.url), sqlite_target.env())

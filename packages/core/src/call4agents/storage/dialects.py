@@ -70,7 +70,7 @@ class SQLite(Dialect):
 
     def insert(self, table: Table) -> Any:
         # Each dialect's module is imported when its database is used: a SQLite ledger never
-        # loads PostgreSQL's (some 40 ms of a command's start-up), nor PostgreSQL's SQLite's.
+        # loads PostgreSQL's (some 35 ms of a command's start-up), nor PostgreSQL's SQLite's.
         from sqlalchemy.dialects import sqlite
 
         return sqlite.insert(table)

@@ -77,7 +77,7 @@ Index("c4a_effects_doubt", effects.c.updated_at, effects.c.seq)
 
 # The conditions of the partial indexes above. They are given to an index for a database only
 # before DDL (see partial_conditions): written as ``sqlite_where=``/``postgresql_where=`` here,
-# SQLAlchemy would import both dialects to check the names when this module loads, some 40 ms
+# SQLAlchemy would import both dialects to check the names when this module loads, some 35 ms
 # of every command's start-up, for DDL that only `migrate` sends.
 _PARTIAL: dict[str, ColumnElement[bool]] = {
     "c4a_effects_open": effects.c.state.in_(("started", "in_doubt")),
