@@ -1,9 +1,10 @@
 """What a run did as a whole: its trigger, its tool calls, its time, how it ended.
 
-``c4a.run(...)`` notes each tool call made inside it (how many, and whether any was a ``read``)
-and, when the outermost block of the run leaves, writes one small transaction to the run's
-counters (``c4a_run_counters``, names under ``run.``, one upsert) and hands a :class:`RunSummary` to
-telemetry: the span around the run gets its trigger, terminal reason, cost and wall-clock time.
+``c4a.run(...)`` reads the run's history once as it is entered, notes each tool call made inside
+it (how many, and whether any was a ``read``) and, when the outermost block of the run leaves,
+writes the entry to the run's counters in one statement (``c4a_run_counters``, names under
+``run.``, see ``storage.run_rows``) and hands a :class:`RunSummary` to telemetry: the span
+around the run gets its trigger, terminal reason, cost and wall-clock time.
 
 ``trigger="retry"`` is never given by the caller's code alone: the ledger sets it when the run is
 entered again after it had already recorded actions (a resume, a re-delivered job).
@@ -208,7 +209,7 @@ def ending_of(exc: BaseException | None) -> tuple[str | None, str | None]:
 
 
 def finish(notes: Notes, exc: BaseException | None, *, write: bool = True) -> RunSummary:
-    """Record the entry in the ledger (one transaction) and tell telemetry."""
+    """Record the entry in the ledger (one statement) and tell telemetry."""
     summary = settle(notes, exc) if write else _summary(notes, exc)
     observe.run_left(summary)
     return summary

@@ -129,8 +129,9 @@ def add_entry(
     escalating the run."""
     counted: dict[str, float | None] = {
         WALL_CLOCK_MS: wall_clock_ms,
-        READS: reads,
-        TOOL_CALLS: tool_calls,
+        TOOL_CALLS: tool_calls,  # written at 0 too: the runs by tool calls count it
+        # No row is as good as 0 to every reader, and adding 0 changes none: one row less.
+        **({READS: reads} if reads else {}),
         **({COMPLETED_AT: None} if completed else {}),  # None: the database's time now
     }
     if history is not None and not spent:
