@@ -39,7 +39,9 @@ recorded results are read in one query; the rest come from memory).
 A run's own cost: ``empty run`` is ``with c4a.run(new_id): pass`` (the run's records read as it is
 entered and written as it leaves), ``run of one fresh effect`` the same block around one fresh
 action, both timed whole and shown against ``fresh effect (sync)`` (one fresh action inside a run
-already open) measured in the same rounds. ``--runs`` times these four cases alone.
+already open) measured in the same rounds. ``--runs`` times these four cases alone, then a run of
+one in its three parts (entering, the action, leaving), each timed on its own, new runs one
+after another.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ AFLOOR = "floor, async (2 commits in threads)"
 FRESH, AFRESH = "fresh effect (sync)", "fresh effect (async)"
 EMPTY_RUN = "empty run (c4a.run, nothing inside)"
 RUN_OF_ONE = "run of one fresh effect"
+ENTERING, ITS_ACTION, LEAVING = "  its entering", "  its one fresh effect", "  its leaving"
 CACHED = "repeat (same process)"
 FROM_DB = "repeat, new process: lone"  # the first repeat of its run: one database read
 RESUMED = "repeat, new process: resumed run"  # a whole run repeated: read at once
@@ -403,6 +406,24 @@ def whole_run_chunk(ledger: c4a.Ledger, tag: str, inside: Callable[[int], object
     return lambda ids: timed(one, ids)
 
 
+def run_parts(ledger: c4a.Ledger, n: int, warm: int) -> dict[str, list[int]]:
+    """A run of one in parts, a new run per id: entering it, its one fresh action, leaving it."""
+    parts: dict[str, list[int]] = {ENTERING: [], ITS_ACTION: [], LEAVING: []}
+    for i in range(-warm, n):
+        block = c4a.run(f"parts-{i}", ledger=ledger)
+        t0 = time.perf_counter_ns()
+        block.__enter__()
+        t1 = time.perf_counter_ns()
+        send(i, to="dave@example.com")
+        t2 = time.perf_counter_ns()
+        block.__exit__(None, None, None)
+        t3 = time.perf_counter_ns()
+        if i >= 0:
+            for name, ns in zip(parts, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+                parts[name].append(ns)
+    return parts
+
+
 def run_cases(ledger: c4a.Ledger) -> dict[str, Chunk]:
     return {
         EMPTY_RUN: whole_run_chunk(ledger, "empty", None),
@@ -425,6 +446,8 @@ def bench_writes(
     runs = [t.result(EMPTY_RUN, samples[EMPTY_RUN], floor=FRESH),
             t.result(RUN_OF_ONE, samples[RUN_OF_ONE], floor=FRESH)]  # fmt: skip
     if runs_only:
+        parts = run_parts(ledger, n, warm)
+        runs += [t.result(name, found, floor=FRESH) for name, found in parts.items()]
         return [t.result(FLOOR, samples[FLOOR], floor=None), t.result(FRESH, samples[FRESH]), *runs]
     pooled = [t.result(POOLED_FLOOR, samples[POOLED_FLOOR])] if t.pooled_bare else []
     return [
