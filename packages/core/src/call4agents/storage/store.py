@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
 from functools import cache, cached_property
@@ -199,6 +199,7 @@ class Store:
         # engine's pool (see _kept): on PostgreSQL in autocommit, each one statement and one
         # round trip; on SQLite inside BEGIN IMMEDIATE, as every write transaction of the
         # engine.
+        self._statements: dict[Hashable, str] = {}  # see statement()
         if self._sql.wakes:
             self._writes = self._reads = Kept(engine, autocommit=True)
         else:
@@ -288,6 +289,26 @@ class Store:
         with db_faults(), self.engine.connect().execution_options(c4a_read=True) as conn:
             reading(conn)
             yield conn
+
+    def statement(self, name: Hashable, build: Callable[[], ClauseElement]) -> str:
+        """The driver's text of the statement ``build()`` writes, compiled once per ledger and
+        kept under ``name``: run with ``conn.exec_driver_sql(text, params)``, it costs no
+        compiling and no parameter processing, as an action's statements (the cached properties below ``close``)."""
+        found = self._statements.get(name)
+        if found is None:
+            found = self._statements[name] = self._driver_sql(build())
+        return found
+
+    def one_write(self) -> Transaction:
+        """A connection for one write statement, kept as an action's are (see ``_kept``), so no
+        pool checkout: on PostgreSQL the statement is its own transaction (autocommit), on
+        SQLite it runs inside BEGIN IMMEDIATE. Several statements that must commit together
+        need ``tx()``."""
+        return Transaction(self._writes)
+
+    def one_read(self) -> Transaction:
+        """A connection for one read statement, kept as an action's are (see ``one_write``)."""
+        return Transaction(self._reads)
 
     def _row(self, conn: Connection, key: str, *, lock: bool = False) -> Row | None:
         sql = self._row_locked_sql if lock else self._row_sql
