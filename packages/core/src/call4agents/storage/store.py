@@ -293,7 +293,8 @@ class Store:
     def statement(self, name: Hashable, build: Callable[[], ClauseElement]) -> str:
         """The driver's text of the statement ``build()`` writes, compiled once per ledger and
         kept under ``name``: run with ``conn.exec_driver_sql(text, params)``, it costs no
-        compiling and no parameter processing, as an action's statements (the cached properties below ``close``)."""
+        compiling and no parameter processing, as an action's statements (the cached
+        properties below ``close``)."""
         found = self._statements.get(name)
         if found is None:
             found = self._statements[name] = self._driver_sql(build())
