@@ -38,12 +38,17 @@ IRREVERSIBLE_RUNS = 20
 
 @dataclass(frozen=True)
 class OpenFigures:
-    """What is open right now, whatever its age."""
+    """What is open right now, whatever its age, with the age of the oldest of each: the
+    figures ``stats``, the console's health page and the OTel gauges show."""
 
     in_doubt: int
     in_doubt_oldest_age: float | None
     approvals_waiting: int
     approvals_oldest_age: float | None
+    # Escalated runs nobody has picked up yet: picked up means the run was entered again after
+    # it was escalated (a person resuming it), or a later control (an undo) changed its ending.
+    escalations_open: int
+    escalations_oldest_age: float | None
 
 
 @dataclass(frozen=True)
@@ -74,14 +79,15 @@ class Stats:
 
 
 def open_figures(ledger: LedgerCore) -> OpenFigures:
-    """In-doubt actions and approvals waiting now, with the age of the oldest of each."""
-    now, doubt, doubt_since, waiting, asked = stat_rows.open_now(ledger.store)
-    return OpenFigures(
-        doubt,
-        None if doubt_since is None else max(0.0, now - float(doubt_since)),
-        waiting,
-        None if asked is None else max(0.0, now - float(asked)),
+    """In-doubt actions, approvals waiting and escalations open now, and the oldest's ages."""
+    now, (doubt, doubt_since), (waiting, asked), (escalated, made) = stat_rows.open_now(
+        ledger.store
     )
+
+    def age(since: Any) -> float | None:
+        return None if since is None else max(0.0, now - float(since))
+
+    return OpenFigures(doubt, age(doubt_since), waiting, age(asked), escalated, age(made))
 
 
 @dataclass(frozen=True)
@@ -263,16 +269,6 @@ def _age(seconds: float) -> str:
 # -- figures the shipped alerts watch (alerts/call4agents.rules.yml) -----------------------------
 
 
-def open_escalations(ledger: LedgerCore) -> tuple[int, float | None]:
-    """Escalated runs nobody has picked up yet, and the age of the oldest.
-
-    Picked up means the run was entered again after it was escalated (a person resuming it),
-    or a later control (an undo) changed its ending.
-    """
-    now, count, oldest = stat_rows.open_escalations(ledger.store)
-    return count, None if oldest is None else max(0.0, now - float(oldest))
-
-
 @dataclass(frozen=True)
 class AlertFigures:
     """The figures behind the shipped alerts and recording rules, from the ledger."""
@@ -316,12 +312,12 @@ def alert_figures(ledger: LedgerCore, stats: Stats, since: float | None = None) 
     endings_done = _endings_by_status(ledger, since)
     if runs.completed:
         endings_done["completed"] = runs.completed
-    escalations, oldest = open_escalations(ledger)
+    opened = open_figures(ledger)
     return AlertFigures(
         irreversible_executions=stats.irreversible_executions,
         dedup_rate=stats.dedup_rate,
-        escalations_open=escalations,
-        escalations_oldest_age=oldest,
+        escalations_open=opened.escalations_open,
+        escalations_oldest_age=opened.escalations_oldest_age,
         runs_completed=runs.completed,
         runs_completed_without_read=runs.without_read,
         without_read_share=runs.without_read / runs.completed if runs.completed else None,

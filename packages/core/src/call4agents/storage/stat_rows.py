@@ -31,20 +31,24 @@ TICKET_STATES = ("pending", "approved", "denied", "spent")
 YES_STATES = ("approved", "spent")
 
 
-def open_now(store: Store) -> tuple[float, int, float | None, int, float | None]:
-    """The clock; actions in doubt and since when the oldest is; tickets waiting and the oldest
-    one's asking time."""
+def open_now(store: Store) -> tuple[float, tuple[int, Any], tuple[int, Any], tuple[int, Any]]:
+    """The clock, and what is open now, each counted with the time of its oldest: actions in
+    doubt (since when), tickets waiting (when asked), escalations nobody picked up (when made)."""
     with store.read() as conn:
         now = clock(conn)
-        doubt, doubt_since = conn.execute(
-            select(func.count(), func.min(effects.c.updated_at)).where(in_open_state("in_doubt"))
-        ).one()
-        waiting, asked = conn.execute(
-            select(func.count(), func.min(approvals.c.requested_at)).where(
-                approvals.c.state == "pending", approvals.c.expires_at > now
+        found = [
+            conn.execute(select(func.count(), func.min(at)).where(*where)).one()
+            for at, where in (
+                (effects.c.updated_at, [in_open_state("in_doubt")]),
+                (
+                    approvals.c.requested_at,
+                    [approvals.c.state == "pending", approvals.c.expires_at > now],
+                ),
+                (runs.c.updated_at, _not_picked_up()),
             )
-        ).one()
-    return now, int(doubt), doubt_since, int(waiting), asked
+        ]
+    doubt, waiting, escalated = ((int(n), oldest) for n, oldest in found)
+    return now, doubt, waiting, escalated
 
 
 def pending_runs(now: float) -> Select[Any]:
@@ -73,16 +77,6 @@ def _not_picked_up() -> tuple[ColumnElement[bool], ...]:
     entered = _counter_of(ENTERED_AT)
     # An entry that began when the run escalated is the one that escalated it (see add_entry).
     return runs.c.status == "escalated", or_(entered.is_(None), entered <= runs.c.updated_at)
-
-
-def open_escalations(store: Store) -> tuple[float, int, float | None]:
-    """The clock, the escalations nobody picked up, and when the oldest was made."""
-    with store.read() as conn:
-        now = clock(conn)
-        count, oldest = conn.execute(
-            select(func.count(), func.min(runs.c.updated_at)).where(*_not_picked_up())
-        ).one()
-    return now, int(count), oldest
 
 
 def escalations_made(conn: Conn) -> list[tuple[float, float | None]]:
