@@ -12,10 +12,10 @@ from call4agents import Ledger
 from call4agents.controls import stats
 from call4agents.storage import dead_letters
 
-from ._auth import Refused
 from ._doubt import SHOWN as SHOWN_DOUBT
 from ._format import age as _age
 from ._format import clock
+from ._listing import pick
 from ._ticket_filters import SHOWN
 from ._web import Ask, json_response, page
 
@@ -30,9 +30,7 @@ DEAD_LETTERS_SHOWN = 50
 
 
 def health(ledger: Ledger, ask: Ask) -> Response:
-    window = ask.query.get("since", DEFAULT_WINDOW)
-    if window not in WINDOWS:
-        raise Refused(400, f"unknown window {window!r}: pick one of {', '.join(WINDOWS)}")
+    window = pick(ask.query, "since", WINDOWS, default=DEFAULT_WINDOW, what="window")
     since = WINDOWS[window]
     figures = stats.compute(ledger, since=since)
     over_time = stats.series(ledger, since or CHARTED_ALL, BUCKETS[window], ever=since is None)
