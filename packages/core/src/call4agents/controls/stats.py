@@ -174,7 +174,8 @@ def _runs_in_states(
     ended by a control are judged one by one; every other run is done or has failures, as the
     counts say. Waiting runs may be thousands: the database matches them to their tallies in
     one read, and no other run is read."""
-    seen, endings = _open_actions(conn), stat_rows.endings(conn)
+    seen = _open_actions(conn)
+    endings = {run_id: status for run_id, status, _ in stat_rows.endings(conn)}
     waiting = tally.runs_among(conn, stat_rows.pending_runs(now), since=start)
     others = tally.runs_of(conn, (set(seen) | set(endings)) - set(waiting))
     known = {r: t for r, t in others.items() if tally.active_since(t, start)} | waiting
@@ -370,7 +371,9 @@ def _runs_entered(ledger: LedgerCore, since: float) -> _RunFigures:
 
 def _endings_by_status(ledger: LedgerCore, since: float | None) -> Counter[str]:
     """Endings recorded by run controls (escalated, a budget limit, undone) in the window."""
-    return Counter(dict(stat_rows.endings_by_status(ledger.store, since)))
+    start = None if since is None else ledger.store.now() - since
+    with ledger.store.read() as conn:
+        return Counter(status for _, status, _ in stat_rows.endings(conn, start))
 
 
 def _quantile(values: Sequence[float], q: float) -> float | None:
@@ -511,7 +514,7 @@ def _over_time(
     for at in unapproved:
         bad[slot(at)] += 1
     ended: list[Counter[str]] = [Counter() for _ in range(n)]
-    for status, at in stat_rows.endings_since(conn, start):
+    for _, status, at in stat_rows.endings(conn, start):
         ended[slot(at)][status] += 1
     completions = stat_rows.completions_since(conn, start)
     for i, k in slots([at for at, _ in completions]).items():

@@ -60,9 +60,12 @@ def pending_runs(now: float) -> Select[Any]:
     )
 
 
-def endings(conn: Conn) -> dict[str, str]:
-    # Only runs ended by a run control (escalated, undone) have a row: a small table.
-    return {r.run_id: r.status for r in conn.execute(select(runs.c.run_id, runs.c.status))}
+def endings(conn: Conn, start: float | None = None) -> list[tuple[str, str, float]]:
+    """(run id, status, when) of each ending a run control recorded (escalated, a budget limit,
+    undone), since ``start`` (all if None). Only runs ended so have a row: a small table."""
+    stmt = select(runs.c.run_id, runs.c.status, runs.c.updated_at)
+    found = conn.execute(stmt.where(*([] if start is None else [runs.c.updated_at >= start])))
+    return [(str(run_id), str(status), float(at)) for run_id, status, at in found]
 
 
 def open_actions(conn: Conn) -> list[tuple[str, str]]:
@@ -116,23 +119,6 @@ def run_counters_active(store: Store, since: float) -> list[tuple[str, str, floa
             )
         )
         return [(str(r), str(n), float(v)) for r, n, v in rows]
-
-
-def endings_by_status(store: Store, since: float | None) -> list[tuple[str, int]]:
-    """Endings recorded by run controls in the window, counted by status."""
-    with store.read() as conn:
-        now = clock(conn)
-        rows = conn.execute(
-            select(runs.c.status, func.count())
-            .where(*([] if since is None else [runs.c.updated_at >= now - since]))
-            .group_by(runs.c.status)
-        )
-        return [(str(status), int(n)) for status, n in rows]
-
-
-def endings_since(conn: Conn, start: float) -> list[tuple[str, float]]:
-    rows = conn.execute(select(runs.c.status, runs.c.updated_at).where(runs.c.updated_at >= start))
-    return [(str(status), float(at)) for status, at in rows]
 
 
 def waiting_groups(
