@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from starlette.responses import Response
 
 from call4agents import AuditEntry, EffectRecord, Ledger, RunSummary
+from call4agents.controls import stats
 from call4agents.engine.budgets import spending_text
 from call4agents.engine.undos import undo_for
 from call4agents.storage import run_controls
@@ -19,16 +20,7 @@ from ._format import ago, clock
 from ._listing import Pages, address, kept, keyset_links, list_back, pick, run_address
 from ._web import Ask, decision_form, page
 
-STATES = (
-    "in_doubt",
-    "running",
-    "waiting_approval",
-    "has_failures",
-    "done",
-    "escalated",
-    "undone",
-    "partly_undone",
-)
+STATES = stats.RUN_STATES
 LISTED = 100  # runs to a page
 FILTERS = ("state", "tool", "q", "active")
 # How recently a listed run was active; counting every run ever recorded is slow on a large ledger.
@@ -65,7 +57,12 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
     now = time.time()
     here = address("/runs", ask.query, (*FILTERS, "before_at", "before_run"))
     for r in found:
-        derived = endings.get(r.run_id) or _state(r, waiting[r.run_id])
+        derived = endings.get(r.run_id) or stats.run_state(
+            in_doubt=r.in_doubt > 0,
+            running=r.started > 0,
+            waiting=waiting[r.run_id] > 0,
+            failed=r.failed > 0,
+        )
         if state and derived != state:
             continue
         href, active = run_address(r.run_id, here), ago(r.last_at, now) + " ago"
@@ -144,16 +141,6 @@ def _with_waiting_runs(
             r for r in merged if (r.last_at, r.run_id) >= (found[-1].last_at, found[-1].run_id)
         ]
     return merged
-
-
-def _state(r: RunSummary, waiting: int) -> str:
-    if r.in_doubt:
-        return "in_doubt"
-    if r.started:
-        return "running"
-    if waiting:
-        return "waiting_approval"
-    return "has_failures" if r.failed else "done"
 
 
 def run_page(ledger: Ledger, ask: Ask) -> Response:

@@ -202,21 +202,43 @@ def _judged(
 ) -> Counter[str]:
     found: Counter[str] = Counter()
     for run_id, run in runs.items():
-        states = seen.get(run_id, set()) | ({"failed"} if run.failed else set())
-        found[endings.get(run_id) or _run_state(states, run_id in waiting)] += 1
+        states = seen.get(run_id, set())
+        found[
+            endings.get(run_id)
+            or run_state(
+                in_doubt="in_doubt" in states,
+                running="started" in states,
+                waiting=run_id in waiting,
+                failed=run.failed > 0,
+            )
+        ] += 1
     return found
 
 
-def _run_state(seen: set[str], waiting: bool) -> str:
-    """A run's state from its actions' states, the first that applies in this order (beside
-    the ending a run control recorded: escalated, undone, partly_undone)."""
-    if "in_doubt" in seen:
+# A run's states: from its actions (``run_state``), or the ending a run control recorded.
+RUN_STATES = (
+    "in_doubt",
+    "running",
+    "waiting_approval",
+    "has_failures",
+    "done",
+    "escalated",
+    "undone",
+    "partly_undone",
+)
+
+
+def run_state(*, in_doubt: bool, running: bool, waiting: bool, failed: bool) -> str:
+    """A run's state from its actions, the first that applies in this order: an action in doubt,
+    one started, a ticket waiting, a failed action; else done (beside the ending a run control
+    recorded: escalated, undone, partly_undone). ``stats`` and the console's runs say it alike."""
+    if in_doubt:
         return "in_doubt"
-    if "started" in seen:
+    if running:
         return "running"
     if waiting:
         return "waiting_approval"
-    return "has_failures" if "failed" in seen else "done"
+    return "has_failures" if failed else "done"
 
 
 def render(stats: Stats) -> str:
