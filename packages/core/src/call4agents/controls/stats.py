@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from call4agents.storage import dead_letters, stat_rows, tally
@@ -90,19 +90,6 @@ def open_figures(ledger: LedgerCore) -> OpenFigures:
     return OpenFigures(doubt, age(doubt_since), waiting, age(asked), escalated, age(made))
 
 
-@dataclass(frozen=True)
-class _Counts:
-    """The figures from the tallies: all time, or a window's."""
-
-    by_state: dict[str, int]
-    retried: int
-    executions: int
-    deduped: int
-    irreversible: int
-    irreversible_per_run: dict[str, int]
-    runs_by_state: dict[str, int]
-
-
 def window_start(now: float, since: float) -> float:
     """Where a window of the last ``since`` seconds begins: at the whole minute, so its figures
     are sums of the tallies' minute and hour rows (at most a minute more than asked)."""
@@ -120,50 +107,41 @@ def compute(ledger: LedgerCore, since: float | None = None) -> Stats:
     ledger.sweep()  # a dead worker's action counts as in doubt, not running
     now = ledger.store.now()
     start = None if since is None else window_start(now, since)
-    counts, waiting = tally.after_folding(ledger.store, lambda conn: _counted(conn, now, start))
-    opened = open_figures(ledger)
-    executions, deduped = counts.executions, counts.deduped
-    return Stats(
-        since_seconds=since,
-        actions=sum(counts.by_state.values()),
-        actions_by_state=counts.by_state,
-        retried_actions=counts.retried,
-        executions=executions,
-        deduped=deduped,
-        dedup_rate=deduped / (deduped + executions) if deduped + executions else None,
-        dedup_note=DEDUP_NOTE,
-        in_doubt=opened.in_doubt,
-        in_doubt_oldest_age=opened.in_doubt_oldest_age,
-        approvals_waiting=opened.approvals_waiting,
-        approvals_oldest_age=opened.approvals_oldest_age,
-        irreversible_executions=counts.irreversible,
-        irreversible_per_run=counts.irreversible_per_run,
-        runs_by_state=counts.runs_by_state,
-        webhooks_dead=dead_letters.count_waiting(ledger.store),
-        changes_not_counted=waiting,
-    )
+    opened, dead = open_figures(ledger), dead_letters.count_waiting(ledger.store)
 
+    def counted(conn: Conn) -> Stats:
+        """The tallies all time or from ``start``, and the runs with an action first attempted
+        in the window (their count is the window's, not the ledger's), counted by the database.
+        Reads only what is open (actions started or in doubt, approvals waiting) and runs ended
+        by a run control beside them."""
+        total = tally.totals(conn, start)
+        if start is None:
+            runs, failed = total["runs"], total["runs_failed"]
+        else:
+            runs, failed = tally.count_runs_since(conn, start)
+        by_state = {s: n for s in tally.STATES if (n := total["actions:" + s])}
+        executions, deduped = total["executions"], total[tally.DEDUPED]
+        return Stats(
+            since_seconds=since,
+            actions=sum(by_state.values()),
+            actions_by_state=by_state,
+            retried_actions=total["retried"],
+            executions=executions,
+            deduped=deduped,
+            dedup_rate=deduped / (deduped + executions) if deduped + executions else None,
+            dedup_note=DEDUP_NOTE,
+            in_doubt=opened.in_doubt,
+            in_doubt_oldest_age=opened.in_doubt_oldest_age,
+            approvals_waiting=opened.approvals_waiting,
+            approvals_oldest_age=opened.approvals_oldest_age,
+            irreversible_executions=total["irreversible"],
+            irreversible_per_run=tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS, since=start),
+            runs_by_state=dict(sorted((+_runs_in_states(conn, now, start, runs, failed)).items())),
+            webhooks_dead=dead,
+        )
 
-def _counted(conn: Conn, now: float, start: float | None) -> _Counts:
-    """The tallies all time or from ``start``, and the runs with an action first attempted in
-    the window (their count is the window's, not the ledger's), counted by the database. Reads
-    only what is open (actions started or in doubt, approvals waiting) and runs ended by a run
-    control beside them."""
-    total = tally.totals(conn, start)
-    if start is None:
-        runs, failed = total["runs"], total["runs_failed"]
-    else:
-        runs, failed = tally.count_runs_since(conn, start)
-    by_state = {s: total["actions:" + s] for s in tally.STATES}
-    return _Counts(
-        by_state={s: n for s, n in by_state.items() if n},
-        retried=total["retried"],
-        executions=total["executions"],
-        deduped=total[tally.DEDUPED],
-        irreversible=total["irreversible"],
-        irreversible_per_run=tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS, since=start),
-        runs_by_state=dict(sorted((+_runs_in_states(conn, now, start, runs, failed)).items())),
-    )
+    found, waiting = tally.after_folding(ledger.store, counted)
+    return replace(found, changes_not_counted=waiting) if waiting else found
 
 
 def _runs_in_states(
