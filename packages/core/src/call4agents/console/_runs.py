@@ -57,11 +57,9 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
     now = time.time()
     here = address("/runs", ask.query, (*FILTERS, "before_at", "before_run"))
     for r in found:
+        opened = [s for s, n in (("in_doubt", r.in_doubt), ("started", r.started)) if n]
         derived = endings.get(r.run_id) or stats.run_state(
-            in_doubt=r.in_doubt > 0,
-            running=r.started > 0,
-            waiting=waiting[r.run_id] > 0,
-            failed=r.failed > 0,
+            opened, waiting=waiting[r.run_id] > 0, failed=r.failed > 0
         )
         if state and derived != state:
             continue

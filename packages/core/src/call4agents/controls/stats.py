@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -180,16 +180,8 @@ def _judged(
 ) -> Counter[str]:
     found: Counter[str] = Counter()
     for run_id, run in runs.items():
-        states = seen.get(run_id, set())
-        found[
-            endings.get(run_id)
-            or run_state(
-                in_doubt="in_doubt" in states,
-                running="started" in states,
-                waiting=run_id in waiting,
-                failed=run.failed > 0,
-            )
-        ] += 1
+        state = run_state(seen.get(run_id, set()), waiting=run_id in waiting, failed=run.failed > 0)
+        found[endings.get(run_id) or state] += 1
     return found
 
 
@@ -206,13 +198,14 @@ RUN_STATES = (
 )
 
 
-def run_state(*, in_doubt: bool, running: bool, waiting: bool, failed: bool) -> str:
-    """A run's state from its actions, the first that applies in this order: an action in doubt,
-    one started, a ticket waiting, a failed action; else done (beside the ending a run control
-    recorded: escalated, undone, partly_undone). ``stats`` and the console's runs say it alike."""
-    if in_doubt:
+def run_state(open_states: Collection[str], *, waiting: bool, failed: bool) -> str:
+    """A run's state from the states of its open actions (started, in doubt), whether a ticket
+    waits and whether an action failed: the first that applies in this order (beside the ending
+    a run control recorded: escalated, undone, partly_undone). ``stats`` and the console's runs
+    say it alike."""
+    if "in_doubt" in open_states:
         return "in_doubt"
-    if running:
+    if "started" in open_states:
         return "running"
     if waiting:
         return "waiting_approval"
