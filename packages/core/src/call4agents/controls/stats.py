@@ -286,11 +286,13 @@ class AlertFigures:
 
 @dataclass(frozen=True)
 class _RunFigures:
+    """The runs' figures, all time or a window's: counts, and how many runs had each cost (to
+    two significant figures) and each count of tool calls, whose quantiles the alerts watch."""
+
     completed: int
     without_read: int
-    cost_p95: float | None
-    cost_p99: float | None
-    calls_p95: float | None
+    costs: dict[float, int]
+    calls: dict[float, int]
     triggers: dict[str, int]
 
 
@@ -315,9 +317,9 @@ def alert_figures(ledger: LedgerCore, stats: Stats, since: float | None = None) 
         runs_completed=runs.completed,
         runs_completed_without_read=runs.without_read,
         without_read_share=runs.without_read / runs.completed if runs.completed else None,
-        cost_per_run_p95=runs.cost_p95,
-        cost_per_run_p99=runs.cost_p99,
-        tool_calls_per_run_p95=runs.calls_p95,
+        cost_per_run_p95=tally.quantile(runs.costs, 0.95),
+        cost_per_run_p99=tally.quantile(runs.costs, 0.99),
+        tool_calls_per_run_p95=tally.quantile(runs.calls, 0.95),
         runs_by_trigger=dict(sorted(runs.triggers.items())),
         runs_by_ending=dict(sorted(endings_done.items())),
     )
@@ -327,14 +329,11 @@ def _every_run(ledger: LedgerCore) -> _RunFigures:
     """Every run's figures from the tallies, after folding (see ``tally``): as many rows as
     there are triggers, tool-call counts and two-figure costs, whatever the number of runs."""
     total, _ = tally.after_folding(ledger.store, lambda conn: tally.totals(conn, None))
-    costs = {float(k): n for k, n in tally.named(total, tally.BY_COST).items()}
-    calls = {float(k): n for k, n in tally.named(total, tally.BY_CALLS).items()}
     return _RunFigures(
         total[tally.COMPLETED],
         total[tally.COMPLETED] - total[tally.WITH_READ],
-        tally.quantile(costs, 0.95),
-        tally.quantile(costs, 0.99),
-        tally.quantile(calls, 0.95),
+        {float(k): n for k, n in tally.named(total, tally.BY_COST).items()},
+        {float(k): n for k, n in tally.named(total, tally.BY_CALLS).items()},
         tally.named(total, tally.BY_TRIGGER),
     )
 
@@ -347,17 +346,14 @@ def _runs_entered(ledger: LedgerCore, since: float) -> _RunFigures:
     for run_id, name, value in stat_rows.run_counters_active(ledger.store, since):
         counters.setdefault(run_id, {})[name] = value
     completed = [r for r, v in counters.items() if COMPLETED_AT in v]
-    costs = [tally.two_figures(v[tally.COST]) for v in counters.values() if tally.COST in v]
-    calls = [v[TOOL_CALLS] for v in counters.values() if TOOL_CALLS in v]
     triggers = Counter(
         name[len(TRIGGER) :] for v in counters.values() for name in v if name.startswith(TRIGGER)
     )
     return _RunFigures(
         len(completed),
         sum(not counters[r].get(READS) for r in completed),
-        _quantile(costs, 0.95),
-        _quantile(costs, 0.99),
-        _quantile(calls, 0.95),
+        Counter(tally.two_figures(v[tally.COST]) for v in counters.values() if tally.COST in v),
+        Counter(v[TOOL_CALLS] for v in counters.values() if TOOL_CALLS in v),
         dict(triggers),
     )
 
