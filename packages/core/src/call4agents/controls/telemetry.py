@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from call4agents.engine.observe import _NO_STEP, AInner, Inner, Layer, Step, install, installed
+from call4agents.engine.observe import AInner, Inner, Layer, Step, install, installed
 from call4agents.model.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -82,43 +82,38 @@ def configure(
 class _Lazy(Layer):
     """The automatic default: imports OpenTelemetry at the first action, not at import time."""
 
-    def _real(self) -> Layer | None:
+    def _real(self) -> Layer:
         with _lazy_lock:  # two first actions at once must not build two sets of instruments
             if installed("otel") is self:
                 try:
                     configure(None)
                 except ImportError:  # found but broken: stay out of the way
                     install("otel", None)
-        return installed("otel")
+        # None: OpenTelemetry is off; the base layer passes everything straight through.
+        return installed("otel") or _THROUGH
 
     def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
-        real = self._real()
-        return real.perform(action, call, inner) if real else inner(action, call)
+        return self._real().perform(action, call, inner)
 
     async def aperform(
         self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
     ) -> T:
-        real = self._real()
-        return await (real.aperform(action, call, inner) if real else inner(action, call))
+        return await self._real().aperform(action, call, inner)
 
     def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
-        real = self._real()
-        if real is not None:
-            real.run_ended(run_id, reason, count=count)
+        self._real().run_ended(run_id, reason, count=count)
 
     def run_left(self, summary: RunSummary) -> None:
-        real = self._real()
-        if real is not None:
-            real.run_left(summary)
+        self._real().run_left(summary)
 
     def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
-        real = self._real()
-        return real.step(run_id, index, span) if real is not None else _NO_STEP
+        return self._real().step(run_id, index, span)
 
     def run_entered(self, run_id: str, trigger: str) -> None:
-        real = self._real()
-        if real is not None:
-            real.run_entered(run_id, trigger)
+        self._real().run_entered(run_id, trigger)
+
+
+_THROUGH = Layer()
 
 
 def _auto() -> None:

@@ -515,8 +515,8 @@ def waiting_requests(
     ledger: LedgerCore, *, limit: int, newest_first: bool = False
 ) -> list[ApprovalRequest]:
     """Pending tickets not yet expired (by the database clock), oldest first (or newest)."""
-    found = rows.waiting(ledger.store, limit=limit, newest_first=newest_first)
-    return [_request(r) for r in found]
+    every = rows.WaitingFilter(sort="newest" if newest_first else "oldest")
+    return [_request(r) for r in rows.waiting_page(ledger.store, every, after=None, limit=limit)]
 
 
 def waiting_page(
