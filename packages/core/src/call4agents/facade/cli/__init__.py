@@ -340,8 +340,8 @@ def _dash_values(argv: list[str]) -> list[str]:
     return joined
 
 
-def _quickstart_rest(argv: list[str]) -> list[str] | None:
-    """The arguments after ``quickstart``, passed through untouched (it has its own parser)."""
+def _first_word(argv: list[str]) -> int | None:
+    """Where the first word after the global options (``--url``, ``--schema``, ``--json``) is."""
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -350,23 +350,21 @@ def _quickstart_rest(argv: list[str]) -> list[str] | None:
         elif arg == "--json" or arg.startswith(("--url=", "--schema=")):
             i += 1
         else:
-            return argv[i + 1 :] if arg == "quickstart" else None
+            return i
     return None
+
+
+def _quickstart_rest(argv: list[str]) -> list[str] | None:
+    """The arguments after ``quickstart``, passed through untouched (it has its own parser)."""
+    i = _first_word(argv)
+    return argv[i + 1 :] if i is not None and argv[i] == "quickstart" else None
 
 
 def _command_of(argv: list[str]) -> str | None:
     """The command ``argv`` runs, if it names one before anything that needs the whole parser
     (``--help``, ``--version``, an unknown word: their output lists every command)."""
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in ("--url", "--schema"):
-            i += 2
-        elif arg == "--json" or arg.startswith(("--url=", "--schema=")):
-            i += 1
-        else:
-            return arg if arg in COMMANDS else None
-    return None
+    i = _first_word(argv)
+    return argv[i] if i is not None and argv[i] in COMMANDS else None
 
 
 def _password(argv: list[str]) -> str | None:
