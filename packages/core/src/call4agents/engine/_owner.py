@@ -102,11 +102,6 @@ def me() -> Owner:
     return _mine()[1]
 
 
-def me_text() -> str:
-    """``str(me())``, made once per process: every claim names its owner."""
-    return _mine()[2]
-
-
 def _mine() -> tuple[int, Owner, str]:
     global _me
     pid = os.getpid()
