@@ -234,13 +234,7 @@ class Gate:
         if done < self.max_per_run:
             return None
         reason = f"limit reached: at most {self.max_per_run} run(s) of {action.tool} per run"
-        return ApprovalDenied(
-            f"{action.tool} in run {action.run_id!r} was refused ({reason}); it did not run.",
-            key=action.key,
-            run_id=action.run_id,
-            tool=action.tool,
-            reason=reason,
-        )
+        return _refused(action, reason, f"refused ({reason})")
 
 
 def _spend_or_ask(gate: Gate, conn: Conn, attempt: int) -> Call4AgentsError | None:
@@ -257,27 +251,18 @@ def _spend_or_ask(gate: Gate, conn: Conn, attempt: int) -> Call4AgentsError | No
     live = [r for r in valid if r["expires_at"] > r["now"]]
     denied = next((r for r in valid if r["state"] == "denied"), None)
     if denied is not None:  # a no wins over any yes, whatever order they were written in
-        return _denied(action, denied)
+        reason = f"denied by {denied['decided_by']}"
+        return _refused(action, reason + (f": {denied['reason']}" if denied["reason"] else ""))
     yes = next((r for r in live if r["state"] == "approved"), None)
     if yes is not None:
         rows.spend(conn, yes["ticket"], signer.sign(_fields({**yes, "state": "spent"})))
         return None
     pending = next((r for r in live if r["state"] == "pending"), None)
-    request = _request(pending) if pending else _open_ticket(gate, conn, attempt)
-    return _required(action, request, tampered=tampered, shown=_edited(conn, signer, action))
-
-
-def _open_ticket(
-    gate: Gate, conn: Conn, attempt: int, *, framework: bool = False
-) -> ApprovalRequest:
-    return _new_ticket(
-        conn,
-        gate.ledger.signer(),
-        gate.action,
-        attempt,
-        ttl=gate.ttl,
-        asked=asked_by(gate.action, framework=framework),
-    )
+    shown = _edited(conn, signer, action)
+    if pending:
+        return _required(action, _request(pending), tampered=tampered, shown=shown)
+    request = _new_ticket(conn, signer, action, attempt, ttl=gate.ttl, asked=asked_by(action))
+    return _required(action, request, tampered=tampered, shown=shown)
 
 
 def _new_ticket(
@@ -378,10 +363,10 @@ def _required(
     )
 
 
-def _denied(action: Action, row: Mapping[str, Any]) -> ApprovalDenied:
-    reason = f"denied by {row['decided_by']}" + (f": {row['reason']}" if row["reason"] else "")
+def _refused(action: Action, reason: str, what: str | None = None) -> ApprovalDenied:
+    """A call not let run (a person's no, the per-run limit): it ``was {what}`` (the reason)."""
     return ApprovalDenied(
-        f"{action.tool} in run {action.run_id!r} was {reason}; it did not run.",
+        f"{action.tool} in run {action.run_id!r} was {what or reason}; it did not run.",
         key=action.key,
         run_id=action.run_id,
         tool=action.tool,
@@ -500,8 +485,8 @@ def request(ledger: LedgerCore, action: Action, *, ttl: float) -> ApprovalReques
             live = row["state"] == "denied" or row["expires_at"] > row["now"]
             if live and signer.verify(_fields(row), row["signature"], now=row["now"]):
                 return _request(row)
-        gate = Gate(ledger, action, approval=True, max_per_run=None, ttl=ttl)
-        return _open_ticket(gate, conn, attempt, framework=True)
+        asked = asked_by(action, framework=True)
+        return _new_ticket(conn, signer, action, attempt, ttl=ttl, asked=asked)
 
 
 def list_requests(
