@@ -14,12 +14,11 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from call4agents.engine.observe import _NO_STEP, AInner, Inner, Layer, Step, install, installed
+from call4agents.engine.observe import AInner, Inner, Layer, install, installed
 from call4agents.model.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
-    from call4agents.engine.run_notes import RunSummary
 
 T = TypeVar("T")
 _lazy_lock = threading.Lock()
@@ -82,7 +81,7 @@ def configure(
 class _Lazy(Layer):
     """The automatic default: imports OpenTelemetry at the first action, not at import time."""
 
-    def _real(self) -> Layer | None:
+    def resolved(self) -> Layer | None:
         with _lazy_lock:  # two first actions at once must not build two sets of instruments
             if installed("otel") is self:
                 try:
@@ -91,34 +90,16 @@ class _Lazy(Layer):
                     install("otel", None)
         return installed("otel")
 
+    # The run and step events reach the real layer through ``resolved`` (see observe).
     def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
-        real = self._real()
+        real = self.resolved()
         return real.perform(action, call, inner) if real else inner(action, call)
 
     async def aperform(
         self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
     ) -> T:
-        real = self._real()
+        real = self.resolved()
         return await (real.aperform(action, call, inner) if real else inner(action, call))
-
-    def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
-        real = self._real()
-        if real is not None:
-            real.run_ended(run_id, reason, count=count)
-
-    def run_left(self, summary: RunSummary) -> None:
-        real = self._real()
-        if real is not None:
-            real.run_left(summary)
-
-    def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
-        real = self._real()
-        return real.step(run_id, index, span) if real is not None else _NO_STEP
-
-    def run_entered(self, run_id: str, trigger: str) -> None:
-        real = self._real()
-        if real is not None:
-            real.run_entered(run_id, trigger)
 
 
 def _auto() -> None:
