@@ -150,7 +150,8 @@ def _covers(row: Mapping[str, Any], action: Action) -> bool:
     return action.same_args(row.get("args_digest"), json.loads(row["args"]))
 
 
-def _request(row: Mapping[str, Any]) -> ApprovalRequest:
+def request_of(row: Mapping[str, Any]) -> ApprovalRequest:
+    """The ticket of one row of ``c4a_approvals``, read as a mapping of its columns."""
     return ApprovalRequest(
         ticket=row["ticket"],
         run_id=row["run_id"],
@@ -260,7 +261,7 @@ def _spend_or_ask(gate: Gate, conn: Conn, attempt: int) -> Call4AgentsError | No
     pending = next((r for r in live if r["state"] == "pending"), None)
     shown = _edited(conn, signer, action)
     if pending:
-        return _required(action, _request(pending), tampered=tampered, shown=shown)
+        return _required(action, request_of(pending), tampered=tampered, shown=shown)
     request = _new_ticket(conn, signer, action, attempt, ttl=gate.ttl, asked=asked_by(action))
     return _required(action, request, tampered=tampered, shown=shown)
 
@@ -306,7 +307,7 @@ def _new_ticket(
             "signature": signer.sign(_fields(row)),
         },
     )
-    return _request({**row, "requested_at": stamp, "reason": reason})
+    return request_of({**row, "requested_at": stamp, "reason": reason})
 
 
 def _first_for_call(conn: Conn, signer: Signer, run_id: str, call_id: str) -> dict[str, Any] | None:
@@ -323,7 +324,7 @@ def _edited(conn: Conn, signer: Signer, action: Action) -> ApprovalRequest | Non
     if not action.call_id or not action.call_id_stable:
         return None
     first = _first_for_call(conn, signer, action.run_id, action.call_id)
-    return None if first is None or _covers(first, action) else _request(first)
+    return None if first is None or _covers(first, action) else request_of(first)
 
 
 def first_shown(ledger: LedgerCore, action: Action) -> ApprovalRequest | None:
@@ -404,9 +405,9 @@ def decide(
             )
         wanted = "approved" if approve else "denied"
         if only_if_pending and row["state"] != "pending":
-            return _request(row)
+            return request_of(row)
         if row["state"] == wanted:
-            return _request(row)  # a double click
+            return request_of(row)  # a double click
         _check_transition(row, approve)
         decided = {**row, "state": wanted, "decided_by": by}
         signature = signer.sign(_fields(decided))
@@ -422,7 +423,7 @@ def decide(
             ticket=ticket,
             reason=reason,
         )
-        return _request({**decided, "reason": reason})
+        return request_of({**decided, "reason": reason})
 
 
 def _check_transition(row: Mapping[str, Any], approve: bool) -> None:
@@ -484,38 +485,9 @@ def request(ledger: LedgerCore, action: Action, *, ttl: float) -> ApprovalReques
             # A no stands (the gate will refuse): answered already, so nothing new is opened.
             live = row["state"] == "denied" or row["expires_at"] > row["now"]
             if live and signer.verify(_fields(row), row["signature"], now=row["now"]):
-                return _request(row)
+                return request_of(row)
         asked = asked_by(action, framework=True)
         return _new_ticket(conn, signer, action, attempt, ttl=ttl, asked=asked)
-
-
-def list_requests(
-    ledger: LedgerCore, *, run_id: str | None, state: str | None, key: str | None = None
-) -> list[ApprovalRequest]:
-    found = rows.listed(ledger.store, run_id=run_id, state=state, key=key)
-    return [_request(r) for r in found]
-
-
-def waiting_requests(
-    ledger: LedgerCore, *, limit: int, newest_first: bool = False
-) -> list[ApprovalRequest]:
-    """Pending tickets not yet expired (by the database clock), oldest first (or newest)."""
-    found = rows.waiting(ledger.store, limit=limit, newest_first=newest_first)
-    return [_request(r) for r in found]
-
-
-def waiting_page(
-    ledger: LedgerCore, f: rows.WaitingFilter, *, after: str | None, limit: int
-) -> tuple[list[ApprovalRequest], int]:
-    """A page of the waiting tickets ``f`` selects, and how many it selects in all."""
-    found = rows.waiting_page(ledger.store, f, after=after, limit=limit)
-    return [_request(r) for r in found], rows.waiting_total(ledger.store, f)
-
-
-def waiting_counts(ledger: LedgerCore, run_ids: Sequence[str]) -> dict[str, int]:
-    if not run_ids:
-        return {}
-    return rows.waiting_counts(ledger.store, run_ids)
 
 
 def superseded(ledger: LedgerCore, tickets: Sequence[ApprovalRequest]) -> set[str]:
@@ -525,11 +497,6 @@ def superseded(ledger: LedgerCore, tickets: Sequence[ApprovalRequest]) -> set[st
         return set()
     last = rows.last_asked(ledger.store, sorted({t.run_id for t in tickets}))
     return {t.ticket for t in tickets if last.get((t.run_id, t.tool), 0.0) > t.requested_at}
-
-
-def find_request(ledger: LedgerCore, ticket: str) -> ApprovalRequest | None:
-    row = rows.one(ledger.store, ticket)
-    return _request(row) if row is not None else None
 
 
 def _check_by(by: str) -> None:
