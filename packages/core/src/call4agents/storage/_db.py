@@ -25,9 +25,6 @@ from .sqlite_tx import WRITES
 
 Durability = Literal["power", "process"]
 
-# Seconds a connection waits for another's write lock before it fails (Ledger's default).
-BUSY_TIMEOUT = 30.0
-
 # File systems where SQLite's locking and fsync cannot be trusted (SQLite FAQ, "network file
 # systems"): two machines may both believe they hold the write lock.
 NETWORK_FS = frozenset(
