@@ -49,7 +49,6 @@ from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
 from ._db import SYNC_OFF, database_failed
-from ._db import cannot_open as cannot_open  # what the engine says when opening fails
 from ._db import short_error as short_error  # callers import it from here
 from ._kept import Kept, Transaction
 from .dialects import dialect_of
