@@ -442,52 +442,42 @@ def _check_transition(row: Mapping[str, Any], approve: bool) -> None:
         )
 
 
-def decide_action(
-    ledger: LedgerCore, action: Action, *, approve: bool, by: str, reason: str | None, ttl: float
+def request(
+    ledger: LedgerCore,
+    action: Action,
+    *,
+    ttl: float,
+    approve: bool | None = None,
+    by: str | None = None,
+    reason: str | None = None,
 ) -> ApprovalRequest | None:
-    """A yes (or no) to exactly this call, e.g. an edited one. None if it already ran."""
-    _check_by(by)
-    signer = ledger.signer()
-    with ledger.store.tx() as conn:
-        found = rows.action_state(conn, action.key)
-        if found is not None and found[0] != "failed":
-            return None  # it ran (or is running): a repeat returns its result, nothing to decide
-        attempt = 1 if found is None else found[1] + 1
-        state = "approved" if approve else "denied"
-        return _new_ticket(
-            conn,
-            signer,
-            action,
-            attempt,
-            ttl=ttl,
-            state=state,
-            by=by,
-            reason=reason,
-            asked=asked_by(action, framework=True),
-        )
-
-
-def request(ledger: LedgerCore, action: Action, *, ttl: float) -> ApprovalRequest | None:
     """Open (or return the open) ticket for this exact call, without claiming or spending; a
-    ticket that denied it, if one did.
+    ticket that denied it, if one did. With ``approve``, a person's yes (or no, ``by`` whom) to
+    exactly this call instead, e.g. an edited one, on a ticket of its own.
 
-    For frameworks that decide to ask before the call reaches the ledger. None if it already ran.
+    For frameworks that decide, or ask, before the call reaches the ledger. None if it already
+    ran (or is running): a repeat returns its result, and there is nothing to ask or decide.
     """
+    if approve is not None:
+        _check_by(by)
     signer = ledger.signer()
     with ledger.store.tx() as conn:
         found = rows.action_state(conn, action.key)
         if found is not None and found[0] != "failed":
             return None
         attempt = 1 if found is None else found[1] + 1
-        for row in rows.for_attempt(conn, action.key, attempt):
+        for row in rows.for_attempt(conn, action.key, attempt) if approve is None else ():
             if not _covers(row, action) or row["state"] == "spent":
                 continue
             # A no stands (the gate will refuse): answered already, so nothing new is opened.
             live = row["state"] == "denied" or row["expires_at"] > row["now"]
             if live and signer.verify(_fields(row), row["signature"], now=row["now"]):
                 return request_of(row)
+        state = "pending" if approve is None else "approved" if approve else "denied"
         asked = asked_by(action, framework=True)
-        return _new_ticket(conn, signer, action, attempt, ttl=ttl, asked=asked)
+        return _new_ticket(
+            conn, signer, action, attempt, ttl=ttl, state=state, by=by, reason=reason, asked=asked
+        )
 
 
 def superseded(ledger: LedgerCore, tickets: Sequence[ApprovalRequest]) -> set[str]:
@@ -499,6 +489,6 @@ def superseded(ledger: LedgerCore, tickets: Sequence[ApprovalRequest]) -> set[st
     return {t.ticket for t in tickets if last.get((t.run_id, t.tool), 0.0) > t.requested_at}
 
 
-def _check_by(by: str) -> None:
+def _check_by(by: str | None) -> None:
     if not isinstance(by, str) or not by.strip():
         raise LedgerError("say who decided: by='name' (it is recorded with the decision)")
