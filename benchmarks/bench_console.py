@@ -42,7 +42,7 @@ from starlette.testclient import TestClient
 import call4agents as c4a
 from call4agents.console import ConsoleSettings
 from call4agents.console._serve import app_to_serve
-from call4agents.storage import _db, _live, tally
+from call4agents.storage import _db, news, tally
 from call4agents.storage.run_rows import COMPLETED_AT
 from call4agents.storage.tables import approvals, audit, effects, run_tallies, tallies
 
@@ -123,7 +123,7 @@ def seed(
             conn.execute(text(f'SET LOCAL search_path TO "{ledger.schema}"'))
         tally.drop_triggers(conn)  # the log below holds each bulk row once
         if pg:
-            _live.drop_triggers(conn)  # no news for the bulk rows
+            news.drop_triggers(conn)  # no news for the bulk rows
         for table in ("c4a_changes", "c4a_tallies", "c4a_run_tallies"):  # counted afresh below
             conn.execute(text(f"DELETE FROM {table}"))
         for statement in _fill_sql(pg, tickets - 1, actions - 1, now, audited, in_doubt):
@@ -141,7 +141,7 @@ def seed(
         tally.log_everything(conn)
         tally.create_triggers(conn)
         if pg:
-            _live.create_triggers(conn)
+            news.create_triggers(conn)
     tally.after_folding(ledger.store, lambda conn: None)  # as the first read would
     if pg or analyze:
         tables = ("effects", "approvals", "run_counters", "run_tallies", "tallies", "audit")

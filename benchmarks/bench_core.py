@@ -35,6 +35,13 @@ Repeats: ``same process`` is served from memory; ``new process: lone`` is each a
 repeat of its own run, in a new view of the ledger (one read of the database); ``new process:
 resumed run`` repeats runs of RUN_SIZE actions in a new view (at a run's second repeat, its
 recorded results are read in one query; the rest come from memory).
+
+A run's own cost: ``empty run`` is ``with c4a.run(new_id): pass`` (the run's records read as it is
+entered and written as it leaves), ``run of one fresh effect`` the same block around one fresh
+action, both timed whole and shown against ``fresh effect (sync)`` (one fresh action inside a run
+already open) measured in the same rounds. ``--runs`` times these four cases alone, then a run of
+one in its three parts (entering, the action, leaving), each timed on its own, new runs one
+after another.
 """
 
 from __future__ import annotations
@@ -72,6 +79,9 @@ POOLED_FLOOR = "floor through the pooler"
 SELECT_FLOOR = "floor: PK select"
 AFLOOR = "floor, async (2 commits in threads)"
 FRESH, AFRESH = "fresh effect (sync)", "fresh effect (async)"
+EMPTY_RUN = "empty run (c4a.run, nothing inside)"
+RUN_OF_ONE = "run of one fresh effect"
+ENTERING, ITS_ACTION, LEAVING = "  its entering", "  its one fresh effect", "  its leaving"
 CACHED = "repeat (same process)"
 FROM_DB = "repeat, new process: lone"  # the first repeat of its run: one database read
 RESUMED = "repeat, new process: resumed run"  # a whole run repeated: read at once
@@ -385,18 +395,60 @@ def async_chunk(ledger: c4a.Ledger, loop: asyncio.AbstractEventLoop) -> Chunk:
     return lambda ids: loop.run_until_complete(timed_in_run(ids))
 
 
-def bench_writes(t: Target, ledger: c4a.Ledger, n: int, warm: int) -> list[Result]:
-    loop = asyncio.new_event_loop()
-    cases = {
-        FLOOR: floor_chunk(t.bare),
-        AFLOOR: async_floor_chunk(t.bare, loop),
-        FRESH: sync_chunk(ledger, send),
-        AFRESH: async_chunk(ledger, loop),
+def whole_run_chunk(ledger: c4a.Ledger, tag: str, inside: Callable[[int], object] | None) -> Chunk:
+    """A new run per id, its block timed whole: entering, ``inside(i)`` if any, leaving."""
+
+    def one(i: int) -> None:
+        with c4a.run(f"{tag}-{i}", ledger=ledger):
+            if inside is not None:
+                inside(i)
+
+    return lambda ids: timed(one, ids)
+
+
+def run_parts(ledger: c4a.Ledger, n: int, warm: int) -> dict[str, list[int]]:
+    """A run of one in parts, a new run per id: entering it, its one fresh action, leaving it."""
+    parts: dict[str, list[int]] = {ENTERING: [], ITS_ACTION: [], LEAVING: []}
+    for i in range(-warm, n):
+        block = c4a.run(f"parts-{i}", ledger=ledger)
+        t0 = time.perf_counter_ns()
+        block.__enter__()
+        t1 = time.perf_counter_ns()
+        send(i, to="dave@example.com")
+        t2 = time.perf_counter_ns()
+        block.__exit__(None, None, None)
+        t3 = time.perf_counter_ns()
+        if i >= 0:
+            for name, ns in zip(parts, (t1 - t0, t2 - t1, t3 - t2), strict=True):
+                parts[name].append(ns)
+    return parts
+
+
+def run_cases(ledger: c4a.Ledger) -> dict[str, Chunk]:
+    return {
+        EMPTY_RUN: whole_run_chunk(ledger, "empty", None),
+        # Its own arguments, so each action is fresh (not a repeat of the open run's).
+        RUN_OF_ONE: whole_run_chunk(ledger, "one", lambda i: send(i, to="carol@example.com")),
     }
-    if t.pooled_bare is not None:
+
+
+def bench_writes(
+    t: Target, ledger: c4a.Ledger, n: int, warm: int, *, runs_only: bool = False
+) -> list[Result]:
+    loop = asyncio.new_event_loop()
+    cases = {FLOOR: floor_chunk(t.bare), FRESH: sync_chunk(ledger, send), **run_cases(ledger)}
+    if not runs_only:
+        cases |= {AFLOOR: async_floor_chunk(t.bare, loop), AFRESH: async_chunk(ledger, loop)}
+    if t.pooled_bare is not None and not runs_only:
         cases[POOLED_FLOOR] = floor_chunk(t.pooled_bare)
     samples = interleave(cases, range(n), warm)
     loop.close()
+    runs = [t.result(EMPTY_RUN, samples[EMPTY_RUN], floor=FRESH),
+            t.result(RUN_OF_ONE, samples[RUN_OF_ONE], floor=FRESH)]  # fmt: skip
+    if runs_only:
+        parts = run_parts(ledger, n, warm)
+        runs += [t.result(name, found, floor=FRESH) for name, found in parts.items()]
+        return [t.result(FLOOR, samples[FLOOR], floor=None), t.result(FRESH, samples[FRESH]), *runs]
     pooled = [t.result(POOLED_FLOOR, samples[POOLED_FLOOR])] if t.pooled_bare else []
     return [
         t.result(FLOOR, samples[FLOOR], floor=None),
@@ -404,6 +456,7 @@ def bench_writes(t: Target, ledger: c4a.Ledger, n: int, warm: int) -> list[Resul
         t.result(AFLOOR, samples[AFLOOR], floor=None),
         t.result(FRESH, samples[FRESH]),
         t.result(AFRESH, samples[AFRESH], floor=AFLOOR),
+        *runs,
     ]
 
 
@@ -484,14 +537,16 @@ def kept_driver(ledger: c4a.Ledger) -> Any:
     return conn.connection.driver_connection
 
 
-def bench_target(t: Target, n: int, warm: int) -> list[Result]:
+def bench_target(t: Target, n: int, warm: int, *, runs_only: bool = False) -> list[Result]:
     ledger = t.ledger()
     try:
-        *floors, afloor, fresh, afresh = bench_writes(t, ledger, n, warm)
+        if runs_only:
+            return bench_writes(t, ledger, n, warm, runs_only=True)
+        *floors, afloor, fresh, afresh, empty, one = bench_writes(t, ledger, n, warm)
         cached, select_floor, *from_db = bench_repeats(t, ledger, n, warm)
     finally:
         ledger.close()
-    return [*floors, afloor, select_floor, fresh, afresh, cached, *from_db]
+    return [*floors, afloor, select_floor, fresh, afresh, empty, one, cached, *from_db]
 
 
 # -- ledger size -----------------------------------------------------------------------------------
@@ -577,6 +632,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--n", type=int, help="timed actions per case")
     parser.add_argument("--scale", action="store_true", help="fresh effect at 1k/100k/1M rows")
+    parser.add_argument(
+        "--runs", action="store_true", help="only the floor, a fresh effect and whole runs"
+    )
     args = parser.parse_args(argv)
     args.n = args.n or (300 if args.quick else 2000)
     args.warm = min(100, args.n)
@@ -600,8 +658,10 @@ def run_all(args: argparse.Namespace, folder: Path) -> list[Result]:
         targets += open_targets(args, folder, tag="_scale")
     try:
         for t in targets:
-            bench = bench_scale if t.scale else bench_target
-            results += bench(t, args.n, args.warm)
+            if t.scale:
+                results += bench_scale(t, args.n, args.warm)
+            else:
+                results += bench_target(t, args.n, args.warm, runs_only=args.runs)
     finally:
         for t in targets:
             t.close()
@@ -617,7 +677,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(
         f"\nx floor: {FRESH!r} and {POOLED_FLOOR!r} against {FLOOR!r} (the direct connection's, "
         f"pooled or not), {AFRESH!r} against {AFLOOR!r}, repeats from a new process against "
-        f"{SELECT_FLOOR!r}."
+        f"{SELECT_FLOOR!r}, {EMPTY_RUN!r} and {RUN_OF_ONE!r} against {FRESH!r} (the goal: "
+        "a run of one at most 2x)."
     )
 
 

@@ -57,9 +57,10 @@ SPAN = 30 * 86400.0  # the actions' times spread over the last 30 days, at every
 OPEN = 5  # actions in doubt, actions started, approvals waiting, ended runs: at every size
 
 
-def fill_sql(dialect: str, n: int, t0: float, step: float) -> list[str]:
-    """Statements that fill a migrated ledger with ``n`` actions, inside the database."""
-    every = max(n // OPEN, 1)
+def fill_sql(dialect: str, n: int, t0: float, step: float, open_: int = OPEN) -> list[str]:
+    """Statements that fill a migrated ledger with ``n`` actions, inside the database:
+    ``open_`` of them in doubt, as many started and as many approvals waiting."""
+    every = max(n // open_, 1)
 
     def txt(expr: str) -> str:
         return f"({expr})::text" if dialect == "postgresql" else f"CAST({expr} AS TEXT)"
@@ -67,15 +68,15 @@ def fill_sql(dialect: str, n: int, t0: float, step: float) -> list[str]:
     if dialect == "postgresql":
         series = f"FROM generate_series(0, {n - 1}) AS s(i)"
         key = "lpad(i::text, 64, '0')"
-        ticket_series = f"FROM generate_series(0, {max(n // 10, OPEN) - 1}) AS s(i)"
+        ticket_series = f"FROM generate_series(0, {max(n // 10, open_) - 1}) AS s(i)"
         float_of = "i::float8"
     else:
         series = f"FROM (WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < {n - 1}) SELECT i FROM s)"  # noqa: E501
         key = "printf('%064d', i)"
-        m = max(n // 10, OPEN) - 1
+        m = max(n // 10, open_) - 1
         ticket_series = f"FROM (WITH RECURSIVE s(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM s WHERE i < {m}) SELECT i FROM s)"  # noqa: E501
         float_of = "CAST(i AS REAL)"
-    tickets = max(n // 10, OPEN)
+    tickets = max(n // 10, open_)
     runs = max(n // 10, 1)
     run_series = (
         f"FROM generate_series(0, {runs - 1}) AS s(i)"
@@ -109,7 +110,7 @@ def fill_sql(dialect: str, n: int, t0: float, step: float) -> list[str]:
         "INSERT INTO c4a_approvals (ticket, key, for_attempt, run_id, tool, args, state, "
         "requested_at, expires_at, signature) "
         f"SELECT 't' || {txt('i')}, {key}, 1, 'run-' || {txt('i')}, 'tool-1', '{{}}', "
-        f"CASE WHEN i % {max(tickets // OPEN, 1)} = 0 THEN 'pending' ELSE 'spent' END, "
+        f"CASE WHEN i % {max(tickets // open_, 1)} = 0 THEN 'pending' ELSE 'spent' END, "
         f"{t0} + {float_of}, {t0 + 1e7}, 'x' {ticket_series}",
         "INSERT INTO c4a_runs (run_id, status, reason, created_at, updated_at) "
         f"SELECT 'run-' || {txt(f'i * {max(n // 10 // OPEN, 1)}')}, "
@@ -128,9 +129,10 @@ def fill_sql(dialect: str, n: int, t0: float, step: float) -> list[str]:
     ]
 
 
-def fill(ledger: c4a.Ledger, n: int) -> tuple[float, float]:
-    """Fill the ledger, logging every row for the tallies as the upgrade to schema version 16
-    does; then fold the log, as the first `stats` after such an upgrade does. Seconds each."""
+def fill(ledger: c4a.Ledger, n: int, open_: int = OPEN) -> tuple[float, float]:
+    """Fill the ledger (``open_``: see fill_sql), logging every row for the tallies as the
+    upgrade to schema version 16 does; then fold the log, as the first `stats` after such an
+    upgrade does. Seconds each."""
     start = time.perf_counter()
     step = SPAN / n
     t0 = time.time() - SPAN
@@ -138,7 +140,7 @@ def fill(ledger: c4a.Ledger, n: int) -> tuple[float, float]:
         if ledger.schema:  # the statements name tables bare
             conn.execute(text(f'SET LOCAL search_path TO "{ledger.schema}"'))
         tally.drop_triggers(conn)  # the log below holds each bulk row once
-        for statement in fill_sql(ledger.dialect, n, t0, step):
+        for statement in fill_sql(ledger.dialect, n, t0, step, open_):
             conn.execute(text(statement))
         tally.log_everything(conn)
         tally.create_triggers(conn)

@@ -38,7 +38,8 @@ def bench(script: str, *args: str, postgres: str | None = None) -> str:
 
 def test_bench_core_on_sqlite() -> None:
     out = bench("bench_core.py", "--n", "20")
-    for case in ("floor (2 commits)", "fresh effect (async)", "repeat, new process: lone"):
+    cases = ("floor (2 commits)", "fresh effect (async)", "repeat, new process: lone", "empty run")
+    for case in (*cases, "run of one fresh effect"):
         assert case in out
     assert "x floor (median/mean)" in out
     assert "postgresql" not in out

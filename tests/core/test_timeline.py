@@ -161,7 +161,8 @@ def test_an_escalation_is_open_until_it_is_picked_up(ledger: c4a.Ledger) -> None
         pass
     picked = stats.series(ledger, 6 * HOUR, 6)
     assert [b.escalations_open for b in picked.buckets] == [int(first <= i < 5) for i in range(6)]
-    assert stats.open_escalations(ledger) == (0, None)
+    opened = stats.open_figures(ledger)
+    assert (opened.escalations_open, opened.escalations_oldest_age) == (0, None)
     oldest = picked.buckets[4].escalations_oldest_age
     assert oldest is not None
     assert oldest > 3 * HOUR
@@ -187,11 +188,11 @@ def test_an_entry_written_late_never_picks_up_its_own_escalation(ledger: c4a.Led
             completed=False,
             escalated=True,
         )
-    assert stats.open_escalations(ledger)[0] == 1
+    assert stats.open_figures(ledger).escalations_open == 1
     assert stats.series(ledger, HOUR, 1).buckets[-1].escalations_open == 1
     with c4a.run("late"):  # a person picks it up
         pass
-    assert stats.open_escalations(ledger)[0] == 0
+    assert stats.open_figures(ledger).escalations_open == 0
 
 
 def test_a_ledger_of_version_8_gains_the_timeline(target: Target) -> None:

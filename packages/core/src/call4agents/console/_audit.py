@@ -13,7 +13,7 @@ from call4agents.model.errors import ConfigurationError
 from call4agents.storage.audit_rows import ACTIONS, arguments, as_csv
 
 from ._auth import Refused
-from ._listing import Pages, run_address
+from ._listing import address, kept, keyset_links, pick, run_address
 from ._web import SECURITY_HEADERS, Ask, json_response, page
 
 PAGE = 50
@@ -25,14 +25,10 @@ EXPORTS = (("csv", "CSV"), ("json", "JSON"))
 
 def audit(ledger: Ledger, ask: Ask) -> Response:
     chosen = {name: ask.query.get(name, "").strip() for name in FILTERS}
-    if chosen["action"] and chosen["action"] not in ACTIONS:
-        raise Refused(400, f"unknown action {chosen['action']!r}: pick one of {', '.join(ACTIONS)}")
-    if chosen["since"] not in WITHIN:
-        raise Refused(400, f"unknown since {chosen['since']!r}: pick one of {', '.join(WITHIN)}")
+    chosen["action"] = pick(ask.query, "action", ACTIONS)
+    chosen["since"] = pick(ask.query, "since", WITHIN)
     within = WITHIN[chosen["since"]]
-    export = ask.query.get("format", "")
-    if export not in ("", "csv", "json"):
-        raise Refused(400, "format is csv or json")
+    export = pick(ask.query, "format", [f for f, _ in EXPORTS])
     try:
         found = ledger.audit(
             by=chosen["by"] or None,
@@ -57,10 +53,9 @@ def audit(ledger: Ledger, ask: Ask) -> Response:
 def _page(ask: Ask, chosen: dict[str, str], found: list[AuditEntry]) -> Response:
     """The entries as a table, each run linked to its page (which leads back to this one), the
     filters kept by the export links and from one page to the next."""
-    query = {k: v for k, v in chosen.items() if v}
+    query = kept(chosen, FILTERS)
     before = ask.query.get("before", "")
-    place = {**query, "before": before} if before else query
-    address = "/audit" + (f"?{urlencode(place)}" if place else "")
+    here = address("/audit", {**chosen, "before": before}, (*FILTERS, "before"))
     return page(
         "audit.html",
         ask.who,
@@ -69,12 +64,12 @@ def _page(ask: Ask, chosen: dict[str, str], found: list[AuditEntry]) -> Response
         actions={a: a.replace("_", " ") or "any decision" for a in ("", *ACTIONS)},
         windows={w: f"last {w}" if w else "any time" for w in WITHIN},
         exports={t: f"/audit?{urlencode({**query, 'format': f})}" for f, t in EXPORTS},
-        entries=[(e, run_address(e.run_id, address)) for e in found],
-        pages=Pages(
-            first=f"/audit?{urlencode(query)}" if before else None,
-            next=f"/audit?{urlencode({**query, 'before': found[-1].id})}"
-            if len(found) >= PAGE
-            else None,
+        entries=[(e, run_address(e.run_id, here)) for e in found],
+        pages=keyset_links(
+            "/audit",
+            query,
+            after={"before": str(found[-1].id)} if len(found) >= PAGE else None,
+            paged=bool(before),
         ),
     )
 

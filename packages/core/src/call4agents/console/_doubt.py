@@ -6,7 +6,6 @@ import json
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
 
 from starlette.responses import Response
 
@@ -16,6 +15,7 @@ from ._auth import Refused
 from ._format import clock
 from ._listing import (
     AGE_WORDS,
+    address,
     age_name,
     age_of,
     in_use,
@@ -25,7 +25,7 @@ from ._listing import (
     run_address,
     with_param,
 )
-from ._web import Ask, page, redirect
+from ._web import Ask, decision_form, page, redirect
 
 SHOWN = 25  # actions to a page, those in doubt longest first
 FILTERS = ("tool", "run", "why", "age")
@@ -66,6 +66,8 @@ def queue(ledger: Ledger, ask: Ask) -> Response:
     found, total = ledger.in_doubt_page(where, after=after, limit=SHOWN)
     filtered = where != DoubtFilter() or after is not None
     now = time.time()
+    more = len(found) == SHOWN and total > SHOWN
+    here = address("/doubt", ask.query, (*FILTERS, "after"))  # to come back to after settling
     # Live updates only on the first page unfiltered, as in the inbox.
     return page(
         "doubt.html",
@@ -80,23 +82,16 @@ def queue(ledger: Ledger, ask: Ask) -> Response:
         said=in_use(kept(ask.query, FILTERS)),
         filtered=filtered,
         total=total,
-        cards=[card(r, now, run_address(r.run_id, _address(ask.query))) for r in found],
-        form=settle_form(ask, _address(ask.query)),
+        cards=[card(r, now, run_address(r.run_id, here)) for r in found],
+        form=decision_form(ask, here),
         pages=keyset_links(
             "/doubt",
             kept(ask.query, FILTERS),
-            last=found[-1].key if found else None,
-            more=len(found) == SHOWN and total > SHOWN,
+            after={"after": found[-1].key} if more else None,
             paged=after is not None,
         ),
         size=SHOWN,
     )
-
-
-def _address(query: dict[str, str]) -> str:
-    """This page of the queue, to come back to after settling one of its actions."""
-    filters = kept(query, (*FILTERS, "after"))
-    return "/doubt" + (f"?{urlencode(filters)}" if filters else "")
 
 
 def settled_notice(ledger: Ledger, ask: Ask) -> Settled | None:
@@ -123,11 +118,6 @@ def card(record: EffectRecord, now: float, run_href: str) -> Doubt:
 
 def _late(evidence: dict[str, Any]) -> str:
     return json.dumps(evidence.get("result") or evidence.get("error"), default=str)
-
-
-def settle_form(ask: Ask, back: str) -> dict[str, Any]:
-    """What a card's settle form needs: who settles, and the page to return to once settled."""
-    return {"can_decide": ask.who.can_decide, "csrf": ask.csrf, "who": ask.who.name, "back": back}
 
 
 def _lease(owner: str | None, until: float | None) -> str:

@@ -12,10 +12,10 @@ from call4agents import Ledger
 from call4agents.controls import stats
 from call4agents.storage import dead_letters
 
-from ._auth import Refused
 from ._doubt import SHOWN as SHOWN_DOUBT
 from ._format import age as _age
 from ._format import clock
+from ._listing import pick
 from ._ticket_filters import SHOWN
 from ._web import Ask, json_response, page
 
@@ -30,14 +30,12 @@ DEAD_LETTERS_SHOWN = 50
 
 
 def health(ledger: Ledger, ask: Ask) -> Response:
-    window = ask.query.get("since", DEFAULT_WINDOW)
-    if window not in WINDOWS:
-        raise Refused(400, f"unknown window {window!r}: pick one of {', '.join(WINDOWS)}")
+    window = pick(ask.query, "since", WINDOWS, default=DEFAULT_WINDOW, what="window")
     since = WINDOWS[window]
     figures = stats.compute(ledger, since=since)
     over_time = stats.series(ledger, since or CHARTED_ALL, BUCKETS[window], ever=since is None)
     unapproved = over_time.unapproved_executions if since is not None else over_time.unapproved_ever
-    escalations, escalation_age = stats.open_escalations(ledger)
+    opened = stats.open_figures(ledger)
     rows: list[tuple[str, object, str]] = [  # figure, value, how the page marks it
         ("Irreversible executions", figures.irreversible_executions, ""),
         ("Approval-required actions executed without a yes (must stay 0)", unapproved, "zero"),
@@ -53,8 +51,8 @@ def health(ledger: Ledger, ask: Ask) -> Response:
         ("Oldest in doubt", _age(figures.in_doubt_oldest_age), ""),
         ("Approvals waiting", figures.approvals_waiting, ""),
         ("Oldest approval waiting", _age(figures.approvals_oldest_age), ""),
-        ("Escalations nobody picked up", escalations, ""),
-        ("Oldest of them", _age(escalation_age), ""),
+        ("Escalations nobody picked up", opened.escalations_open, ""),
+        ("Oldest of them", _age(opened.escalations_oldest_age), ""),
         ("Webhook events given up", figures.webhooks_dead, "dead"),
     ]
     charted = "the last 7 days" if since is None else f"the last {window}"

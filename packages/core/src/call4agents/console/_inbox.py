@@ -15,7 +15,7 @@ from call4agents import Ledger, WaitingFilter
 from call4agents.engine.approvals import ApprovalRequest, superseded
 
 from ._auth import Refused
-from ._listing import kept, local_address, with_param
+from ._listing import address, kept, local_address, pick, with_param
 from ._ticket_filters import FILTERS, SHOWN, filters, pages, where_of
 from ._tickets import (
     DECISIONS,
@@ -23,13 +23,12 @@ from ._tickets import (
     card,
     decide_one,
     decided_notice,
-    decision_form,
     missing_text,
     moved_text,
     too_late,
     verb,
 )
-from ._web import Ask, fingerprint, page, redirect
+from ._web import Ask, decision_form, fingerprint, page, redirect
 
 VIEWS = ("list", "cards")
 BRIEF_ARGS, BRIEF_WIDTH = 4, 40  # arguments on a ticket's line, and each value's width there
@@ -66,14 +65,12 @@ class Outcome:
 
 def inbox(ledger: Ledger, ask: Ask) -> Response:
     where, after = where_of(ask.query), ask.query.get("after") or None
-    view = ask.query.get("view") or "list"
-    if view not in VIEWS:
-        raise Refused(400, f"unknown view {view!r}: pick one of {', '.join(VIEWS)}")
+    view = pick(ask.query, "view", VIEWS, default="list")
     live, total = ledger.waiting_page(where, after=after, limit=SHOWN)
     filtered = where != WaitingFilter() or after is not None
     now = time.time()
     stale = superseded(ledger, live) if live else set()
-    back = _here(ask.query)
+    back = address("/", ask.query, (*LIST_KEYS, "after"))  # to come back to after a decision
     opened = urlencode(kept(ask.query, LIST_KEYS))
     # Live updates only on the first page unfiltered: elsewhere news would replace what a
     # person is paging through.
@@ -102,12 +99,6 @@ def inbox(ledger: Ledger, ask: Ask) -> Response:
         pages=pages(ask.query, live, total, after),
         size=SHOWN,
     )
-
-
-def _here(query: dict[str, str]) -> str:
-    """This page of the inbox (its filters, view and place), to come back to after a decision."""
-    kept_now = kept(query, (*LIST_KEYS, "after"))
-    return "/" + (f"?{urlencode(kept_now)}" if kept_now else "")
 
 
 def _other_view(query: dict[str, str], view: str) -> dict[str, str]:

@@ -4,7 +4,7 @@ page to the next, each keeping the filters a person chose (``_parts.html`` draws
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -22,12 +22,25 @@ AGES = {"": None, "5m": 300.0, "1h": 3600.0, "24h": 86400.0}
 AGE_WORDS = {"": "any time", "5m": "5 minutes", "1h": "1 hour", "24h": "24 hours"}
 
 
+def pick(
+    query: dict[str, str],
+    name: str,
+    options: Collection[str],
+    *,
+    default: str = "",
+    what: str | None = None,
+) -> str:
+    """The ``name`` field of ``query`` (``default`` when left empty), refused (400) unless it is
+    one of ``options``; an empty choice passes where it is the default (any state, any kind)."""
+    chosen = query.get(name, "").strip() or default
+    if chosen and chosen not in options:
+        raise Refused(400, f"unknown {what or name} {chosen!r}: pick one of {', '.join(options)}")
+    return chosen
+
+
 def age_of(query: dict[str, str], name: str, what: str) -> float | None:
     """The seconds the ``name`` field asks for, refused (400) unless it is one of ``AGES``."""
-    chosen = query.get(name, "")
-    if chosen not in AGES:
-        raise Refused(400, f"unknown {what} {chosen!r}: pick one of {', '.join(AGES)}")
-    return AGES[chosen]
+    return AGES[pick(query, name, AGES, what=what)]
 
 
 def age_name(seconds: float | None) -> str:
@@ -52,14 +65,22 @@ class Pages:
     next: str | None = None
 
 
+def address(path: str, query: dict[str, str], names: Iterable[str]) -> str:
+    """``path`` with the fields of ``query`` among ``names`` that hold a value: a list's page as
+    a person filtered (and paged) it, to come back to."""
+    found = kept(query, names)
+    return path + (f"?{urlencode(found)}" if found else "")
+
+
 def keyset_links(
-    path: str, filters: dict[str, str], *, last: str | None, more: bool, paged: bool
+    path: str, filters: dict[str, str], *, after: dict[str, str] | None, paged: bool
 ) -> Pages:
-    """First-page and next-page links: the next page starts after ``last`` (an id the list's
-    read takes as ``after``), so a page deep in the list costs what the first does."""
+    """First-page and next-page links: the next page starts ``after`` the last of this one (the
+    fields a list's read takes as its place), so a page deep in the list costs what the first
+    does; None when this page is the last."""
     return Pages(
         first=f"{path}?{urlencode(filters)}" if paged else None,
-        next=f"{path}?{urlencode({**filters, 'after': last})}" if more and last else None,
+        next=f"{path}?{urlencode({**filters, **after})}" if after else None,
     )
 
 

@@ -5,31 +5,22 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass
-from urllib.parse import urlencode
 
 from starlette.responses import Response
 
 from call4agents import AuditEntry, EffectRecord, Ledger, RunSummary
+from call4agents.controls import stats
 from call4agents.engine.budgets import spending_text
 from call4agents.engine.undos import undo_for
 from call4agents.storage import run_controls
 
 from ._auth import Refused
-from ._doubt import card, settle_form, settled_notice
+from ._doubt import card, settled_notice
 from ._format import ago, clock
-from ._listing import Pages, kept, list_back, run_address
-from ._web import Ask, page
+from ._listing import Pages, address, kept, keyset_links, list_back, pick, run_address
+from ._web import Ask, decision_form, page
 
-STATES = (
-    "in_doubt",
-    "running",
-    "waiting_approval",
-    "has_failures",
-    "done",
-    "escalated",
-    "undone",
-    "partly_undone",
-)
+STATES = stats.RUN_STATES
 LISTED = 100  # runs to a page
 FILTERS = ("state", "tool", "q", "active")
 # How recently a listed run was active; counting every run ever recorded is slow on a large ledger.
@@ -45,12 +36,9 @@ STATE_WORDS = {
 
 
 def runs_list(ledger: Ledger, ask: Ask) -> Response:
-    state, tool, text = (ask.query.get(k, "").strip() for k in ("state", "tool", "q"))
-    window = ask.query.get("active", DEFAULT_WINDOW)
-    if state and state not in STATES:
-        raise Refused(400, f"unknown state {state!r}: pick one of {', '.join(STATES)}")
-    if window not in WINDOWS:
-        raise Refused(400, f"unknown window {window!r}: pick one of {', '.join(WINDOWS)}")
+    tool, text = (ask.query.get(k, "").strip() for k in ("tool", "q"))
+    state = pick(ask.query, "state", STATES)
+    window = pick(ask.query, "active", WINDOWS, default=DEFAULT_WINDOW, what="window")
     before = _cursor(ask.query)
     ledger.sweep()  # a dead worker's action shows as in doubt, not running
     found = ledger.runs(
@@ -67,9 +55,12 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
     endings = run_controls.statuses_of(ledger.store, [r.run_id for r in found])
     rows = []
     now = time.time()
-    here = _here(ask.query)
+    here = address("/runs", ask.query, (*FILTERS, "before_at", "before_run"))
     for r in found:
-        derived = endings.get(r.run_id) or _state(r, waiting[r.run_id])
+        opened = [s for s, n in (("in_doubt", r.in_doubt), ("started", r.started)) if n]
+        derived = endings.get(r.run_id) or stats.run_state(
+            opened, waiting=waiting[r.run_id] > 0, failed=r.failed > 0
+        )
         if state and derived != state:
             continue
         href, active = run_address(r.run_id, here), ago(r.last_at, now) + " ago"
@@ -100,12 +91,6 @@ class Listed:
     active: str
 
 
-def _here(query: dict[str, str]) -> str:
-    """This page of the runs list, to come back to from a run's page."""
-    place = kept(query, (*FILTERS, "before_at", "before_run"))
-    return "/runs" + (f"?{urlencode(place)}" if place else "")
-
-
 def _cursor(query: dict[str, str]) -> tuple[float, str] | None:
     at, run = query.get("before_at"), query.get("before_run")
     if at is None and run is None:
@@ -121,12 +106,8 @@ def _cursor(query: dict[str, str]) -> tuple[float, str] | None:
 def _pages(query: dict[str, str], last: RunSummary | None, paged: bool) -> Pages:
     """Keyset links: the next page starts after the last run of this one (its last active time,
     then its id), so a page is as fast at the thousandth run as at the first."""
-    filters = kept(query, FILTERS)
     older = None if last is None else {"before_at": repr(last.last_at), "before_run": last.run_id}
-    return Pages(
-        first=f"/runs?{urlencode(filters)}" if paged else None,
-        next=f"/runs?{urlencode({**filters, **older})}" if older is not None else None,
-    )
+    return keyset_links("/runs", kept(query, FILTERS), after=older, paged=paged)
 
 
 def _with_waiting_runs(
@@ -160,16 +141,6 @@ def _with_waiting_runs(
     return merged
 
 
-def _state(r: RunSummary, waiting: int) -> str:
-    if r.in_doubt:
-        return "in_doubt"
-    if r.started:
-        return "running"
-    if waiting:
-        return "waiting_approval"
-    return "has_failures" if r.failed else "done"
-
-
 def run_page(ledger: Ledger, ask: Ask) -> Response:
     run_id = ask.query.get("id", "")
     ledger.sweep()
@@ -199,7 +170,7 @@ def run_page(ledger: Ledger, ask: Ask) -> Response:
         # The run's own actions in doubt, each with the form the in-doubt queue shows: an
         # escalated run's hand-off names them, and here they are settled.
         doubts=[card(r, now, here) for r in actions if r.state == "in_doubt"],
-        form=settle_form(ask, here),
+        form=decision_form(ask, here),
         tickets=tickets,
         spent=spending_text(ledger, run_id),
         ending=status,

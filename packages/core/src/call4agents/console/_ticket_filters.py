@@ -8,8 +8,7 @@ from call4agents.engine.approvals import ApprovalRequest
 from call4agents.model.kinds import KINDS
 from call4agents.storage.approval_rows import SORTS
 
-from ._auth import Refused
-from ._listing import AGE_WORDS, Pages, age_name, age_of, in_use, kept, keyset_links
+from ._listing import AGE_WORDS, Pages, age_name, age_of, in_use, kept, keyset_links, pick
 
 SHOWN = 25  # tickets to a page, the oldest first unless sorted otherwise
 FILTERS = ("tool", "run", "kind", "asked", "q", "waited", "sort")
@@ -17,21 +16,15 @@ SORT_WORDS = {"oldest": "oldest first", "newest": "newest first", "expiring": "e
 
 
 def where_of(query: dict[str, str]) -> WaitingFilter:
-    text = {k: query.get(k, "").strip() or None for k in ("tool", "run", "kind", "asked", "q")}
-    waited = age_of(query, "waited", "wait")
-    sort = query.get("sort") or "oldest"
-    if sort not in SORTS:
-        raise Refused(400, f"unknown sort {sort!r}: pick one of {', '.join(SORTS)}")
-    if text["kind"] is not None and text["kind"] not in KINDS:
-        raise Refused(400, f"unknown kind {text['kind']!r}: pick one of {', '.join(KINDS)}")
+    text = {k: query.get(k, "").strip() or None for k in ("tool", "run", "asked", "q")}
     return WaitingFilter(
         tool=text["tool"],
         run_id=text["run"],
-        kind=text["kind"],
+        kind=pick(query, "kind", KINDS) or None,
         asked_by=text["asked"],
         search=text["q"],
-        older_than=waited,
-        sort=sort,
+        older_than=age_of(query, "waited", "wait"),
+        sort=pick(query, "sort", SORTS, default="oldest"),
     )
 
 
@@ -52,10 +45,10 @@ def pages(
     query: dict[str, str], shown: list[ApprovalRequest], total: int, after: str | None
 ) -> Pages:
     """Keyset links: the next page starts after this page's last ticket."""
+    more = len(shown) == SHOWN and total > SHOWN
     return keyset_links(
         "/",
         kept(query, (*FILTERS, "view")),
-        last=shown[-1].ticket if shown else None,
-        more=len(shown) == SHOWN and total > SHOWN,
+        after={"after": shown[-1].ticket} if more else None,
         paged=after is not None,
     )

@@ -15,9 +15,9 @@ from call4agents.engine.approvals import ApprovalRequest, superseded
 from ._auth import Refused
 from ._changes import Comparison, changes
 from ._format import ago, count_redacted
-from ._listing import kept, local_address, with_param
+from ._listing import address, kept, local_address, with_param
 from ._ticket_filters import FILTERS, where_of
-from ._web import Ask, fingerprint, page, redirect
+from ._web import Ask, decision_form, fingerprint, page, redirect
 
 LIST_KEYS = (*FILTERS, "view")  # what a ticket's page keeps of the list it was opened from
 SHOWN_ACTIONS = 20  # of the run's finished actions beside a ticket
@@ -86,26 +86,11 @@ def finished_actions(records: list[EffectRecord]) -> list[Finished]:
     ]
 
 
-def decision_form(
-    ask: Ask, back: str, *, then_next: bool = False, pick: bool = False
-) -> dict[str, object]:
-    """What a card's decision form needs besides the ticket: who decides, and where to go."""
-    return {
-        "can_decide": ask.who.can_decide,
-        "csrf": ask.csrf,
-        "who": ask.who.name,
-        "back": back,
-        "then_next": then_next,
-        "pick": pick,
-    }
-
-
 def ticket_page(ledger: Ledger, ask: Ask) -> Response:
     request = ticket_of(ledger, ask.path["ticket"])
     now = time.time()
     stale = request.ticket in superseded(ledger, [request])
-    filters_q = urlencode(kept(ask.query, LIST_KEYS))
-    back = "/" + (f"?{filters_q}" if filters_q else "")
+    back = address("/", ask.query, LIST_KEYS)
     open_now = request.state == "pending" and request.expires_at > now
     return page(
         "ticket.html",
@@ -115,7 +100,7 @@ def ticket_page(ledger: Ledger, ask: Ask) -> Response:
         form=decision_form(ask, back, then_next=True) if open_now else None,
         settled=None if open_now else settled_text(request, now),
         back=back,
-        filtered=bool(filters_q),
+        filtered=back != "/",
     )
 
 

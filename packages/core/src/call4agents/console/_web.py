@@ -75,6 +75,21 @@ def fingerprint(request: ApprovalRequest) -> str:
     return hashlib.sha256(material.encode()).hexdigest()
 
 
+def decision_form(
+    ask: Ask, back: str, *, then_next: bool = False, pick: bool = False
+) -> dict[str, object]:
+    """What a form deciding a ticket (or settling an action in doubt) needs besides its subject:
+    who decides, and where to go back to."""
+    return {
+        "can_decide": ask.who.can_decide,
+        "csrf": ask.csrf,
+        "who": ask.who.name,
+        "back": back,
+        "then_next": then_next,
+        "pick": pick,
+    }
+
+
 def html(body: str, status: int = 200, *, headers: dict[str, str] | None = None) -> Response:
     # No page is cached: most show arguments, and all show who may decide what.
     merged = {**SECURITY_HEADERS, "Cache-Control": "no-store", **(headers or {})}

@@ -11,7 +11,7 @@ import asyncio
 import os
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from opentelemetry import context, metrics, trace
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from call4agents.engine.ledger_core import LedgerCore
     from call4agents.engine.run_notes import RunSummary
 
-    from .stats import OpenFigures
 
 T = TypeVar("T")
 
@@ -90,27 +89,11 @@ class OtelLayer(Layer):
             unit="{execution}",
             description="Approval-required tools that ran with no spent yes in the ledger",
         )
-        self._run_instruments(meter)
         # Ledgers actions ran against, read by the gauges; weak so a closed ledger can go.
         self.ledgers: weakref.WeakSet[LedgerCore] = weakref.WeakSet()
-        meter.create_observable_gauge(
-            sc.METRIC_IN_DOUBT_OPEN,
-            [self._in_doubt],
-            unit="{action}",
-            description="Actions in doubt now, waiting for a person or a reconciler",
-        )
-        meter.create_observable_gauge(
-            sc.METRIC_APPROVALS_WAITING,
-            [self._approvals_waiting],
-            unit="{ticket}",
-            description="Approval tickets waiting for a person",
-        )
-        meter.create_observable_gauge(
-            sc.METRIC_APPROVALS_OLDEST_AGE,
-            [self._approvals_age],
-            unit="s",
-            description="Age of the oldest approval ticket still waiting",
-        )
+        self._run_instruments(meter)
+        for name in _GAUGED:
+            self._gauge(meter, name)
 
     def _run_instruments(self, meter: metrics.Meter) -> None:
         self.without_read = meter.create_counter(
@@ -132,18 +115,6 @@ class OtelLayer(Layer):
         )
         self.run_duration = meter.create_histogram(
             sc.METRIC_RUN_DURATION, unit="s", description="Wall-clock time of one entry of a run"
-        )
-        meter.create_observable_gauge(
-            sc.METRIC_ESCALATIONS_OPEN,
-            [self._escalations_open],
-            unit="{run}",
-            description="Escalated runs nobody has picked up yet",
-        )
-        meter.create_observable_gauge(
-            sc.METRIC_ESCALATIONS_OLDEST_AGE,
-            [self._escalations_age],
-            unit="s",
-            description="Age of the oldest escalation nobody has picked up yet",
         )
 
     def run_left(self, summary: RunSummary) -> None:
@@ -311,43 +282,52 @@ class OtelLayer(Layer):
 
     # -- gauges reading the ledgers --------------------------------------------------------
 
-    def _in_doubt(self, options: CallbackOptions) -> Iterable[Observation]:
-        for url, figures in self._figures():
-            yield Observation(figures.in_doubt, {sc.LEDGER: url})
+    def _gauge(self, meter: metrics.Meter, name: str) -> None:
+        """A gauge of one figure of ``stats.OpenFigures`` (see ``_GAUGED``), per ledger that
+        actions ran against; an age reads 0 while nothing is open."""
+        figure, unit, description = _GAUGED[name]
 
-    def _approvals_waiting(self, options: CallbackOptions) -> Iterable[Observation]:
-        for url, figures in self._figures():
-            yield Observation(figures.approvals_waiting, {sc.LEDGER: url})
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            from .stats import open_figures
 
-    def _approvals_age(self, options: CallbackOptions) -> Iterable[Observation]:
-        for url, figures in self._figures():
-            yield Observation(figures.approvals_oldest_age or 0.0, {sc.LEDGER: url})
+            for ledger in list(self.ledgers):
+                try:
+                    value = getattr(open_figures(ledger), figure)
+                except (LedgerError, DatabaseFault):
+                    continue  # a ledger that cannot be read now reports nothing, not a wrong zero
+                yield Observation(0.0 if value is None else value, {sc.LEDGER: ledger.url})
 
-    def _escalations_open(self, options: CallbackOptions) -> Iterable[Observation]:
-        for url, (count, _) in self._escalations():
-            yield Observation(count, {sc.LEDGER: url})
+        meter.create_observable_gauge(name, [observe], unit=unit, description=description)
 
-    def _escalations_age(self, options: CallbackOptions) -> Iterable[Observation]:
-        for url, (_, age) in self._escalations():
-            yield Observation(age or 0.0, {sc.LEDGER: url})
 
-    def _escalations(self) -> Iterator[tuple[str, tuple[int, float | None]]]:
-        from .stats import open_escalations
-
-        for ledger in list(self.ledgers):
-            try:
-                yield ledger.url, open_escalations(ledger)
-            except (LedgerError, DatabaseFault):
-                continue  # as in _figures
-
-    def _figures(self) -> Iterator[tuple[str, OpenFigures]]:
-        from .stats import open_figures
-
-        for ledger in list(self.ledgers):
-            try:
-                yield ledger.url, open_figures(ledger)
-            except (LedgerError, DatabaseFault):
-                continue  # a ledger that cannot be read now reports nothing, not a wrong zero
+# The gauges reading the ledgers: each one's figure of ``stats.OpenFigures``, unit, description.
+_GAUGED = {
+    sc.METRIC_IN_DOUBT_OPEN: (
+        "in_doubt",
+        "{action}",
+        "Actions in doubt now, waiting for a person or a reconciler",
+    ),
+    sc.METRIC_APPROVALS_WAITING: (
+        "approvals_waiting",
+        "{ticket}",
+        "Approval tickets waiting for a person",
+    ),
+    sc.METRIC_APPROVALS_OLDEST_AGE: (
+        "approvals_oldest_age",
+        "s",
+        "Age of the oldest approval ticket still waiting",
+    ),
+    sc.METRIC_ESCALATIONS_OPEN: (
+        "escalations_open",
+        "{run}",
+        "Escalated runs nobody has picked up yet",
+    ),
+    sc.METRIC_ESCALATIONS_OLDEST_AGE: (
+        "escalations_oldest_age",
+        "s",
+        "Age of the oldest escalation nobody has picked up yet",
+    ),
+}
 
 
 class _StepSpan(Step):

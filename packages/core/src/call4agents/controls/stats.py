@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from call4agents.storage import dead_letters, stat_rows, tally
@@ -38,12 +38,17 @@ IRREVERSIBLE_RUNS = 20
 
 @dataclass(frozen=True)
 class OpenFigures:
-    """What is open right now, whatever its age."""
+    """What is open right now, whatever its age, with the age of the oldest of each: the
+    figures ``stats``, the console's health page and the OTel gauges show."""
 
     in_doubt: int
     in_doubt_oldest_age: float | None
     approvals_waiting: int
     approvals_oldest_age: float | None
+    # Escalated runs nobody has picked up yet: picked up means the run was entered again after
+    # it was escalated (a person resuming it), or a later control (an undo) changed its ending.
+    escalations_open: int
+    escalations_oldest_age: float | None
 
 
 @dataclass(frozen=True)
@@ -74,27 +79,15 @@ class Stats:
 
 
 def open_figures(ledger: LedgerCore) -> OpenFigures:
-    """In-doubt actions and approvals waiting now, with the age of the oldest of each."""
-    now, doubt, doubt_since, waiting, asked = stat_rows.open_now(ledger.store)
-    return OpenFigures(
-        doubt,
-        None if doubt_since is None else max(0.0, now - float(doubt_since)),
-        waiting,
-        None if asked is None else max(0.0, now - float(asked)),
+    """In-doubt actions, approvals waiting and escalations open now, and the oldest's ages."""
+    now, (doubt, doubt_since), (waiting, asked), (escalated, made) = stat_rows.open_now(
+        ledger.store
     )
 
+    def age(since: Any) -> float | None:
+        return None if since is None else max(0.0, now - float(since))
 
-@dataclass(frozen=True)
-class _Counts:
-    """The figures from the tallies: all time, or a window's."""
-
-    by_state: dict[str, int]
-    retried: int
-    executions: int
-    deduped: int
-    irreversible: int
-    irreversible_per_run: dict[str, int]
-    runs_by_state: dict[str, int]
+    return OpenFigures(doubt, age(doubt_since), waiting, age(asked), escalated, age(made))
 
 
 def window_start(now: float, since: float) -> float:
@@ -114,50 +107,41 @@ def compute(ledger: LedgerCore, since: float | None = None) -> Stats:
     ledger.sweep()  # a dead worker's action counts as in doubt, not running
     now = ledger.store.now()
     start = None if since is None else window_start(now, since)
-    counts, waiting = tally.after_folding(ledger.store, lambda conn: _counted(conn, now, start))
-    opened = open_figures(ledger)
-    executions, deduped = counts.executions, counts.deduped
-    return Stats(
-        since_seconds=since,
-        actions=sum(counts.by_state.values()),
-        actions_by_state=counts.by_state,
-        retried_actions=counts.retried,
-        executions=executions,
-        deduped=deduped,
-        dedup_rate=deduped / (deduped + executions) if deduped + executions else None,
-        dedup_note=DEDUP_NOTE,
-        in_doubt=opened.in_doubt,
-        in_doubt_oldest_age=opened.in_doubt_oldest_age,
-        approvals_waiting=opened.approvals_waiting,
-        approvals_oldest_age=opened.approvals_oldest_age,
-        irreversible_executions=counts.irreversible,
-        irreversible_per_run=counts.irreversible_per_run,
-        runs_by_state=counts.runs_by_state,
-        webhooks_dead=dead_letters.count_waiting(ledger.store),
-        changes_not_counted=waiting,
-    )
+    opened, dead = open_figures(ledger), dead_letters.count_waiting(ledger.store)
 
+    def counted(conn: Conn) -> Stats:
+        """The tallies all time or from ``start``, and the runs with an action first attempted
+        in the window (their count is the window's, not the ledger's), counted by the database.
+        Reads only what is open (actions started or in doubt, approvals waiting) and runs ended
+        by a run control beside them."""
+        total = tally.totals(conn, start)
+        if start is None:
+            runs, failed = total["runs"], total["runs_failed"]
+        else:
+            runs, failed = tally.count_runs_since(conn, start)
+        by_state = {s: n for s in tally.STATES if (n := total["actions:" + s])}
+        executions, deduped = total["executions"], total[tally.DEDUPED]
+        return Stats(
+            since_seconds=since,
+            actions=sum(by_state.values()),
+            actions_by_state=by_state,
+            retried_actions=total["retried"],
+            executions=executions,
+            deduped=deduped,
+            dedup_rate=deduped / (deduped + executions) if deduped + executions else None,
+            dedup_note=DEDUP_NOTE,
+            in_doubt=opened.in_doubt,
+            in_doubt_oldest_age=opened.in_doubt_oldest_age,
+            approvals_waiting=opened.approvals_waiting,
+            approvals_oldest_age=opened.approvals_oldest_age,
+            irreversible_executions=total["irreversible"],
+            irreversible_per_run=tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS, since=start),
+            runs_by_state=dict(sorted((+_runs_in_states(conn, now, start, runs, failed)).items())),
+            webhooks_dead=dead,
+        )
 
-def _counted(conn: Conn, now: float, start: float | None) -> _Counts:
-    """The tallies all time or from ``start``, and the runs with an action first attempted in
-    the window (their count is the window's, not the ledger's), counted by the database. Reads
-    only what is open (actions started or in doubt, approvals waiting) and runs ended by a run
-    control beside them."""
-    total = tally.totals(conn, start)
-    if start is None:
-        runs, failed = total["runs"], total["runs_failed"]
-    else:
-        runs, failed = tally.count_runs_since(conn, start)
-    by_state = {s: total["actions:" + s] for s in tally.STATES}
-    return _Counts(
-        by_state={s: n for s, n in by_state.items() if n},
-        retried=total["retried"],
-        executions=total["executions"],
-        deduped=total[tally.DEDUPED],
-        irreversible=total["irreversible"],
-        irreversible_per_run=tally.irreversible_per_run(conn, IRREVERSIBLE_RUNS, since=start),
-        runs_by_state=dict(sorted((+_runs_in_states(conn, now, start, runs, failed)).items())),
-    )
+    found, waiting = tally.after_folding(ledger.store, counted)
+    return replace(found, changes_not_counted=waiting) if waiting else found
 
 
 def _runs_in_states(
@@ -168,7 +152,8 @@ def _runs_in_states(
     ended by a control are judged one by one; every other run is done or has failures, as the
     counts say. Waiting runs may be thousands: the database matches them to their tallies in
     one read, and no other run is read."""
-    seen, endings = _open_actions(conn), stat_rows.endings(conn)
+    seen = _open_actions(conn)
+    endings = {run_id: status for run_id, status, _ in stat_rows.endings(conn)}
     waiting = tally.runs_among(conn, stat_rows.pending_runs(now), since=start)
     others = tally.runs_of(conn, (set(seen) | set(endings)) - set(waiting))
     known = {r: t for r, t in others.items() if tally.active_since(t, start)} | waiting
@@ -195,21 +180,36 @@ def _judged(
 ) -> Counter[str]:
     found: Counter[str] = Counter()
     for run_id, run in runs.items():
-        states = seen.get(run_id, set()) | ({"failed"} if run.failed else set())
-        found[endings.get(run_id) or _run_state(states, run_id in waiting)] += 1
+        state = run_state(seen.get(run_id, set()), waiting=run_id in waiting, failed=run.failed > 0)
+        found[endings.get(run_id) or state] += 1
     return found
 
 
-def _run_state(seen: set[str], waiting: bool) -> str:
-    """A run's state from its actions' states, the first that applies in this order (beside
-    the ending a run control recorded: escalated, undone, partly_undone)."""
-    if "in_doubt" in seen:
+# A run's states: from its actions (``run_state``), or the ending a run control recorded.
+RUN_STATES = (
+    "in_doubt",
+    "running",
+    "waiting_approval",
+    "has_failures",
+    "done",
+    "escalated",
+    "undone",
+    "partly_undone",
+)
+
+
+def run_state(open_states: Collection[str], *, waiting: bool, failed: bool) -> str:
+    """A run's state from the states of its open actions (started, in doubt), whether a ticket
+    waits and whether an action failed: the first that applies in this order (beside the ending
+    a run control recorded: escalated, undone, partly_undone). ``stats`` and the console's runs
+    say it alike."""
+    if "in_doubt" in open_states:
         return "in_doubt"
-    if "started" in seen:
+    if "started" in open_states:
         return "running"
     if waiting:
         return "waiting_approval"
-    return "has_failures" if "failed" in seen else "done"
+    return "has_failures" if failed else "done"
 
 
 def render(stats: Stats) -> str:
@@ -263,16 +263,6 @@ def _age(seconds: float) -> str:
 # -- figures the shipped alerts watch (alerts/call4agents.rules.yml) -----------------------------
 
 
-def open_escalations(ledger: LedgerCore) -> tuple[int, float | None]:
-    """Escalated runs nobody has picked up yet, and the age of the oldest.
-
-    Picked up means the run was entered again after it was escalated (a person resuming it),
-    or a later control (an undo) changed its ending.
-    """
-    now, count, oldest = stat_rows.open_escalations(ledger.store)
-    return count, None if oldest is None else max(0.0, now - float(oldest))
-
-
 @dataclass(frozen=True)
 class AlertFigures:
     """The figures behind the shipped alerts and recording rules, from the ledger."""
@@ -296,11 +286,13 @@ class AlertFigures:
 
 @dataclass(frozen=True)
 class _RunFigures:
+    """The runs' figures, all time or a window's: counts, and how many runs had each cost (to
+    two significant figures) and each count of tool calls, whose quantiles the alerts watch."""
+
     completed: int
     without_read: int
-    cost_p95: float | None
-    cost_p99: float | None
-    calls_p95: float | None
+    costs: dict[float, int]
+    calls: dict[float, int]
     triggers: dict[str, int]
 
 
@@ -316,18 +308,18 @@ def alert_figures(ledger: LedgerCore, stats: Stats, since: float | None = None) 
     endings_done = _endings_by_status(ledger, since)
     if runs.completed:
         endings_done["completed"] = runs.completed
-    escalations, oldest = open_escalations(ledger)
+    opened = open_figures(ledger)
     return AlertFigures(
         irreversible_executions=stats.irreversible_executions,
         dedup_rate=stats.dedup_rate,
-        escalations_open=escalations,
-        escalations_oldest_age=oldest,
+        escalations_open=opened.escalations_open,
+        escalations_oldest_age=opened.escalations_oldest_age,
         runs_completed=runs.completed,
         runs_completed_without_read=runs.without_read,
         without_read_share=runs.without_read / runs.completed if runs.completed else None,
-        cost_per_run_p95=runs.cost_p95,
-        cost_per_run_p99=runs.cost_p99,
-        tool_calls_per_run_p95=runs.calls_p95,
+        cost_per_run_p95=tally.quantile(runs.costs, 0.95),
+        cost_per_run_p99=tally.quantile(runs.costs, 0.99),
+        tool_calls_per_run_p95=tally.quantile(runs.calls, 0.95),
         runs_by_trigger=dict(sorted(runs.triggers.items())),
         runs_by_ending=dict(sorted(endings_done.items())),
     )
@@ -337,14 +329,11 @@ def _every_run(ledger: LedgerCore) -> _RunFigures:
     """Every run's figures from the tallies, after folding (see ``tally``): as many rows as
     there are triggers, tool-call counts and two-figure costs, whatever the number of runs."""
     total, _ = tally.after_folding(ledger.store, lambda conn: tally.totals(conn, None))
-    costs = {float(k): n for k, n in tally.named(total, tally.BY_COST).items()}
-    calls = {float(k): n for k, n in tally.named(total, tally.BY_CALLS).items()}
     return _RunFigures(
         total[tally.COMPLETED],
         total[tally.COMPLETED] - total[tally.WITH_READ],
-        tally.quantile(costs, 0.95),
-        tally.quantile(costs, 0.99),
-        tally.quantile(calls, 0.95),
+        {float(k): n for k, n in tally.named(total, tally.BY_COST).items()},
+        {float(k): n for k, n in tally.named(total, tally.BY_CALLS).items()},
         tally.named(total, tally.BY_TRIGGER),
     )
 
@@ -357,24 +346,23 @@ def _runs_entered(ledger: LedgerCore, since: float) -> _RunFigures:
     for run_id, name, value in stat_rows.run_counters_active(ledger.store, since):
         counters.setdefault(run_id, {})[name] = value
     completed = [r for r, v in counters.items() if COMPLETED_AT in v]
-    costs = [tally.two_figures(v[tally.COST]) for v in counters.values() if tally.COST in v]
-    calls = [v[TOOL_CALLS] for v in counters.values() if TOOL_CALLS in v]
     triggers = Counter(
         name[len(TRIGGER) :] for v in counters.values() for name in v if name.startswith(TRIGGER)
     )
     return _RunFigures(
         len(completed),
         sum(not counters[r].get(READS) for r in completed),
-        _quantile(costs, 0.95),
-        _quantile(costs, 0.99),
-        _quantile(calls, 0.95),
+        Counter(tally.two_figures(v[tally.COST]) for v in counters.values() if tally.COST in v),
+        Counter(v[TOOL_CALLS] for v in counters.values() if TOOL_CALLS in v),
         dict(triggers),
     )
 
 
 def _endings_by_status(ledger: LedgerCore, since: float | None) -> Counter[str]:
     """Endings recorded by run controls (escalated, a budget limit, undone) in the window."""
-    return Counter(dict(stat_rows.endings_by_status(ledger.store, since)))
+    start = None if since is None else ledger.store.now() - since
+    with ledger.store.read() as conn:
+        return Counter(status for _, status, _ in stat_rows.endings(conn, start))
 
 
 def _quantile(values: Sequence[float], q: float) -> float | None:
@@ -515,7 +503,7 @@ def _over_time(
     for at in unapproved:
         bad[slot(at)] += 1
     ended: list[Counter[str]] = [Counter() for _ in range(n)]
-    for status, at in stat_rows.endings_since(conn, start):
+    for _, status, at in stat_rows.endings(conn, start):
         ended[slot(at)][status] += 1
     completions = stat_rows.completions_since(conn, start)
     for i, k in slots([at for at, _ in completions]).items():

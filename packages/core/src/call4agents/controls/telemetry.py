@@ -81,25 +81,27 @@ def configure(
 class _Lazy(Layer):
     """The automatic default: imports OpenTelemetry at the first action, not at import time."""
 
-    def resolved(self) -> Layer | None:
+    def resolved(self) -> Layer:
         with _lazy_lock:  # two first actions at once must not build two sets of instruments
             if installed("otel") is self:
                 try:
                     configure(None)
                 except ImportError:  # found but broken: stay out of the way
                     install("otel", None)
-        return installed("otel")
+        # None: OpenTelemetry is off; the base layer passes everything straight through.
+        return installed("otel") or _THROUGH
 
     # The run and step events reach the real layer through ``resolved`` (see observe).
     def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
-        real = self.resolved()
-        return real.perform(action, call, inner) if real else inner(action, call)
+        return self.resolved().perform(action, call, inner)
 
     async def aperform(
         self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
     ) -> T:
-        real = self.resolved()
-        return await (real.aperform(action, call, inner) if real else inner(action, call))
+        return await self.resolved().aperform(action, call, inner)
+
+
+_THROUGH = Layer()
 
 
 def _auto() -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from call4agents.engine.context import RunContext, current_run
 from call4agents.engine.default import default_ledger, default_or_none
 from call4agents.engine.endings import record_status_in
+from call4agents.engine.run_notes import note_spent
 from call4agents.model.errors import (
     BudgetExceeded,
     Call4AgentsError,
@@ -382,6 +383,8 @@ def record_model_usage(
                 name,
                 {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, _COST: spent},
             )
+    for name, _ in run.budgets:
+        note_spent(name)  # its span gets the new total as its entry ends
 
 
 def _distinct(chain: Sequence[tuple[str, Budget]]) -> list[tuple[str, Budget]]:

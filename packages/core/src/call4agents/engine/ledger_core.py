@@ -579,7 +579,8 @@ class LedgerCore:
 
     def waiting(self, *, limit: int = 100, newest_first: bool = False) -> list[ApprovalRequest]:
         """Tickets waiting for a person now (pending, not expired), oldest first (or newest)."""
-        found = tickets.waiting(self.store, limit=limit, newest_first=newest_first)
+        every = WaitingFilter(sort="newest" if newest_first else "oldest")
+        found = tickets.waiting_page(self.store, every, after=None, limit=limit)
         return [request_of(r) for r in found]
 
     def listen(self) -> LiveFeed | None:

@@ -74,9 +74,9 @@ class Layer:
     def run_entered(self, run_id: str, trigger: str) -> None:
         """A run whose end is never seen here was entered (see :func:`run_entered`)."""
 
-    def resolved(self) -> Layer | None:
+    def resolved(self) -> Layer:
         """The layer that takes the run and step events: itself, unless it stands in for one
-        made at first use (telemetry's automatic default); None if that came to nothing."""
+        made at first use (telemetry's automatic default)."""
         return self
 
 

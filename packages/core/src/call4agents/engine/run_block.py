@@ -44,9 +44,10 @@ class run:
 
     ``trigger`` says what started it: ``"user"``, ``"schedule"``, ``"webhook"`` (or
     ``"retry"``). The ledger itself records ``"retry"`` when the run is entered again after it
-    had recorded actions. When the outermost block of the run leaves, one small write records
-    the entry (trigger, time, tool calls, whether a ``read`` tool was called) for
-    ``call4agents show``/``stats``, and the current span gets the run's attributes.
+    had recorded actions. Entering reads the run's history once; when the outermost block of the
+    run leaves, one statement records the entry (trigger, time, tool calls, whether a ``read``
+    tool was called) for ``call4agents show``/``stats``, and the current span gets the run's
+    attributes.
     """
 
     # A block that is only part of a run (an integration's scope around one tool call or model

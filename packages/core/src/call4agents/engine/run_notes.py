@@ -1,9 +1,10 @@
 """What a run did as a whole: its trigger, its tool calls, its time, how it ended.
 
-``c4a.run(...)`` notes each tool call made inside it (how many, and whether any was a ``read``)
-and, when the outermost block of the run leaves, writes one small transaction to the run's
-counters (``c4a_run_counters``, names under ``run.``) and hands a :class:`RunSummary` to
-telemetry: the span around the run gets its trigger, terminal reason, cost and wall-clock time.
+``c4a.run(...)`` reads the run's history once as it is entered, notes each tool call made inside
+it (how many, and whether any was a ``read``) and, when the outermost block of the run leaves,
+writes the entry to the run's counters in one statement (``c4a_run_counters``, names under
+``run.``, see ``storage.run_rows``) and hands a :class:`RunSummary` to telemetry: the span
+around the run gets its trigger, terminal reason, cost and wall-clock time.
 
 ``trigger="retry"`` is never given by the caller's code alone: the ledger sets it when the run is
 entered again after it had already recorded actions (a resume, a re-delivered job).
@@ -70,9 +71,11 @@ class Notes:
     by_steps: bool = False  # opened by a framework's step, not by a `c4a.run` block
     tool_calls: int = 0
     reads: int = 0
-    # Whether the run had recorded actions (or had completed) before this entry: the ledger's
-    # "retry". Read as the run is entered; None while that read is pending or impossible.
-    seen_before: bool | None = None
+    # The run's records as this entry began, among them whether it had recorded actions (or had
+    # completed) before: the ledger's "retry". Read as the run is entered; None while that read
+    # is pending or impossible (the exit then reads it, and estimates when the entry began).
+    history: run_rows.History | None = None
+    spent: bool = False  # the run's budget counted money spent during this entry
 
 
 @dataclass(frozen=True)
@@ -118,14 +121,19 @@ def enter(
 
 
 def look_back(notes: Notes) -> None:
-    """Read whether the run had been here before (then this entry is a retry). One indexed
-    read per run entered; a database fault leaves it unknown rather than failing the run."""
+    """Read whether the run had been here before (then this entry is a retry), when the entry
+    began and what escalation it may pick up. One indexed read per run entered; a database
+    fault leaves it unknown rather than failing the run."""
 
     ledger = notes.ledger or default_or_none()
     if ledger is None:
         return
     try:
-        notes.seen_before = run_rows.seen_before(ledger.store, notes.run_id)
+        notes.history = run_rows.history(ledger.store, notes.run_id)
+        if not notes.history.seen_before:
+            # Nothing to repeat: the run's first action need not read before it claims, so
+            # this read costs what that one would have.
+            ledger.recent.wrote_intent(notes.run_id)
     except LedgerError as fault:
         log.warning("could not read the history of run %r: %s", notes.run_id, fault)
 
@@ -177,6 +185,13 @@ def note_tool(run_id: str | None, kind: str) -> None:
             found.reads += 1
 
 
+def note_spent(run_id: str) -> None:
+    """The budget of run ``run_id`` counted money spent: its total is read as the entry ends."""
+    found = _open.get(run_id)
+    if found is not None:
+        found.spent = True
+
+
 def ending_of(exc: BaseException | None) -> tuple[str | None, str | None]:
     """(terminal reason, escalation reason) of an exception leaving the run."""
     from call4agents.engine.endings import Escalated
@@ -194,7 +209,7 @@ def ending_of(exc: BaseException | None) -> tuple[str | None, str | None]:
 
 
 def finish(notes: Notes, exc: BaseException | None, *, write: bool = True) -> RunSummary:
-    """Record the entry in the ledger (one transaction) and tell telemetry."""
+    """Record the entry in the ledger (one statement) and tell telemetry."""
     summary = settle(notes, exc) if write else _summary(notes, exc)
     observe.run_left(summary)
     return summary
@@ -226,7 +241,7 @@ def _summary(notes: Notes, exc: BaseException | None) -> RunSummary:
     reason, escalation = ending_of(exc)
     return RunSummary(
         notes.run_id,
-        "retry" if notes.seen_before else notes.trigger,
+        "retry" if notes.history is not None and notes.history.seen_before else notes.trigger,
         reason,
         (time.perf_counter() - notes.started) * 1000.0,
         notes.tool_calls,
@@ -238,10 +253,12 @@ def _summary(notes: Notes, exc: BaseException | None) -> RunSummary:
 
 
 def _record(ledger: LedgerCore, notes: Notes, summary: RunSummary) -> RunSummary:
-    """One transaction: was the run here before (then it is a retry), add this entry."""
-    before, after = run_rows.add_entry(
+    """One statement adds this entry to the run's counters (see ``run_rows.add_entry``)."""
+    totals = run_rows.add_entry(
         ledger.store,
         notes.run_id,
+        history=notes.history,
+        spent=notes.spent,
         trigger=summary.trigger,
         wall_clock_ms=summary.wall_clock_ms,
         tool_calls=summary.tool_calls,
@@ -253,11 +270,11 @@ def _record(ledger: LedgerCore, notes: Notes, summary: RunSummary) -> RunSummary
         summary.run_id,
         summary.trigger,
         summary.terminal_reason,
-        after[WALL_CLOCK_MS],
+        totals.wall_clock_ms,
         summary.tool_calls,
         summary.reads,
-        None if summary.terminal_reason != COMPLETED else after[READS] == 0,
-        before.get("cost"),
+        None if summary.terminal_reason != COMPLETED else totals.reads == 0,
+        totals.cost,
         summary.escalation_reason,
     )
 

@@ -36,6 +36,7 @@ from .paths import (
     Refusal,
     class_ref,
     escape,
+    is_model_type,
     parse_paths,
     plan_for,
     type_name,
@@ -275,7 +276,7 @@ def _printed_forms(v: Any) -> list[str]:
             stack.extend(item)
         elif dataclasses.is_dataclass(item) and not isinstance(item, type):
             stack.extend(getattr(item, field.name) for field in dataclasses.fields(item))
-        elif _is_model_type(type(item)):
+        elif is_model_type(type(item)):
             stack.extend(getattr(item, "__dict__", {}).values())
     return found
 
@@ -471,7 +472,7 @@ def _excluded(model: Any) -> dict[str, Any]:
         value = getattr(model, name, None)
         if getattr(info, "exclude", None) is True:
             found[name] = value
-        elif _is_model_type(type(value)):
+        elif is_model_type(type(value)):
             inner = _excluded(value)
             if inner:
                 found[name] = inner
@@ -517,16 +518,12 @@ _BY_BASE: Final[tuple[tuple[type, _Handler], ...]] = (
 )
 
 
-def _is_model_type(tp: type) -> bool:
-    return callable(getattr(tp, "model_dump", None)) and hasattr(tp, "model_fields")
-
-
 def _resolve(tp: type) -> _Handler:
     handler: _Handler
     # Enums first: an IntEnum is an int and a StrEnum a str, but a tool may tell them apart.
     if issubclass(tp, enum.Enum):
         handler = _h_enum
-    elif _is_model_type(tp):
+    elif is_model_type(tp):
         handler = _h_model
     elif dataclasses.is_dataclass(tp):
         handler = _h_dataclass

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from .canonical import json_writer
+from .paths import CYCLE, Refusal, class_ref, is_model_type
 
 __all__ = ["MAX_DEPTH", "ResultEncodingError", "decode_result", "encode_result"]
 
@@ -39,7 +40,6 @@ _ENVELOPE: Final = "$tagged"
 _TAGGED_PREFIX: Final = '{"$'
 # Ints this long are stored in hex: the process's digit limit could make decimal fail to write.
 _BIG_INT_BITS: Final = 2000
-_MAX_KEY_REPR: Final = 60
 
 _NoneType = type(None)
 # Floats count as plain here: a NaN or infinity makes the (allow_nan=False) writer raise, and the
@@ -114,58 +114,24 @@ def _is_plain(value: Any, depth: int) -> bool:
     return tp in _PLAIN_LEAVES
 
 
-class _Unstorable(Exception):
-    """Raised deep in the tagger; containers add their step as it unwinds (paths cost nothing
-    until something fails)."""
-
-    def __init__(self, what: str, *, too_deep: bool = False) -> None:
-        super().__init__(what)
-        self.what = what
-        self.too_deep = too_deep
-        self.trail: list[
-            tuple[int, str, Any]
-        ] = []  # (id of object, step kind, step), innermost first
-
-    def add(self, obj: Any, kind: str, step: Any) -> None:
-        self.trail.append((id(obj), kind, step))
-
-    def why(self) -> str:
-        down = self.trail[::-1]
-        if self.too_deep:
-            seen: set[int] = set()
-            for i, (obj_id, _, _) in enumerate(down):
-                if obj_id in seen:
-                    return f"result contains a reference cycle at {_path(down[: i + 1])}"
-                seen.add(obj_id)
-            return f"result is nested deeper than {MAX_DEPTH} levels"
-        if len(down) == 1:  # only the root's own entry
-            return f"result is {self.what}, which cannot be stored"
-        return f"result contains {self.what} at {_path(down)}, which cannot be stored"
-
-
-def _path(steps: Iterable[tuple[int, str, Any]]) -> str:
-    out = ["result"]
-    for _, kind, step in steps:
-        if kind == "root":
-            continue
-        if kind == "index":
-            out.append(f"[{step}]")
-        elif kind == "attr" and isinstance(step, str) and step.isidentifier():
-            out.append(f".{step}")
-        else:
-            text = repr(step)
-            if len(text) > _MAX_KEY_REPR:
-                text = text[: _MAX_KEY_REPR - 3] + "..."
-            out.append(f"[{text}]")
-    return "".join(out)
-
-
 def _tag_root(value: Any) -> Any:
     try:
         return _tag(value, 1)
-    except _Unstorable as exc:
-        exc.add(value, "root", None)  # so a cycle back to the root is seen as one
-        raise ResultEncodingError(exc.why()) from None
+    except Refusal as refusal:
+        refusal.add(value, ("attr", "result"))  # so a cycle back to the root is seen as one
+        refusal.settle()
+        raise ResultEncodingError(_why(refusal)) from None
+
+
+def _why(refusal: Refusal) -> str:
+    """What the error says: a refusal's reason and the path to what was refused, which starts
+    at the result itself (``result.conn[0]``)."""
+    if refusal.too_deep:  # a cycle has the path to it; mere depth none
+        where = f" at {refusal.path()}" if refusal.reason == CYCLE else ""
+        return f"result {refusal.reason}{where}"
+    if len(refusal.trail) == 1:  # only the root's own entry
+        return f"result is {refusal.reason}, which cannot be stored"
+    return f"result contains {refusal.reason} at {refusal.path()}, which cannot be stored"
 
 
 def _tag(value: Any, depth: int) -> Any:
@@ -180,7 +146,7 @@ def _tag(value: Any, depth: int) -> Any:
 
 def _inner(depth: int) -> int:
     if depth > MAX_DEPTH:
-        raise _Unstorable("", too_deep=True)
+        raise Refusal(f"is nested deeper than {MAX_DEPTH} levels", too_deep=True)
     return depth + 1
 
 
@@ -191,8 +157,8 @@ def _tag_fields(items: Iterable[tuple[str, Any]], depth: int) -> dict[str, Any]:
     try:
         for key, item in items:
             out["$" + key if key.startswith("$") else key] = _tag(item, depth)
-    except _Unstorable as exc:
-        exc.add(item, "attr", key)
+    except Refusal as refusal:
+        refusal.add(item, ("attr", key))
         raise
     return out
 
@@ -203,14 +169,10 @@ def _tag_items(values: Iterable[Any], depth: int) -> list[Any]:
     try:
         for item in values:
             out.append(_tag(item, depth))
-    except _Unstorable as exc:
-        exc.add(item, "index", len(out))
+    except Refusal as refusal:
+        refusal.add(item, ("index", len(out)))
         raise
     return out
-
-
-def _class_ref(tp: type) -> str:
-    return f"{tp.__module__}:{tp.__qualname__}"
 
 
 # Taggers: (value, depth) -> JSON-ready tree.
@@ -242,13 +204,13 @@ def _t_dict(value: Any, depth: int) -> Any:
     for key, item in value.items():
         try:
             key_tree = _tag(key, inner)
-        except _Unstorable as exc:
-            exc.add(key, "key", key)
+        except Refusal as refusal:
+            refusal.add(key, ("key", key))
             raise
         try:
             pairs.append([key_tree, _tag(item, inner)])
-        except _Unstorable as exc:
-            exc.add(item, "key", key)
+        except Refusal as refusal:
+            refusal.add(item, ("key", key))
             raise
     return {"$map": pairs}
 
@@ -260,7 +222,7 @@ def _t_list(value: Any, depth: int) -> Any:
 def _t_tuple(value: Any, depth: int) -> Any:
     items = _tag_items(value, _inner(depth))
     if hasattr(type(value), "_fields"):  # a named tuple
-        return {"$namedtuple": [_class_ref(type(value)), items]}
+        return {"$namedtuple": [class_ref(type(value)), items]}
     return {"$tuple": items}
 
 
@@ -303,11 +265,11 @@ def _t_uuid(value: Any, depth: int) -> Any:
 
 
 def _t_path(value: Any, depth: int) -> Any:
-    return {"$path": [_class_ref(type(value)), str(value)]}
+    return {"$path": [class_ref(type(value)), str(value)]}
 
 
 def _t_enum(value: Any, depth: int) -> Any:
-    return {"$enum": [_class_ref(type(value)), _tag(value.value, _inner(depth))]}
+    return {"$enum": [class_ref(type(value)), _tag(value.value, _inner(depth))]}
 
 
 def _t_model(value: Any, depth: int) -> Any:
@@ -320,17 +282,17 @@ def _t_model(value: Any, depth: int) -> Any:
     if isinstance(extra, dict):
         items.extend(extra.items())
     fields_set = sorted(getattr(value, "model_fields_set", ()))
-    return {"$model": [_class_ref(tp), _tag_fields(items, inner), fields_set]}
+    return {"$model": [class_ref(tp), _tag_fields(items, inner), fields_set]}
 
 
 def _t_dataclass(value: Any, depth: int) -> Any:
     inner = _inner(depth)
     items = ((field.name, getattr(value, field.name)) for field in dataclasses.fields(value))
-    return {"$dataclass": [_class_ref(type(value)), _tag_fields(items, inner)]}
+    return {"$dataclass": [class_ref(type(value)), _tag_fields(items, inner)]}
 
 
 def _t_unknown(value: Any, depth: int) -> Any:
-    raise _Unstorable(f"a {type(value).__qualname__} object")
+    raise Refusal(f"a {type(value).__qualname__} object")
 
 
 _Tagger = Callable[[Any, int], Any]
@@ -360,15 +322,11 @@ _TAGGERS: dict[type, _Tagger] = {}
 _MAX_TAGGERS: Final = 4096
 
 
-def _is_model_type(tp: type) -> bool:
-    return callable(getattr(tp, "model_dump", None)) and hasattr(tp, "model_fields")
-
-
 def _resolve(tp: type) -> _Tagger:
     tagger: _Tagger
     if issubclass(tp, enum.Enum):  # before int and str: IntEnum, StrEnum
         tagger = _t_enum
-    elif _is_model_type(tp):
+    elif is_model_type(tp):
         tagger = _t_model
     elif dataclasses.is_dataclass(tp):
         tagger = _t_dataclass
@@ -498,7 +456,7 @@ def _d_model(data: Any) -> Any:
     cls = _import_class(data[0])
     values: dict[str, Any] = data[1]
     construct = getattr(cls, "model_construct", None)
-    if cls is None or not _is_model_type(cls) or not callable(construct):
+    if cls is None or not is_model_type(cls) or not callable(construct):
         return values
     try:
         # model_construct, not model_validate: the values are already the right types (they were

@@ -1,8 +1,9 @@
-"""Where in a tool's arguments: the paths of ``ignore=`` and ``redact=``, and of a refusal.
+"""Where in a value: the paths of a tool's ``ignore=`` and ``redact=``, and of a refusal.
 
 ``parse_paths`` reads the paths a tool gives (``"customer.email"``, ``"items[].sku"``); ``plan``
-turns them into the tree the encoder walks; a ``Refusal`` raised inside the encoder carries the
-path of the value it could not write, for the error the user sees.
+turns them into the tree the encoder walks; a ``Refusal`` raised inside an encoder (of arguments,
+or of a result to store) carries the path of the value it could not write, for the error the
+user sees.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ REDACT: Final = 2
 
 # A step from a container to one of its parts: ("attr", name), ("index", i) or ("key", key).
 Step = tuple[str, Any]
+CYCLE: Final = "contains a reference cycle"  # a too-deep refusal's reason once settled on a cycle
 
 
 class Refusal(Exception):
-    """Raised deep inside the encoder; each container adds its step while the error unwinds.
+    """Raised deep inside an encoder (of arguments, or of a result); each container adds its
+    step while the error unwinds.
 
     Building the path only on the way out keeps the successful path free of string work.
     """
@@ -56,7 +59,7 @@ class Refusal(Exception):
         seen: set[int] = set()
         for i, (obj_id, _) in enumerate(down):
             if obj_id in seen:
-                self.reason = "contains a reference cycle"
+                self.reason = CYCLE
                 self.trail = down[: i + 1][::-1]
                 return
             seen.add(obj_id)
@@ -90,6 +93,11 @@ def type_name(tp: type) -> str:
 
 def class_ref(tp: type) -> str:
     return f"{tp.__module__}:{tp.__qualname__}"
+
+
+def is_model_type(tp: type) -> bool:
+    """A pydantic model class (or one shaped like it)."""
+    return callable(getattr(tp, "model_dump", None)) and hasattr(tp, "model_fields")
 
 
 def unknown_reason(tp: type) -> str:

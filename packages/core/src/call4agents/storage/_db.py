@@ -381,6 +381,9 @@ def postgres_engine(
             max_overflow=8,
             connect_args=driver_args,
             execution_options=translate,
+            # No column is HSTORE: no lookup of that type at the first connection (a catalog
+            # query and a round trip in every process that opens the ledger).
+            use_native_hstore=False,
         )
     elif translate:
         engine = engine.execution_options(**translate)

@@ -118,19 +118,6 @@ def listed(store: Store, *, run_id: str | None, state: str | None, key: str | No
         return [dict(r) for r in conn.execute(stmt).mappings()]
 
 
-def waiting(store: Store, *, limit: int, newest_first: bool) -> list[Ticket]:
-    """Pending tickets not yet expired (by the database clock), oldest first (or newest)."""
-    asked = approvals.c.requested_at
-    stmt = (
-        select(approvals)
-        .where(approvals.c.state == "pending", approvals.c.expires_at > now_sql(store.dialect))
-        .order_by(asked.desc() if newest_first else asked)
-        .limit(limit)
-    )
-    with store.read() as conn:
-        return [dict(r) for r in conn.execute(stmt).mappings()]
-
-
 @dataclass(frozen=True)
 class WaitingFilter:
     """Which waiting tickets a person wants to see, and in what order. Text filters match

@@ -21,7 +21,6 @@ from sqlalchemy import (
     literal_column,
     text,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 S = TypeVar("S", bound=Select[Any])
@@ -70,6 +69,10 @@ class SQLite(Dialect):
     now_text = "((julianday('now') - 2440587.5) * 86400.0)"
 
     def insert(self, table: Table) -> Any:
+        # Each dialect's module is imported when its database is used: a SQLite ledger never
+        # loads PostgreSQL's (some 35 ms of a command's start-up), nor PostgreSQL's SQLite's.
+        from sqlalchemy.dialects import sqlite
+
         return sqlite.insert(table)
 
     def transient(self, cause: DBAPIError) -> bool:
@@ -85,6 +88,8 @@ class PostgreSQL(Dialect):
     row_locks = True
 
     def insert(self, table: Table) -> Any:
+        from sqlalchemy.dialects import postgresql
+
         return postgresql.insert(table)
 
     def locked(self, stmt: S) -> S:
@@ -95,6 +100,8 @@ class PostgreSQL(Dialect):
         # where lists of bound parameters would each be a new, long statement.
         if not values:
             return []
+        from sqlalchemy.dialects import postgresql
+
         return [column == any_(bindparam("among", values, type_=postgresql.ARRAY(Text)))]
 
     def hold(self, conn: Connection, lock_id: int) -> None:

@@ -27,6 +27,7 @@ from .tables import (
     effects,
     meta,
     metadata,
+    partial_conditions,
     run_counters,
     run_tallies,
     runs,
@@ -275,6 +276,7 @@ def migrate(engine: Engine, *, schema: str | None = None, target: int = CURRENT)
                 conn.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
         before = current_version(conn, schema)
         refuse_newer(before)
+        partial_conditions(engine.dialect.name)
         if before == 0 and target == CURRENT:
             create_current(conn)
         else:

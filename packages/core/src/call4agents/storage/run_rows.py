@@ -1,15 +1,35 @@
 """A run's own record: one row per counter in ``c4a_run_counters`` under the names below.
 
-Written once per entry of a run, when its outermost block leaves (``engine.run_notes``); read by
-``call4agents show``, ``stats`` and the alerts. A budget keeps its counters in the same table
-under names without the ``run.`` prefix.
+Each entry of a run (``engine.run_notes``) reads the run's history once as it begins (one
+statement: was it here before, when, what escalation it may pick up, its totals so far) and
+writes its counters once as its outermost block leaves: one multi-row upsert, on PostgreSQL its
+own transaction, that adds the summed counters in the database, so workers ending entries of
+the same run at once lose none. Read by ``call4agents show``, ``stats`` and the alerts. A
+budget keeps its counters in the same table under names without the ``run.`` prefix.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, delete, exists, or_, select, update
+from dataclasses import dataclass
+from typing import Any
 
-from .store import Store, clock, dialect_insert
+from sqlalchemy import (
+    Connection,
+    Float,
+    Select,
+    String,
+    Text,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    literal_column,
+    or_,
+    select,
+)
+
+from .store import Store, dialect_insert, now_sql
 from .tables import effects, run_counters, runs
 
 PREFIX = "run."
@@ -21,96 +41,146 @@ READS = "run.reads"
 COMPLETED_AT = "run.completed_at"
 # When the run was first entered after its latest escalation: the escalation was picked up.
 PICKED_UP_AT = "run.picked_up_at"
+COST = "cost"  # a budget's counter: what the run spent
 
 
-def seen_before(store: Store, run_id: str) -> bool:
-    """Whether the run has recorded actions, or has completed before."""
-    with store.read() as conn:
-        return _seen_before(conn, run_id)
+@dataclass(frozen=True)
+class History:
+    """What a run's records say as one of its entries begins (one read, :func:`history`)."""
+
+    seen_before: bool  # it has recorded actions, or has completed before: this entry is a retry
+    now: float  # the database's time of the read: when the entry began
+    escalated_at: float | None  # when its latest escalation was made, if that is its ending
+    picked_up_at: float | None  # when an entry first began after an escalation, if one did
+    wall_clock_ms: float  # the run's totals so far
+    reads: float
+    cost: float | None  # what its budget counted as spent, if it has one
 
 
-def _seen_before(conn: Connection, run_id: str) -> bool:
-    done = select(run_counters.c.value).where(
-        run_counters.c.run_id == run_id, run_counters.c.name == COMPLETED_AT
-    )
+@dataclass(frozen=True)
+class Totals:
+    """The run's totals once an entry is added: what telemetry puts on the run's span."""
+
+    wall_clock_ms: float
+    reads: float
+    cost: float | None
+
+
+def history(store: Store, run_id: str) -> History:
+    """The run's history as an entry begins: one read, each of its parts a lookup by key."""
+    with store.one_read() as conn:
+        return _history(conn, store, run_id)
+
+
+def _history(conn: Connection, store: Store, run_id: str) -> History:
+    sql = store.statement("run history", lambda: _read_history(store.dialect))
+    seen, now, escalated, picked, wall, reads, cost = conn.exec_driver_sql(
+        sql, {"run": run_id}
+    ).one()
+    return History(bool(seen), float(now), _float(escalated), _float(picked), float(wall or 0.0),
+                   float(reads or 0.0), _float(cost))  # fmt: skip
+
+
+def _read_history(dialect: str) -> Select[Any]:
+    """The read of :func:`history`: lookups by key, and the clock."""
+    c, run_id = run_counters.c, bindparam("run", type_=Text)
+
+    def counter(name: str) -> Any:
+        return select(c.value).where(c.run_id == run_id, c.name == _named(name)).scalar_subquery()
+
     acted = select(effects.c.key).where(effects.c.run_id == run_id)
-    return bool(conn.execute(select(or_(exists(acted), exists(done)))).scalar_one())
+    escalated = select(runs.c.updated_at).where(
+        runs.c.run_id == run_id, runs.c.status == _named("escalated")
+    )
+    return select(
+        or_(exists(acted), counter(COMPLETED_AT).is_not(None)),
+        now_sql(dialect),
+        escalated.scalar_subquery(),
+        counter(PICKED_UP_AT),
+        counter(WALL_CLOCK_MS),
+        counter(READS),
+        counter(COST),
+    )
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def add_entry(
     store: Store,
     run_id: str,
     *,
+    history: History | None = None,
+    spent: bool = True,
     trigger: str | None,
     wall_clock_ms: float,
     tool_calls: int,
     reads: int,
     completed: bool,
     escalated: bool = False,
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Add one entry of the run to its counters, in one transaction: (before, after).
-    ``escalated``: this entry ended by escalating the run."""
-    dialect = store.dialect
+) -> Totals:
+    """Add one entry of the run to its counters, in one statement that is its own transaction,
+    and return the run's totals. ``history``: read as the entry began (:func:`history`), which
+    dates the entry and gives the totals before it. Without it (that read failed, or had not
+    finished), or when the run's budget counted money ``spent`` during the entry, the history
+    is read here first, in one transaction with the write; without it the entry's start is
+    estimated as the database's time less ``wall_clock_ms``. ``escalated``: this entry ended by
+    escalating the run."""
+    counted: dict[str, float | None] = {
+        WALL_CLOCK_MS: wall_clock_ms,
+        TOOL_CALLS: tool_calls,  # written at 0 too: the runs by tool calls count it
+        # No row is as good as 0 to every reader, and adding 0 changes none: one row less.
+        **({READS: reads} if reads else {}),
+        **({COMPLETED_AT: None} if completed else {}),  # None: the database's time now
+    }
+    if history is not None and not spent:
+        with store.one_write() as conn:  # on PostgreSQL the statement is its transaction
+            _write(conn, store, run_id, counted | _dated(history, history.now, trigger, escalated))
+        return Totals(history.wall_clock_ms + wall_clock_ms, history.reads + reads, history.cost)
     with store.tx() as conn:
-        now = clock(conn)
-        entered = now - wall_clock_ms / 1000.0
-        if escalated:
-            # The entry began before it escalated. Its start is estimated from the database's
-            # time now less the time the caller measured, and on a busy machine the write can
-            # come late enough to put that estimate after the escalation: the entry would then
-            # pick up its own escalation, and the charts show it answered at once.
-            entered = min(entered, _escalated_at(conn, run_id) or entered)
-        before = counters_in(conn, run_id)
-        after = {
-            ENTERED_AT: entered,
-            WALL_CLOCK_MS: before.get(WALL_CLOCK_MS, 0.0) + wall_clock_ms,
-            READS: before.get(READS, 0.0) + reads,
-            TOOL_CALLS: before.get(TOOL_CALLS, 0.0) + tool_calls,
-            **({COMPLETED_AT: now} if completed else {}),
-        }
-        if trigger is not None:
-            _put(conn, dialect, run_id, TRIGGER + trigger, entered)
-        for name, value in after.items():
-            _put(conn, dialect, run_id, name, value, replace=True)
-        if not escalated:
-            _note_pick_up(conn, dialect, run_id, entered, before.get(PICKED_UP_AT))
-    return before, {**before, **after}
+        now = _history(conn, store, run_id)
+        if history is not None:
+            entered = history.now
+        else:
+            history, entered = now, now.now - wall_clock_ms / 1000.0
+            if escalated and now.escalated_at is not None:
+                # Read now, the escalation is this entry's own. Written late (a busy machine),
+                # the estimate can fall after it, and the entry would pick up its own
+                # escalation: the charts would show it answered at once.
+                entered = min(entered, now.escalated_at)
+        _write(conn, store, run_id, counted | _dated(history, entered, trigger, escalated))
+    return Totals(now.wall_clock_ms + wall_clock_ms, now.reads + reads, now.cost)
+
+
+def _dated(
+    found: History, entered: float, trigger: str | None, escalated: bool
+) -> dict[str, float | None]:
+    """The counters that date an entry: when it began, its trigger (kept at the time it was
+    first seen), and, unless it escalated the run, the escalation it picked up."""
+    rows: dict[str, float | None] = {ENTERED_AT: entered}
+    if trigger is not None:
+        rows[TRIGGER + trigger] = entered
+    return rows if escalated else rows | _pick_up(found, entered)
 
 
 def add_bare_entry(store: Store, run_id: str, trigger: str) -> str:
     """Record an entry whose end is never seen: ``trigger``, or ``"retry"`` when the run had
     been here before, at the database's time, in one transaction. Returns what was recorded."""
-    dialect = store.dialect
     with store.tx() as conn:
-        now = clock(conn)
-        found = "retry" if _seen_before(conn, run_id) else trigger
-        _put(conn, dialect, run_id, TRIGGER + found, now)
-        _put(conn, dialect, run_id, ENTERED_AT, now, replace=True)
-        picked = conn.execute(
-            select(run_counters.c.value).where(
-                run_counters.c.run_id == run_id, run_counters.c.name == PICKED_UP_AT
-            )
-        ).scalar()
-        _note_pick_up(conn, dialect, run_id, now, picked)
-    return found
+        found = _history(conn, store, run_id)
+        chosen = "retry" if found.seen_before else trigger
+        _write(conn, store, run_id, _dated(found, found.now, chosen, False))
+    return chosen
 
 
-def _note_pick_up(
-    conn: Connection, dialect: str, run_id: str, entered: float, picked: float | None
-) -> None:
+def _pick_up(found: History, entered: float) -> dict[str, float | None]:
     """An entry that began after the run's latest escalation picks it up: the first such entry
     is kept, so the console can chart how long each escalation waited for a person."""
-    escalated = _escalated_at(conn, run_id)
-    if escalated is not None and entered > escalated and (picked or 0.0) < escalated:
-        _put(conn, dialect, run_id, PICKED_UP_AT, entered, replace=True)
-
-
-def _escalated_at(conn: Connection, run_id: str) -> float | None:
-    """When the run last escalated, if an escalation is its ending."""
-    found = conn.execute(
-        select(runs.c.updated_at).where(runs.c.run_id == run_id, runs.c.status == "escalated")
-    ).scalar()
-    return None if found is None else float(found)
+    escalated = found.escalated_at
+    if escalated is not None and entered > escalated and (found.picked_up_at or 0.0) < escalated:
+        return {PICKED_UP_AT: entered}
+    return {}
 
 
 def counters(store: Store, run_id: str) -> dict[str, float]:
@@ -149,18 +219,46 @@ def counters_in(conn: Connection, run_id: str) -> dict[str, float]:
     return {name: float(value) for name, value in rows}
 
 
-def _put(
-    conn: Connection, dialect: str, run_id: str, name: str, value: float, *, replace: bool = False
-) -> None:
-    insert = dialect_insert(dialect)
-    conn.execute(
-        insert(run_counters)
-        .values(run_id=run_id, name=name, value=value)
-        .on_conflict_do_nothing(index_elements=["run_id", "name"])
+# Counters an entry adds to; the rest are replaced, but a trigger keeps the time first seen.
+_SUMMED = (WALL_CLOCK_MS, READS, TOOL_CALLS)
+
+
+def _write(conn: Connection, store: Store, run_id: str, rows: dict[str, float | None]) -> None:
+    """Write ``rows`` (counter: value, None for the database's time now) of the run in one
+    statement, each created if it is new, the summed ones added race-free however many workers
+    end entries of the run at once."""
+    n = len(rows)
+    sql = store.statement(("run counters", n), lambda: _upsert(store.dialect, n))
+    params: dict[str, Any] = {"run": run_id}
+    for i, (name, value) in enumerate(rows.items()):
+        params[f"n{i}"], params[f"v{i}"] = name, value
+    conn.exec_driver_sql(sql, params)
+
+
+def _named(name: str) -> Any:
+    """A counter's name written into the statement, not sent as a parameter."""
+    return literal_column(f"'{name}'", String)
+
+
+def _upsert(dialect: str, n: int) -> Any:
+    """The statement of ``_write`` for ``n`` rows: parameters ``run``, then ``n0``, ``v0`` (the
+    first row's name and value, NULL for the database's time now) and so on."""
+    c, now = run_counters.c, now_sql(dialect)
+    stmt = dialect_insert(dialect)(run_counters).values(
+        [
+            {
+                "run_id": bindparam("run"),
+                "name": bindparam(f"n{i}"),
+                "value": func.coalesce(bindparam(f"v{i}", type_=Float), now),
+            }
+            for i in range(n)
+        ]
     )
-    if replace:
-        conn.execute(
-            update(run_counters)
-            .where(run_counters.c.run_id == run_id, run_counters.c.name == name)
-            .values(value=value)
-        )
+    given = stmt.excluded.value
+    summed = c.name.in_([_named(name) for name in _SUMMED])
+    return stmt.on_conflict_do_update(
+        index_elements=["run_id", "name"],
+        set_={"value": case((summed, c.value + given), else_=given)},
+        # A trigger keeps the time it was first seen.
+        where=~c.name.startswith(_named(TRIGGER)),
+    )

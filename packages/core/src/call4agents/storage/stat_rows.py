@@ -31,20 +31,24 @@ TICKET_STATES = ("pending", "approved", "denied", "spent")
 YES_STATES = ("approved", "spent")
 
 
-def open_now(store: Store) -> tuple[float, int, float | None, int, float | None]:
-    """The clock; actions in doubt and since when the oldest is; tickets waiting and the oldest
-    one's asking time."""
+def open_now(store: Store) -> tuple[float, tuple[int, Any], tuple[int, Any], tuple[int, Any]]:
+    """The clock, and what is open now, each counted with the time of its oldest: actions in
+    doubt (since when), tickets waiting (when asked), escalations nobody picked up (when made)."""
     with store.read() as conn:
         now = clock(conn)
-        doubt, doubt_since = conn.execute(
-            select(func.count(), func.min(effects.c.updated_at)).where(in_open_state("in_doubt"))
-        ).one()
-        waiting, asked = conn.execute(
-            select(func.count(), func.min(approvals.c.requested_at)).where(
-                approvals.c.state == "pending", approvals.c.expires_at > now
+        found = [
+            conn.execute(select(func.count(), func.min(at)).where(*where)).one()
+            for at, where in (
+                (effects.c.updated_at, [in_open_state("in_doubt")]),
+                (
+                    approvals.c.requested_at,
+                    [approvals.c.state == "pending", approvals.c.expires_at > now],
+                ),
+                (runs.c.updated_at, _not_picked_up()),
             )
-        ).one()
-    return now, int(doubt), doubt_since, int(waiting), asked
+        ]
+    doubt, waiting, escalated = ((int(n), oldest) for n, oldest in found)
+    return now, doubt, waiting, escalated
 
 
 def pending_runs(now: float) -> Select[Any]:
@@ -56,9 +60,12 @@ def pending_runs(now: float) -> Select[Any]:
     )
 
 
-def endings(conn: Conn) -> dict[str, str]:
-    # Only runs ended by a run control (escalated, undone) have a row: a small table.
-    return {r.run_id: r.status for r in conn.execute(select(runs.c.run_id, runs.c.status))}
+def endings(conn: Conn, start: float | None = None) -> list[tuple[str, str, float]]:
+    """(run id, status, when) of each ending a run control recorded (escalated, a budget limit,
+    undone), since ``start`` (all if None). Only runs ended so have a row: a small table."""
+    stmt = select(runs.c.run_id, runs.c.status, runs.c.updated_at)
+    found = conn.execute(stmt.where(*([] if start is None else [runs.c.updated_at >= start])))
+    return [(str(run_id), str(status), float(at)) for run_id, status, at in found]
 
 
 def open_actions(conn: Conn) -> list[tuple[str, str]]:
@@ -73,16 +80,6 @@ def _not_picked_up() -> tuple[ColumnElement[bool], ...]:
     entered = _counter_of(ENTERED_AT)
     # An entry that began when the run escalated is the one that escalated it (see add_entry).
     return runs.c.status == "escalated", or_(entered.is_(None), entered <= runs.c.updated_at)
-
-
-def open_escalations(store: Store) -> tuple[float, int, float | None]:
-    """The clock, the escalations nobody picked up, and when the oldest was made."""
-    with store.read() as conn:
-        now = clock(conn)
-        count, oldest = conn.execute(
-            select(func.count(), func.min(runs.c.updated_at)).where(*_not_picked_up())
-        ).one()
-    return now, int(count), oldest
 
 
 def escalations_made(conn: Conn) -> list[tuple[float, float | None]]:
@@ -122,23 +119,6 @@ def run_counters_active(store: Store, since: float) -> list[tuple[str, str, floa
             )
         )
         return [(str(r), str(n), float(v)) for r, n, v in rows]
-
-
-def endings_by_status(store: Store, since: float | None) -> list[tuple[str, int]]:
-    """Endings recorded by run controls in the window, counted by status."""
-    with store.read() as conn:
-        now = clock(conn)
-        rows = conn.execute(
-            select(runs.c.status, func.count())
-            .where(*([] if since is None else [runs.c.updated_at >= now - since]))
-            .group_by(runs.c.status)
-        )
-        return [(str(status), int(n)) for status, n in rows]
-
-
-def endings_since(conn: Conn, start: float) -> list[tuple[str, float]]:
-    rows = conn.execute(select(runs.c.status, runs.c.updated_at).where(runs.c.updated_at >= start))
-    return [(str(status), float(at)) for status, at in rows]
 
 
 def waiting_groups(

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, fields
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any, Literal, NamedTuple
 
 from sqlalchemy import (
@@ -40,7 +40,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.sql.elements import ColumnElement
@@ -56,9 +55,16 @@ from .sqlite_tx import reading
 from .tables import audit, effects
 
 OPEN_STATES = ("started", "in_doubt")
-# SQLite's dialect with named parameters (:key), which sqlite3 takes as a dict, as psycopg takes
-# PostgreSQL's %(key)s: the form an action's statements are compiled to (see Store).
-_SQLITE_NAMED = sqlite.dialect(paramstyle="named")
+
+
+@cache
+def _sqlite_named() -> Any:
+    """SQLite's dialect with named parameters (:key), which sqlite3 takes as a dict, as psycopg
+    takes PostgreSQL's %(key)s: the form an action's statements are compiled to (see Store).
+    Made on first use, so a PostgreSQL ledger never loads SQLite's dialect."""
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.dialect(paramstyle="named")
 
 
 def _text(value: str) -> ColumnElement[Any]:
@@ -185,27 +191,14 @@ class Store:
         # Behind a pooler, durability="process" cannot be a startup option: a statement in
         # autocommit (its own transaction) then turns synchronous commit off itself.
         self._sync_off = target is not None and target.sync_off
-        # Every statement an action runs, written once below and compiled once here into its
-        # driver's text: running one then costs no compiling and no parameter processing.
-        # They run on connections kept checked out of the engine's pool (see _kept): on
-        # PostgreSQL in autocommit, each one statement and one round trip; on SQLite inside
-        # BEGIN IMMEDIATE, as every write transaction of the engine.
-        select_row = select(*_ROW_COLUMNS, self._now.label("now")).where(
-            effects.c.key == bindparam("k")
-        )
-        self._insert_sql = self._driver_sql(self._insert_intent())
-        self._row_sql = self._driver_sql(select_row)
-        self._row_locked_sql = self._driver_sql(self._sql.locked(select_row))
-        self._result_sql = self._driver_sql(
-            # What a repeat needs of a finished action: its result, nothing else to load.
-            select(effects.c.result).where(
-                effects.c.key == bindparam("k"),
-                effects.c.state == _text("succeeded"),
-                effects.c.pruned_at.is_(None),
-                effects.c.result.is_not(None),
-            )
-        )
-        self._finish_sql = self._driver_sql(self._finish_stmt())
+        # Every statement an action runs is written once below and compiled once per ledger
+        # into its driver's text (the cached properties after close()), at its first use: a
+        # command that only reads never compiles them. Running one then costs no compiling
+        # and no parameter processing. They run on connections kept checked out of the
+        # engine's pool (see _kept): on PostgreSQL in autocommit, each one statement and one
+        # round trip; on SQLite inside BEGIN IMMEDIATE, as every write transaction of the
+        # engine.
+        self._statements: dict[Hashable, str] = {}  # see statement()
         if self._sql.wakes:
             self._writes = self._reads = Kept(engine, autocommit=True)
         else:
@@ -216,9 +209,41 @@ class Store:
         self._reads.close()
         _pg.stop_listening(self.engine)
 
+    @cached_property
+    def _select_row(self) -> Select[Any]:
+        return select(*_ROW_COLUMNS, self._now.label("now")).where(effects.c.key == bindparam("k"))
+
+    @cached_property
+    def _insert_sql(self) -> str:
+        return self._driver_sql(self._insert_intent())
+
+    @cached_property
+    def _row_sql(self) -> str:
+        return self._driver_sql(self._select_row)
+
+    @cached_property
+    def _row_locked_sql(self) -> str:
+        return self._driver_sql(self._sql.locked(self._select_row))
+
+    @cached_property
+    def _result_sql(self) -> str:
+        return self._driver_sql(
+            # What a repeat needs of a finished action: its result, nothing else to load.
+            select(effects.c.result).where(
+                effects.c.key == bindparam("k"),
+                effects.c.state == _text("succeeded"),
+                effects.c.pruned_at.is_(None),
+                effects.c.result.is_not(None),
+            )
+        )
+
+    @cached_property
+    def _finish_sql(self) -> str:
+        return self._driver_sql(self._finish_stmt())
+
     def _driver_sql(self, stmt: ClauseElement) -> str:
         """``stmt`` as its driver's text, with named parameters (given as a dict)."""
-        dialect = _SQLITE_NAMED if self.dialect == "sqlite" else self.engine.dialect
+        dialect = _sqlite_named() if self.dialect == "sqlite" else self.engine.dialect
         if self._schema is None:
             return str(stmt.compile(dialect=dialect))
         translate = {None: self._schema}
@@ -263,6 +288,27 @@ class Store:
         with db_faults(), self.engine.connect().execution_options(c4a_read=True) as conn:
             reading(conn)
             yield conn
+
+    def statement(self, name: Hashable, build: Callable[[], ClauseElement]) -> str:
+        """The driver's text of the statement ``build()`` writes, compiled once per ledger and
+        kept under ``name``: run with ``conn.exec_driver_sql(text, params)``, it costs no
+        compiling and no parameter processing, as an action's statements (the cached
+        properties below ``close``)."""
+        found = self._statements.get(name)
+        if found is None:
+            found = self._statements[name] = self._driver_sql(build())
+        return found
+
+    def one_write(self) -> Transaction:
+        """A connection for one write statement, kept as an action's are (see ``_kept``), so no
+        pool checkout: on PostgreSQL the statement is its own transaction (autocommit), on
+        SQLite it runs inside BEGIN IMMEDIATE. Several statements that must commit together
+        need ``tx()``."""
+        return Transaction(self._writes)
+
+    def one_read(self) -> Transaction:
+        """A connection for one read statement, kept as an action's are (see ``one_write``)."""
+        return Transaction(self._reads)
 
     def _row(self, conn: Connection, key: str, *, lock: bool = False) -> Row | None:
         sql = self._row_locked_sql if lock else self._row_sql

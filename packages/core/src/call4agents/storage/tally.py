@@ -42,6 +42,7 @@ from call4agents.model.errors import LedgerError
 
 from .dialects import dialect_of, qualified
 from .run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
+from .run_rows import COST as COST  # a budget's counter: what the run spent
 from .store import Store, now_sql
 from .tables import changes, effects, run_counters, run_tallies, tallies
 
@@ -51,7 +52,6 @@ STEPS = (60, 3600)  # the timeline's minute and hour (``_file``); step 0 holds e
 # Rows folded per transaction: a SQLite fold holds the write lock while it runs, so a long
 # backlog (a ledger nobody read figures from for a while) goes in short steps.
 BATCH = 20_000
-COST = "cost"  # a budget's counter: what the run spent
 # Filed under the time the action fell in doubt or left it, not when it was first attempted.
 DOUBT_IN, DOUBT_OUT = "doubt_in", "doubt_out"
 DEDUPED = "deduped"  # repeats served from the record, filed under when they were written

@@ -60,6 +60,15 @@ from ._doctor import cmd_console, cmd_doctor, cmd_webhooks
 
 # -- the parser -----------------------------------------------------------------------------
 
+# Every command, as build_parser makes them: a run builds the parser of its own alone.
+COMMANDS = frozenset(
+    (
+        *("quickstart", "doubt", "resolve", "approve", "deny", "approvals", "runs", "show"),
+        *("undo", "gc", "stats", "alerts", "export", "diff", "audit", "webhooks", "console"),
+        *("migrate", "doctor"),
+    )
+)
+
 
 def _common() -> _Parser:
     # SUPPRESS defaults let the options go before or after the command name.
@@ -81,7 +90,10 @@ def _common() -> _Parser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with ``only`` the main options and that one command: a run of
+    one command makes its own options, not the 80 of every other (argparse spends a formatter
+    and a translation lookup on each, a few milliseconds of every start-up)."""
     common = _common()
     parser = _Parser(
         prog=PROG, parents=[common], description="Inspect and settle a Call4Agents ledger."
@@ -90,126 +102,144 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, handler: Callable[[argparse.Namespace], int], help_: str) -> Any:
+        assert name in COMMANDS, f"add {name!r} to COMMANDS"
+        if only is not None and name != only:
+            return None
         p = sub.add_parser(name, parents=[common], help=help_, description=help_)
         p.set_defaults(handler=handler)
         return p
 
-    p = command("quickstart", cmd_quickstart, "watch a killed agent resume without re-sending")
-    p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    if p := command("quickstart", cmd_quickstart, "watch a killed agent resume without re-sending"):
+        p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    p = command("doubt", cmd_doubt, "list the actions in doubt")
-    p.add_argument(
-        "--fail-if-any",
-        action="store_true",
-        help=f"exit {EXIT_IN_DOUBT} when any action is in doubt (for cron or CI)",
-    )
+    if p := command("doubt", cmd_doubt, "list the actions in doubt"):
+        p.add_argument(
+            "--fail-if-any",
+            action="store_true",
+            help=f"exit {EXIT_IN_DOUBT} when any action is in doubt (for cron or CI)",
+        )
 
-    p = command("resolve", cmd_resolve, "record whether an in-doubt action happened")
-    p.add_argument("key", help="the action key, or a unique prefix of at least 6 characters")
-    how = p.add_mutually_exclusive_group(required=True)
-    how.add_argument("--happened", action="store_true", help="it happened: repeats return --result")
-    how.add_argument(
-        "--did-not-happen",
-        dest="happened",
-        action="store_false",
-        help="it did not happen: the next call runs it as a new attempt",
-    )
-    p.add_argument("--result", metavar="JSON", help="the result it had, as JSON (with --happened)")
-    p.add_argument("--by", metavar="WHO", help="who found this out (default: $USER)")
-    p.add_argument("--note", metavar="TEXT", help="how it was found out")
+    if p := command("resolve", cmd_resolve, "record whether an in-doubt action happened"):
+        p.add_argument("key", help="the action key, or a unique prefix of at least 6 characters")
+        how = p.add_mutually_exclusive_group(required=True)
+        how.add_argument(
+            "--happened", action="store_true", help="it happened: repeats return --result"
+        )
+        how.add_argument(
+            "--did-not-happen",
+            dest="happened",
+            action="store_false",
+            help="it did not happen: the next call runs it as a new attempt",
+        )
+        p.add_argument(
+            "--result", metavar="JSON", help="the result it had, as JSON (with --happened)"
+        )
+        p.add_argument("--by", metavar="WHO", help="who found this out (default: $USER)")
+        p.add_argument("--note", metavar="TEXT", help="how it was found out")
 
     for name, verb in (("approve", "a yes to"), ("deny", "a no to")):
-        p = command(name, cmd_decide, f"record {verb} the exact call an approval ticket shows")
-        p.add_argument("ticket", help="the ticket id (apr_...)")
-        p.add_argument("--by", metavar="WHO", help="who decides (default: $USER)")
-        p.add_argument("--reason", metavar="TEXT", help="why (recorded with the decision)")
+        if p := command(name, cmd_decide, f"record {verb} the exact call an approval ticket shows"):
+            p.add_argument("ticket", help="the ticket id (apr_...)")
+            p.add_argument("--by", metavar="WHO", help="who decides (default: $USER)")
+            p.add_argument("--reason", metavar="TEXT", help="why (recorded with the decision)")
 
-    p = command("approvals", cmd_approvals, "list approval tickets waiting for a person")
-    p.add_argument("--run", metavar="RUN", help="only this run")
-    p.add_argument("--all", action="store_true", help="every ticket, not only pending ones")
+    if p := command("approvals", cmd_approvals, "list approval tickets waiting for a person"):
+        p.add_argument("--run", metavar="RUN", help="only this run")
+        p.add_argument("--all", action="store_true", help="every ticket, not only pending ones")
 
-    p = command("runs", cmd_runs, "list the most recently active runs")
-    p.add_argument("--limit", type=int, default=20, metavar="N", help="at most N runs (default 20)")
+    if p := command("runs", cmd_runs, "list the most recently active runs"):
+        p.add_argument(
+            "--limit", type=int, default=20, metavar="N", help="at most N runs (default 20)"
+        )
 
-    p = command("show", cmd_show, "show one run's actions in order")
-    p.add_argument("run", help="the run id")
-    p.add_argument(
-        "--handoff",
-        action="store_true",
-        help="only the hand-off of an escalated run (with --json: one document for a ticket)",
-    )
-    p.add_argument(
-        "--actions",
-        action="store_true",
-        help="with --json: only the list of actions, without the ending and hand-off",
-    )
+    if p := command("show", cmd_show, "show one run's actions in order"):
+        p.add_argument("run", help="the run id")
+        p.add_argument(
+            "--handoff",
+            action="store_true",
+            help="only the hand-off of an escalated run (with --json: one document for a ticket)",
+        )
+        p.add_argument(
+            "--actions",
+            action="store_true",
+            help="with --json: only the list of actions, without the ending and hand-off",
+        )
 
-    p = command("undo", cmd_undo, "reverse a run's succeeded actions, newest first")
-    p.add_argument("run", help="the run id")
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        metavar="MODULE",
-        help="import MODULE first, so its tools' undo= functions are known (repeatable)",
-    )
+    if p := command("undo", cmd_undo, "reverse a run's succeeded actions, newest first"):
+        p.add_argument("run", help="the run id")
+        p.add_argument(
+            "--import",
+            dest="imports",
+            action="append",
+            metavar="MODULE",
+            help="import MODULE first, so its tools' undo= functions are known (repeatable)",
+        )
 
-    p = command("gc", cmd_gc, "prune finished actions older than an age")
-    p.add_argument(
-        "--older-than",
-        required=True,
-        metavar="AGE",
-        help="like 30d, 12h, 15m, 45s, or plain seconds",
-    )
+    if p := command("gc", cmd_gc, "prune finished actions older than an age"):
+        p.add_argument(
+            "--older-than",
+            required=True,
+            metavar="AGE",
+            help="like 30d, 12h, 15m, 45s, or plain seconds",
+        )
 
-    p = command("stats", cmd_stats, "health figures: in doubt, approvals waiting, irreversible")
-    p.add_argument("--since", metavar="AGE", help="only actions started in the last AGE (24h)")
+    if p := command(
+        "stats", cmd_stats, "health figures: in doubt, approvals waiting, irreversible"
+    ):
+        p.add_argument("--since", metavar="AGE", help="only actions started in the last AGE (24h)")
 
     command("alerts", cmd_alerts, "print Prometheus alerting and recording rules to load")
 
-    p = command("export", cmd_export, "write a run's recorded actions to a replay file")
-    p.add_argument("run", help="the run id")
-    p.add_argument("--out", metavar="FILE", help="the file to write (default: stdout)")
+    if p := command("export", cmd_export, "write a run's recorded actions to a replay file"):
+        p.add_argument("run", help="the run id")
+        p.add_argument("--out", metavar="FILE", help="the file to write (default: stdout)")
 
-    p = command("diff", cmd_diff, "show the first action where two runs differ")
-    p.add_argument("run_a", help="a run id, or an exported .json file")
-    p.add_argument("run_b", help="a run id, or an exported .json file")
+    if p := command("diff", cmd_diff, "show the first action where two runs differ"):
+        p.add_argument("run_a", help="a run id, or an exported .json file")
+        p.add_argument("run_b", help="a run id, or an exported .json file")
 
-    p = command("audit", cmd_audit, "every decision and settlement, newest first (kept by gc)")
-    p.add_argument("--by", metavar="WHO", help="only what this person (or `check`) decided")
-    p.add_argument(
-        "--action",
-        choices=("approved", "denied", "happened", "did_not_happen"),
-        help="only this kind of decision",
-    )
-    p.add_argument("--run", metavar="RUN", help="only this run")
-    p.add_argument("--tool", metavar="TOOL", help="only this tool")
-    p.add_argument("--since", metavar="AGE", help="only the last AGE (30d, 12h, ...)")
-    p.add_argument("--before", type=int, metavar="ID", help="the next page: entries before ID")
-    p.add_argument("--limit", type=int, default=100, metavar="N", help="at most N (default 100)")
-    p.add_argument("--csv", action="store_true", help="CSV with a header row, for a spreadsheet")
+    if p := command("audit", cmd_audit, "every decision and settlement, newest first (kept by gc)"):
+        p.add_argument("--by", metavar="WHO", help="only what this person (or `check`) decided")
+        p.add_argument(
+            "--action",
+            choices=("approved", "denied", "happened", "did_not_happen"),
+            help="only this kind of decision",
+        )
+        p.add_argument("--run", metavar="RUN", help="only this run")
+        p.add_argument("--tool", metavar="TOOL", help="only this tool")
+        p.add_argument("--since", metavar="AGE", help="only the last AGE (30d, 12h, ...)")
+        p.add_argument("--before", type=int, metavar="ID", help="the next page: entries before ID")
+        p.add_argument(
+            "--limit", type=int, default=100, metavar="N", help="at most N (default 100)"
+        )
+        p.add_argument(
+            "--csv", action="store_true", help="CSV with a header row, for a spreadsheet"
+        )
 
-    p = command("webhooks", cmd_webhooks, "list webhook events given up on, or --replay them")
-    p.add_argument("--replay", action="store_true", help="post them again, oldest first")
-    p.add_argument(
-        "--webhook-url",
-        action="append",
-        default=[],
-        metavar="URL",
-        help="with --replay: a receiver's URL with its credentials (user:pass@), for its letters",
-    )
-    p.add_argument(
-        "--to", metavar="URL", help="with --replay: send every letter here instead of its own URL"
-    )
-    p.add_argument(
-        "--webhook-secret-env",
-        metavar="VAR",
-        default="CALL4AGENTS_WEBHOOK_SECRET",
-        help="the environment variable holding the webhook's HMAC secret",
-    )
+    if p := command("webhooks", cmd_webhooks, "list webhook events given up on, or --replay them"):
+        p.add_argument("--replay", action="store_true", help="post them again, oldest first")
+        p.add_argument(
+            "--webhook-url",
+            action="append",
+            default=[],
+            metavar="URL",
+            help="with --replay: a receiver's URL with its credentials (user:pass@), for its "
+            "letters",
+        )
+        p.add_argument(
+            "--to",
+            metavar="URL",
+            help="with --replay: send every letter here instead of its own URL",
+        )
+        p.add_argument(
+            "--webhook-secret-env",
+            metavar="VAR",
+            default="CALL4AGENTS_WEBHOOK_SECRET",
+            help="the environment variable holding the webhook's HMAC secret",
+        )
 
-    p = command("console", cmd_console, "serve the operator console in a browser")
-    _console_options(p)
+    if p := command("console", cmd_console, "serve the operator console in a browser"):
+        _console_options(p)
 
     command("migrate", cmd_migrate, "bring the ledger schema up to this version")
     command("doctor", cmd_doctor, "check the ledger's setup")
@@ -324,6 +354,21 @@ def _quickstart_rest(argv: list[str]) -> list[str] | None:
     return None
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """The command ``argv`` runs, if it names one before anything that needs the whole parser
+    (``--help``, ``--version``, an unknown word: their output lists every command)."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("--url", "--schema"):
+            i += 2
+        elif arg == "--json" or arg.startswith(("--url=", "--schema=")):
+            i += 1
+        else:
+            return arg if arg in COMMANDS else None
+    return None
+
+
 def _password(argv: list[str]) -> str | None:
     raw = os.environ.get("CALL4AGENTS_URL")
     for i, arg in enumerate(argv):
@@ -352,10 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rest = _quickstart_rest(argv)
         if rest is not None:  # parse only what comes before it: the rest is quickstart's own
-            args = build_parser().parse_args(argv[: len(argv) - len(rest)])
+            args = build_parser("quickstart").parse_args(argv[: len(argv) - len(rest)])
             args.rest = rest
         else:
-            args = build_parser().parse_args(_dash_values(argv))
+            args = build_parser(_command_of(argv)).parse_args(_dash_values(argv))
         args.json = getattr(args, "json", False)
         if getattr(args, "handler", None) is None:  # no command: say what there is
             build_parser().print_help(sys.stderr)
