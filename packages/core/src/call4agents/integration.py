@@ -220,14 +220,6 @@ def message_for_model(exc: Call4AgentsError) -> str:
     return f"Tool call refused by Call4Agents: {exc}"
 
 
-def failure_message(action: Action, exc: BaseException) -> str:
-    """A tool-error text for a tool that raised an error meaning it did not act."""
-    return (
-        f"Tool {action.tool} failed and did not act: {action.error_text(exc)}. It may be called "
-        "again, with corrected arguments if they were the problem."
-    )
-
-
 def __getattr__(name: str) -> Any:
     # The quickstarts' child-process helper, for the integrations' own demo rows: loaded on first
     # use, so that a tool-calling process does not import multiprocessing for it.
@@ -269,7 +261,6 @@ __all__ = [
     "escalate_by_policy",
     "external_id",
     "external_ids",
-    "failure_message",
     "handoff",
     "idempotency_key",
     "is_in_doubt_error",

@@ -14,12 +14,11 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from call4agents.engine.observe import AInner, Inner, Layer, Step, install, installed
+from call4agents.engine.observe import AInner, Inner, Layer, install, installed
 from call4agents.model.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
-    from call4agents.engine.run_notes import RunSummary
 
 T = TypeVar("T")
 _lazy_lock = threading.Lock()
@@ -82,7 +81,7 @@ def configure(
 class _Lazy(Layer):
     """The automatic default: imports OpenTelemetry at the first action, not at import time."""
 
-    def _real(self) -> Layer:
+    def resolved(self) -> Layer:
         with _lazy_lock:  # two first actions at once must not build two sets of instruments
             if installed("otel") is self:
                 try:
@@ -92,25 +91,14 @@ class _Lazy(Layer):
         # None: OpenTelemetry is off; the base layer passes everything straight through.
         return installed("otel") or _THROUGH
 
+    # The run and step events reach the real layer through ``resolved`` (see observe).
     def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
-        return self._real().perform(action, call, inner)
+        return self.resolved().perform(action, call, inner)
 
     async def aperform(
         self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
     ) -> T:
-        return await self._real().aperform(action, call, inner)
-
-    def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
-        self._real().run_ended(run_id, reason, count=count)
-
-    def run_left(self, summary: RunSummary) -> None:
-        self._real().run_left(summary)
-
-    def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
-        return self._real().step(run_id, index, span)
-
-    def run_entered(self, run_id: str, trigger: str) -> None:
-        self._real().run_entered(run_id, trigger)
+        return await self.resolved().aperform(action, call, inner)
 
 
 _THROUGH = Layer()

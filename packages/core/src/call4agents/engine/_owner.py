@@ -102,11 +102,6 @@ def me() -> Owner:
     return _mine()[1]
 
 
-def me_text() -> str:
-    """``str(me())``, made once per process: every claim names its owner."""
-    return _mine()[2]
-
-
 def _mine() -> tuple[int, Owner, str]:
     global _me
     pid = os.getpid()
@@ -220,16 +215,19 @@ class Mark(Protocol):
     ) -> bool: ...
 
 
+def judge(key: str, attempt: int, owner: str | None, lapsed: bool, mark: Mark) -> bool | None:
+    """Judge one started action (its key, attempt, owner, and whether its lease lapsed by the
+    database clock): mark it in doubt if its local owner died, or if its lease lapsed while its
+    owner is not a live process of this machine. None if it stands, else whether it moved."""
+    if is_dead_local(owner):
+        return mark(key, attempt, gone_note(owner), only_if_expired=False, owner=owner)
+    if lapsed and not is_alive_local(owner):
+        # A live process of this machine (busy, stuck or stopped) may still act.
+        note = "its lease expired with no result"
+        return mark(key, attempt, note, only_if_expired=True, owner=owner)
+    return None
+
+
 def sweep(started: Iterable[tuple[str, int, str | None, Any]], mark: Mark) -> int:
-    """Judge the started actions (key, attempt, owner, and whether the lease lapsed by the
-    database clock): mark in doubt each whose local owner died, or whose lease lapsed while its
-    owner is not a live process of this machine. Returns how many moved."""
-    moved = 0
-    for key, attempt, owner, lapsed in started:
-        if is_dead_local(owner):
-            moved += mark(key, attempt, gone_note(owner), only_if_expired=False, owner=owner)
-        elif lapsed and not is_alive_local(owner):
-            # A live process of this machine (busy, stuck or stopped) may still act.
-            note = "its lease expired with no result"
-            moved += mark(key, attempt, note, only_if_expired=True, owner=owner)
-    return moved
+    """``judge`` each started action; returns how many moved to in doubt."""
+    return sum(bool(judge(*row, mark=mark)) for row in started)

@@ -150,7 +150,8 @@ def _covers(row: Mapping[str, Any], action: Action) -> bool:
     return action.same_args(row.get("args_digest"), json.loads(row["args"]))
 
 
-def _request(row: Mapping[str, Any]) -> ApprovalRequest:
+def request_of(row: Mapping[str, Any]) -> ApprovalRequest:
+    """The ticket of one row of ``c4a_approvals``, read as a mapping of its columns."""
     return ApprovalRequest(
         ticket=row["ticket"],
         run_id=row["run_id"],
@@ -234,13 +235,7 @@ class Gate:
         if done < self.max_per_run:
             return None
         reason = f"limit reached: at most {self.max_per_run} run(s) of {action.tool} per run"
-        return ApprovalDenied(
-            f"{action.tool} in run {action.run_id!r} was refused ({reason}); it did not run.",
-            key=action.key,
-            run_id=action.run_id,
-            tool=action.tool,
-            reason=reason,
-        )
+        return _refused(action, reason, f"refused ({reason})")
 
 
 def _spend_or_ask(gate: Gate, conn: Conn, attempt: int) -> Call4AgentsError | None:
@@ -257,27 +252,18 @@ def _spend_or_ask(gate: Gate, conn: Conn, attempt: int) -> Call4AgentsError | No
     live = [r for r in valid if r["expires_at"] > r["now"]]
     denied = next((r for r in valid if r["state"] == "denied"), None)
     if denied is not None:  # a no wins over any yes, whatever order they were written in
-        return _denied(action, denied)
+        reason = f"denied by {denied['decided_by']}"
+        return _refused(action, reason + (f": {denied['reason']}" if denied["reason"] else ""))
     yes = next((r for r in live if r["state"] == "approved"), None)
     if yes is not None:
         rows.spend(conn, yes["ticket"], signer.sign(_fields({**yes, "state": "spent"})))
         return None
     pending = next((r for r in live if r["state"] == "pending"), None)
-    request = _request(pending) if pending else _open_ticket(gate, conn, attempt)
-    return _required(action, request, tampered=tampered, shown=_edited(conn, signer, action))
-
-
-def _open_ticket(
-    gate: Gate, conn: Conn, attempt: int, *, framework: bool = False
-) -> ApprovalRequest:
-    return _new_ticket(
-        conn,
-        gate.ledger.signer(),
-        gate.action,
-        attempt,
-        ttl=gate.ttl,
-        asked=asked_by(gate.action, framework=framework),
-    )
+    shown = _edited(conn, signer, action)
+    if pending:
+        return _required(action, request_of(pending), tampered=tampered, shown=shown)
+    request = _new_ticket(conn, signer, action, attempt, ttl=gate.ttl, asked=asked_by(action))
+    return _required(action, request, tampered=tampered, shown=shown)
 
 
 def _new_ticket(
@@ -321,7 +307,7 @@ def _new_ticket(
             "signature": signer.sign(_fields(row)),
         },
     )
-    return _request({**row, "requested_at": stamp, "reason": reason})
+    return request_of({**row, "requested_at": stamp, "reason": reason})
 
 
 def _first_for_call(conn: Conn, signer: Signer, run_id: str, call_id: str) -> dict[str, Any] | None:
@@ -338,7 +324,7 @@ def _edited(conn: Conn, signer: Signer, action: Action) -> ApprovalRequest | Non
     if not action.call_id or not action.call_id_stable:
         return None
     first = _first_for_call(conn, signer, action.run_id, action.call_id)
-    return None if first is None or _covers(first, action) else _request(first)
+    return None if first is None or _covers(first, action) else request_of(first)
 
 
 def first_shown(ledger: LedgerCore, action: Action) -> ApprovalRequest | None:
@@ -378,10 +364,10 @@ def _required(
     )
 
 
-def _denied(action: Action, row: Mapping[str, Any]) -> ApprovalDenied:
-    reason = f"denied by {row['decided_by']}" + (f": {row['reason']}" if row["reason"] else "")
+def _refused(action: Action, reason: str, what: str | None = None) -> ApprovalDenied:
+    """A call not let run (a person's no, the per-run limit): it ``was {what}`` (the reason)."""
     return ApprovalDenied(
-        f"{action.tool} in run {action.run_id!r} was {reason}; it did not run.",
+        f"{action.tool} in run {action.run_id!r} was {what or reason}; it did not run.",
         key=action.key,
         run_id=action.run_id,
         tool=action.tool,
@@ -419,9 +405,9 @@ def decide(
             )
         wanted = "approved" if approve else "denied"
         if only_if_pending and row["state"] != "pending":
-            return _request(row)
+            return request_of(row)
         if row["state"] == wanted:
-            return _request(row)  # a double click
+            return request_of(row)  # a double click
         _check_transition(row, approve)
         decided = {**row, "state": wanted, "decided_by": by}
         signature = signer.sign(_fields(decided))
@@ -437,7 +423,7 @@ def decide(
             ticket=ticket,
             reason=reason,
         )
-        return _request({**decided, "reason": reason})
+        return request_of({**decided, "reason": reason})
 
 
 def _check_transition(row: Mapping[str, Any], approve: bool) -> None:
@@ -456,81 +442,42 @@ def _check_transition(row: Mapping[str, Any], approve: bool) -> None:
         )
 
 
-def decide_action(
-    ledger: LedgerCore, action: Action, *, approve: bool, by: str, reason: str | None, ttl: float
+def request(
+    ledger: LedgerCore,
+    action: Action,
+    *,
+    ttl: float,
+    approve: bool | None = None,
+    by: str | None = None,
+    reason: str | None = None,
 ) -> ApprovalRequest | None:
-    """A yes (or no) to exactly this call, e.g. an edited one. None if it already ran."""
-    _check_by(by)
-    signer = ledger.signer()
-    with ledger.store.tx() as conn:
-        found = rows.action_state(conn, action.key)
-        if found is not None and found[0] != "failed":
-            return None  # it ran (or is running): a repeat returns its result, nothing to decide
-        attempt = 1 if found is None else found[1] + 1
-        state = "approved" if approve else "denied"
-        return _new_ticket(
-            conn,
-            signer,
-            action,
-            attempt,
-            ttl=ttl,
-            state=state,
-            by=by,
-            reason=reason,
-            asked=asked_by(action, framework=True),
-        )
-
-
-def request(ledger: LedgerCore, action: Action, *, ttl: float) -> ApprovalRequest | None:
     """Open (or return the open) ticket for this exact call, without claiming or spending; a
-    ticket that denied it, if one did.
+    ticket that denied it, if one did. With ``approve``, a person's yes (or no, ``by`` whom) to
+    exactly this call instead, e.g. an edited one, on a ticket of its own.
 
-    For frameworks that decide to ask before the call reaches the ledger. None if it already ran.
+    For frameworks that decide, or ask, before the call reaches the ledger. None if it already
+    ran (or is running): a repeat returns its result, and there is nothing to ask or decide.
     """
+    if approve is not None:
+        _check_by(by)
     signer = ledger.signer()
     with ledger.store.tx() as conn:
         found = rows.action_state(conn, action.key)
         if found is not None and found[0] != "failed":
             return None
         attempt = 1 if found is None else found[1] + 1
-        for row in rows.for_attempt(conn, action.key, attempt):
+        for row in rows.for_attempt(conn, action.key, attempt) if approve is None else ():
             if not _covers(row, action) or row["state"] == "spent":
                 continue
             # A no stands (the gate will refuse): answered already, so nothing new is opened.
             live = row["state"] == "denied" or row["expires_at"] > row["now"]
             if live and signer.verify(_fields(row), row["signature"], now=row["now"]):
-                return _request(row)
-        gate = Gate(ledger, action, approval=True, max_per_run=None, ttl=ttl)
-        return _open_ticket(gate, conn, attempt, framework=True)
-
-
-def list_requests(
-    ledger: LedgerCore, *, run_id: str | None, state: str | None, key: str | None = None
-) -> list[ApprovalRequest]:
-    found = rows.listed(ledger.store, run_id=run_id, state=state, key=key)
-    return [_request(r) for r in found]
-
-
-def waiting_requests(
-    ledger: LedgerCore, *, limit: int, newest_first: bool = False
-) -> list[ApprovalRequest]:
-    """Pending tickets not yet expired (by the database clock), oldest first (or newest)."""
-    every = rows.WaitingFilter(sort="newest" if newest_first else "oldest")
-    return [_request(r) for r in rows.waiting_page(ledger.store, every, after=None, limit=limit)]
-
-
-def waiting_page(
-    ledger: LedgerCore, f: rows.WaitingFilter, *, after: str | None, limit: int
-) -> tuple[list[ApprovalRequest], int]:
-    """A page of the waiting tickets ``f`` selects, and how many it selects in all."""
-    found = rows.waiting_page(ledger.store, f, after=after, limit=limit)
-    return [_request(r) for r in found], rows.waiting_total(ledger.store, f)
-
-
-def waiting_counts(ledger: LedgerCore, run_ids: Sequence[str]) -> dict[str, int]:
-    if not run_ids:
-        return {}
-    return rows.waiting_counts(ledger.store, run_ids)
+                return request_of(row)
+        state = "pending" if approve is None else "approved" if approve else "denied"
+        asked = asked_by(action, framework=True)
+        return _new_ticket(
+            conn, signer, action, attempt, ttl=ttl, state=state, by=by, reason=reason, asked=asked
+        )
 
 
 def superseded(ledger: LedgerCore, tickets: Sequence[ApprovalRequest]) -> set[str]:
@@ -542,11 +489,6 @@ def superseded(ledger: LedgerCore, tickets: Sequence[ApprovalRequest]) -> set[st
     return {t.ticket for t in tickets if last.get((t.run_id, t.tool), 0.0) > t.requested_at}
 
 
-def find_request(ledger: LedgerCore, ticket: str) -> ApprovalRequest | None:
-    row = rows.one(ledger.store, ticket)
-    return _request(row) if row is not None else None
-
-
-def _check_by(by: str) -> None:
+def _check_by(by: str | None) -> None:
     if not isinstance(by, str) or not by.strip():
         raise LedgerError("say who decided: by='name' (it is recorded with the decision)")

@@ -166,11 +166,3 @@ def bind(fn: Callable[P, T]) -> Callable[P, T]:
         return captured.copy().run(fn, *args, **kwargs)
 
     return wrapper
-
-
-def _enter_effect(ctx: EffectContext) -> Token[EffectContext | None]:
-    return _effect.set(ctx)
-
-
-def _exit_effect(token: Token[EffectContext | None]) -> None:
-    _effect.reset(token)

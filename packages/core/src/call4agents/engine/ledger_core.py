@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from call4agents.engine import _owner, approvals
-from call4agents.engine.approvals import ApprovalRequest, Signer
+from call4agents.engine.approvals import ApprovalRequest, Signer, request_of
 from call4agents.engine.context import idempotency_key as idempotency_key
 from call4agents.engine.records import EffectRecord, record_of
 from call4agents.model import platform
@@ -26,6 +26,7 @@ from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
 from call4agents.model.kinds import KINDS
 from call4agents.storage import _db, _files, audit_rows, diagnose, reads, run_rows, urls
+from call4agents.storage import approval_rows as tickets
 from call4agents.storage._db import cannot_open, outage, outage_error, refuse_read_only
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.approval_rows import SORTS, WaitingFilter
@@ -578,7 +579,9 @@ class LedgerCore:
 
     def waiting(self, *, limit: int = 100, newest_first: bool = False) -> list[ApprovalRequest]:
         """Tickets waiting for a person now (pending, not expired), oldest first (or newest)."""
-        return approvals.waiting_requests(self, limit=limit, newest_first=newest_first)
+        every = WaitingFilter(sort="newest" if newest_first else "oldest")
+        found = tickets.waiting_page(self.store, every, after=None, limit=limit)
+        return [request_of(r) for r in found]
 
     def listen(self) -> LiveFeed | None:
         """A feed of new tickets and new in-doubt actions as they commit (PostgreSQL LISTEN);
@@ -604,28 +607,30 @@ class LedgerCore:
             raise ConfigurationError(f"unknown kind {where.kind!r}: pick one of {', '.join(KINDS)}")
         if where.older_than is not None and not where.older_than >= 0:
             raise ConfigurationError("older_than is seconds waited: 0 or more")
-        return approvals.waiting_page(self, where, after=after, limit=limit)
+        found = tickets.waiting_page(self.store, where, after=after, limit=limit)
+        return [request_of(r) for r in found], tickets.waiting_total(self.store, where)
 
     def waiting_by_run(self, run_ids: Sequence[str]) -> dict[str, int]:
         """How many tickets wait for a person (pending, not expired) in each of these runs."""
-        return approvals.waiting_counts(self, run_ids)
+        return tickets.waiting_counts(self.store, run_ids) if run_ids else {}
 
     def approval(self, ticket: str) -> ApprovalRequest | None:
         """One approval ticket by its id, in whatever state it is; None if there is none."""
-        return approvals.find_request(self, ticket)
+        row = tickets.one(self.store, ticket)
+        return request_of(row) if row is not None else None
 
     def approve_action(
         self, action: Action, *, by: str, reason: str | None = None
     ) -> ApprovalRequest | None:
         """A yes to exactly this prepared call (e.g. arguments a person edited)."""
         ttl = action.options.approval_ttl or self.approval_ttl
-        return approvals.decide_action(self, action, approve=True, by=by, reason=reason, ttl=ttl)
+        return approvals.request(self, action, ttl=ttl, approve=True, by=by, reason=reason)
 
     def deny_action(
         self, action: Action, *, by: str, reason: str | None = None
     ) -> ApprovalRequest | None:
         ttl = action.options.approval_ttl or self.approval_ttl
-        return approvals.decide_action(self, action, approve=False, by=by, reason=reason, ttl=ttl)
+        return approvals.request(self, action, ttl=ttl, approve=False, by=by, reason=reason)
 
     def request_approval(self, action: Action) -> ApprovalRequest | None:
         """The open ticket for exactly this call (made if needed), or the "no" it got (state
@@ -637,7 +642,8 @@ class LedgerCore:
         self, run_id: str | None = None, *, state: str | None = None, key: str | None = None
     ) -> list[ApprovalRequest]:
         """Approval tickets, oldest first; ``state="pending"`` for those waiting on a person."""
-        return approvals.list_requests(self, run_id=run_id, state=state, key=key)
+        found = tickets.listed(self.store, run_id=run_id, state=state, key=key)
+        return [request_of(r) for r in found]
 
     def audit(
         self,

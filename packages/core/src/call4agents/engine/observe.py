@@ -74,6 +74,11 @@ class Layer:
     def run_entered(self, run_id: str, trigger: str) -> None:
         """A run whose end is never seen here was entered (see :func:`run_entered`)."""
 
+    def resolved(self) -> Layer:
+        """The layer that takes the run and step events: itself, unless it stands in for one
+        made at first use (telemetry's automatic default)."""
+        return self
+
 
 class _Chain(Layer):
     """Several layers, the first outermost (telemetry sees what replay served)."""
@@ -125,13 +130,18 @@ def installed(name: str) -> Layer | None:
     return _layers.get(name)
 
 
+def _otel() -> Layer | None:
+    layer = _layers.get("otel")
+    return None if layer is None else layer.resolved()
+
+
 def run_ended(run_id: str, reason: str, *, count: bool = True) -> None:
     """Tell telemetry a run ended by a run control (escalated, a budget limit, undone).
 
     Called when the ending is recorded (``count=True``: the runs-ended metric) and again as the
     ending leaves ``c4a.run(...)`` (``count=False``), so the span around the run carries it too.
     """
-    layer = _layers.get("otel")
+    layer = _otel()
     if layer is not None:
         layer.run_ended(run_id, reason, count=count)
 
@@ -171,23 +181,21 @@ def step(run_id: str | None, index: int | None, span: object = None) -> Step:
     model span nests under it). ``span``: an instrumentation's own open span of this step,
     which gets the step's attributes instead (no second span). The same cheap no-op object
     while no SDK records anything."""
-    layer = _layers.get("otel")
-    if layer is None:
-        return _NO_STEP
-    return layer.step(run_id, index, span)
+    layer = _otel()
+    return _NO_STEP if layer is None else layer.step(run_id, index, span)
 
 
 def run_entered(run_id: str, trigger: str) -> None:
     """Tell telemetry a run was entered with ``trigger``, where its end is never seen (an MCP
     server's run): the current span, the one of the call that entered it, gets the trigger."""
-    layer = _layers.get("otel")
+    layer = _otel()
     if layer is not None:
         layer.run_entered(run_id, trigger)
 
 
 def run_left(summary: RunSummary) -> None:
     """Tell telemetry what one entry of a run did, as its outermost block leaves."""
-    layer = _layers.get("otel")
+    layer = _otel()
     if layer is not None:
         layer.run_left(summary)
 

@@ -43,18 +43,9 @@ class _Wait:
         if row.state != "started":
             return None
         try:
-            if owner_is_gone(row):
-                note = _owner.gone_note(row.owner)
-                self.store.mark_in_doubt(
-                    key, row.attempt, note, only_if_expired=False, owner=row.owner
-                )
-                return 0.0
-            if not row.lease_live and not _owner.is_alive_local(row.owner):
-                note = "its lease expired with no result"
-                self.store.mark_in_doubt(
-                    key, row.attempt, note, only_if_expired=True, owner=row.owner
-                )
-                return 0.0
+            lapsed, mark = not row.lease_live, self.store.mark_in_doubt
+            if _owner.judge(key, row.attempt, row.owner, lapsed, mark) is not None:
+                return 0.0  # judged (moved by us or by another): read what it is now
         except LedgerError as exc:
             self._tolerate(exc)
             return self._backoff()
@@ -132,8 +123,3 @@ async def await_while_live(action: Action, row: Row) -> Row:
             if not await asyncio.to_thread(step.reread):
                 break
         return step.row
-
-
-def owner_is_gone(row: Row) -> bool:
-    """A started action whose lease holder is a process of this machine that has died."""
-    return row.state == "started" and _owner.is_dead_local(row.owner)

@@ -8,7 +8,7 @@ import re
 import select
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -24,9 +24,6 @@ from . import _files, _pg, sqlite_tx
 from .sqlite_tx import WRITES
 
 Durability = Literal["power", "process"]
-
-# Seconds a connection waits for another's write lock before it fails (Ledger's default).
-BUSY_TIMEOUT = 30.0
 
 # File systems where SQLite's locking and fsync cannot be trusted (SQLite FAQ, "network file
 # systems"): two machines may both believe they hold the write lock.
@@ -84,12 +81,6 @@ def check_local_fs(directory: Path, *, allow_network_fs: bool) -> None:
             "(postgresql+psycopg://...) to share a ledger, or pass allow_network_fs=True (or set "
             "CALL4AGENTS_ALLOW_NETWORK_FS=1) if only one machine ever opens it."
         )
-
-
-def sqlite_connect_args(busy_timeout: float) -> dict[str, Any]:
-    """``sqlite3.connect``'s arguments: autocommit (the engine says BEGIN itself, see
-    ``sqlite_engine``), and the driver's own wait for a lock."""
-    return {"timeout": busy_timeout, "isolation_level": None, "check_same_thread": False}
 
 
 def configure_sqlite(
@@ -246,12 +237,11 @@ def _prepare_threshold(url: URL, pooler: str | None) -> dict[str, int | None]:
         ) from None
 
 
-def pg_query_args(
-    query: Mapping[str, str | Sequence[str]], durability: Durability, pooler: str | None = None
-) -> dict[str, str]:
-    """libpq settings for every connection of a ledger whose URL carries ``query``; the URL's own
-    settings win. Behind a pooler there are no startup ``options`` of ours (poolers refuse
-    them): ``durability="process"`` is set per transaction instead (``SYNC_OFF``)."""
+def pg_connect_args(url: URL, durability: Durability, pooler: str | None = None) -> dict[str, str]:
+    """libpq settings for every connection of this ledger; the URL's own settings win. Behind a
+    pooler there are no startup ``options`` of ours (poolers refuse them):
+    ``durability="process"`` is set per transaction instead (``SYNC_OFF``)."""
+    query = url.query
     args = {k: v for k, v in CONNECT_DEFAULTS.items() if k not in query}
     if durability == "process" and pooler is None:
         given = query.get("options", "")
@@ -311,9 +301,9 @@ def sqlite_engine(
         )
     path = Path(database).expanduser()
     _prepare_sqlite_file(path, allow_network_fs=allow_network_fs)
-    engine = create_engine(
-        url.set(database=str(path)), connect_args=sqlite_connect_args(busy_timeout)
-    )
+    # Autocommit (the engine says BEGIN itself, see below), and the driver's own wait for a lock.
+    options = {"timeout": busy_timeout, "isolation_level": None, "check_same_thread": False}
+    engine = create_engine(url.set(database=str(path)), connect_args=options)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, record: Any) -> None:
@@ -426,11 +416,6 @@ def _sync_off(conn: Any) -> None:
     options = conn.get_execution_options()
     if not options.get("c4a_read", False) and options.get("isolation_level") != "AUTOCOMMIT":
         conn.exec_driver_sql(f"SELECT {SYNC_OFF}")
-
-
-def pg_connect_args(url: URL, durability: Durability, pooler: str | None = None) -> dict[str, str]:
-    """libpq settings for every connection of this ledger; the URL's own settings win."""
-    return pg_query_args(url.query, durability, pooler)
 
 
 def _check_alive(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:

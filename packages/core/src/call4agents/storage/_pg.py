@@ -57,15 +57,6 @@ def lock_id(schema: str | None, key: str) -> int:
     return value - (1 << 32) if value >= 1 << 31 else value
 
 
-def wake_sql(key_sql: str) -> str:
-    """A value that NOTIFYs the key ``key_sql`` (SQL) once the transaction commits, only if a
-    waiter holds its lock (see above); parameters: the lock id, then the channel."""
-    return (
-        f"CASE WHEN pg_try_advisory_xact_lock({LOCK_CLASS}, %s::int4) THEN 0 "
-        f"ELSE (SELECT 1 FROM pg_notify(%s, {key_sql})) END"
-    )
-
-
 @dataclass(frozen=True)
 class Target:
     """How to open one ledger's listening connection."""

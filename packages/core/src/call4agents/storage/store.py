@@ -48,7 +48,6 @@ from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
 from ._db import SYNC_OFF, database_failed
-from ._db import cannot_open as cannot_open  # what the engine says when opening fails
 from ._db import short_error as short_error  # callers import it from here
 from ._kept import Kept, Transaction
 from .dialects import dialect_of
@@ -768,25 +767,11 @@ class Store:
             return float(conn.execute(select(self._now)).scalar_one())
 
 
-class _DbFaults:
-    """Database faults (a dropped connection, a full pool) as one-line LedgerErrors.
-
-    A plain class rather than a generator context manager: it wraps every hot statement, and
-    this costs a fraction of building a generator each time."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
-    ) -> None:
-        if isinstance(exc, (DBAPIError, PoolTimeout)):
-            raise database_failed(exc) from exc
-
-
-_DB_FAULTS = _DbFaults()
-
-
-def db_faults() -> _DbFaults:
-    """Database faults (a dropped connection, a full pool) as one-line LedgerErrors."""
-    return _DB_FAULTS
+@contextmanager
+def db_faults() -> Iterator[None]:
+    """Database faults (a dropped connection, a full pool) as one-line LedgerErrors. (An
+    action's own transactions turn them so in ``_kept.Transaction``.)"""
+    try:
+        yield
+    except (DBAPIError, PoolTimeout) as exc:
+        raise database_failed(exc) from exc
