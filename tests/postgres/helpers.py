@@ -183,17 +183,38 @@ def throwaway_server(
     pg_hba.conf in place of initdb's; ``standby_of``: a streaming standby of that server, made
     with pg_basebackup instead of initdb (its settings are the primary's; initdb's pg_hba.conf
     lets replication connections in from this machine)."""
-    root = Path(tempfile.mkdtemp(prefix="c4a-pg-"))
-    give_to_owner(root)
-    port = port or free_port("::1" if listen == "::1" else "127.0.0.1")
-    # No fsync: a throwaway server must not flood the disk other tests' commits share; a
-    # crash of the server (stop -m immediate) is not one of the machine, so what was written
-    # survives it.
-    named = {"listen_addresses": listen, "fsync": "off", **(settings or {})}
-    options = f"-p {port} -k {root} " + " ".join(f"-c {k}={v}" for k, v in named.items())
-    server = Server(root, port, user, options)
-    started = False
+    server = _start(
+        listen=listen, port=port, settings=settings, user=user, auth=auth,
+        initdb_args=initdb_args, hba=hba, standby_of=standby_of,
+    )  # fmt: skip
     try:
+        yield server
+    finally:
+        _remove(server.root)
+
+
+def _start(
+    *,
+    listen: str = "127.0.0.1",
+    port: int | None = None,
+    settings: Mapping[str, str] | None = None,
+    user: str = "c4a",
+    auth: Sequence[str] = ("--auth=trust",),
+    initdb_args: Sequence[str] = (),
+    hba: str | None = None,
+    standby_of: Server | None = None,
+) -> Server:
+    """The server throwaway_server describes, started; nothing left behind if it fails."""
+    root = Path(tempfile.mkdtemp(prefix="c4a-pg-"))
+    try:
+        give_to_owner(root)
+        port = port or free_port("::1" if listen == "::1" else "127.0.0.1")
+        # No fsync: a throwaway server must not flood the disk other tests' commits share; a
+        # crash of the server (stop -m immediate) is not one of the machine, so what was
+        # written survives it.
+        named = {"listen_addresses": listen, "fsync": "off", **(settings or {})}
+        options = f"-p {port} -k {root} " + " ".join(f"-c {k}={v}" for k, v in named.items())
+        server = Server(root, port, user, options)
         if standby_of is None:
             initdb = [pg_program("initdb"), "-D", str(server.data), "-U", user, *auth]
             run(as_owner(*initdb, *initdb_args, "--no-sync"), root)
@@ -204,10 +225,44 @@ def throwaway_server(
         if hba is not None:
             (server.data / "pg_hba.conf").write_text(hba)
         server.start()
-        started = True
-        yield server
-    finally:
-        if started:
-            with contextlib.suppress(AssertionError):  # a test may have stopped it already
-                server.stop()
+    except BaseException:
         shutil.rmtree(root, ignore_errors=True)
+        raise
+    return server
+
+
+def _remove(root: Path) -> None:
+    stop = [pg_program("pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "stop"]
+    with contextlib.suppress(AssertionError):  # a test may have stopped it already
+        run(as_owner(*stop), root)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _main(argv: Sequence[str]) -> int:
+    """``start``: a throwaway server for a whole test run (scripts/postgres.sh), left running,
+    with a database ``test``; prints its port and folder. ``stop FOLDER``: stop and delete it.
+    Exit status 3 (and the reason) where this machine cannot run one."""
+    if argv[:1] == ["stop"] and len(argv) == 2:
+        _remove(Path(argv[1]))
+        return 0
+    if list(argv) != ["start"]:
+        print("usage: python -m tests.postgres.helpers start | stop FOLDER", file=sys.stderr)
+        return 2
+    # The suite's two workers, their child processes and pools stay well under 200 sessions.
+    try:
+        server = _start(user="postgres", settings={"max_connections": "200"})
+    except pytest.skip.Exception as skipped:
+        print(skipped.msg)
+        return 3
+    try:
+        with psycopg.connect(plain(server.url()), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE test")
+    except BaseException:
+        _remove(server.root)
+        raise
+    print(server.port, server.root)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
