@@ -10,6 +10,8 @@ the same worker, as long as it is still exactly what a new ledger is:
   ledger made from nothing on this worker (compared with the schema's own name masked, since
   the triggers name their schema), and it is at the current version;
 - no other session holds a lock in it (a worker process or thread left running);
+- the planner would see nothing of the test before: no statistics gathered (by ANALYZE or
+  autovacuum), no table grown past a few pages;
 - its rows are deleted, its sequences restart at 1 and its key salt is drawn again, so it holds
   what a new ledger holds.
 
@@ -65,6 +67,13 @@ SELECT
     (SELECT md5(string_agg(replace(line, %(s)s, '<schema>'), E'\n' ORDER BY line)) FROM lines),
     (SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
       WHERE c.relnamespace = (SELECT oid FROM ns) AND l.pid <> pg_backend_pid()),
+    -- what the planner would read from an earlier test: statistics, or tables grown past a
+    -- few pages (it estimates a table never analyzed from its size on disk)
+    (SELECT count(*) FROM pg_class c
+      WHERE c.relnamespace = (SELECT oid FROM ns) AND c.relkind = 'r'
+        AND (c.reltuples >= 0
+             OR pg_relation_size(c.oid) > %(pages)s * current_setting('block_size')::int
+             OR EXISTS (SELECT FROM pg_statistic st WHERE st.starelid = c.oid))),
     -- the tables, those whose triggers write to others first, so that those end empty too
     (SELECT array_agg(c.relname::text ORDER BY EXISTS (
                 SELECT FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal
@@ -74,6 +83,9 @@ SELECT
 
 # Kept by the emptying: the version row, and the key salt (drawn again).
 _VERSION, _META = "c4a_schema", "c4a_meta"
+# A table of more pages than this had more than a few dozen rows: its emptied pages would make
+# the planner judge it as bigger than a new one (tests of plans fill tens of thousands).
+_PAGES = 4
 
 
 def new_name() -> str:
@@ -122,15 +134,17 @@ class SchemaPool:
 
     def _make_reference(self) -> str:
         schema = self._make()
-        shape = self._run(lambda conn, s: conn.execute(_SHAPE, {"s": s}).fetchone()[0], schema)
+        shape = self._run(
+            lambda conn, s: conn.execute(_SHAPE, {"s": s, "pages": _PAGES}).fetchone()[0], schema
+        )
         self._free.append(schema)
         return str(shape)
 
     def _empty(self, conn: psycopg.Connection[Any], schema: str) -> bool:
         from call4agents.storage.migrations import CURRENT
 
-        row = conn.execute(_SHAPE, {"s": schema}).fetchone()
-        if row is None or row[0] != self._shape or row[1]:
+        row = conn.execute(_SHAPE, {"s": schema, "pages": _PAGES}).fetchone()
+        if row is None or row[0] != self._shape or row[1] or row[2]:
             return False
         name = sql.Identifier(schema)
         versions = conn.execute(
@@ -140,7 +154,7 @@ class SchemaPool:
             return False
         statements = [
             sql.SQL("DELETE FROM {}.{}").format(name, sql.Identifier(table))
-            for table in row[2]
+            for table in row[3]
             if table not in (_VERSION, _META)
         ]
         meta = sql.SQL("{}.{}").format(name, sql.Identifier(_META))
