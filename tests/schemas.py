@@ -181,9 +181,9 @@ class SchemaPool:
             try:
                 return work(self._conn, schema)
             except psycopg.OperationalError:
-                self._conn.close()
-                if attempt == 2:
+                if not self._conn.broken or attempt == 2:
                     raise
+                self._conn.close()
         raise AssertionError("unreachable")
 
 
