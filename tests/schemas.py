@@ -22,6 +22,7 @@ that does not exist yet, so what it opens or migrates is made from nothing (see 
 
 from __future__ import annotations
 
+import os
 import secrets
 import uuid
 from typing import Any
@@ -86,6 +87,11 @@ _VERSION, _META = "c4a_schema", "c4a_meta"
 # A table of more pages than this had more than a few dozen rows: its emptied pages would make
 # the planner judge it as bigger than a new one (tests of plans fill tens of thousands).
 _PAGES = 4
+
+
+def application_name() -> str:
+    """This worker's admin connection's, as pg_stat_activity shows it."""
+    return f"c4a-test-schemas-{os.getpid()}"
 
 
 def new_name() -> str:
@@ -177,7 +183,9 @@ class SchemaPool:
         dropped it (a serial test restarts the server)."""
         for attempt in (1, 2):
             if self._conn is None or self._conn.closed:
-                self._conn = psycopg.connect(self._plain, autocommit=True)
+                self._conn = psycopg.connect(
+                    self._plain, autocommit=True, application_name=application_name()
+                )
             try:
                 return work(self._conn, schema)
             except psycopg.OperationalError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import call4agents as c4a
 from call4agents.storage.migrations import CURRENT, migrate
 from tests.conftest import Target, make_target, postgres_url
 from tests.postgres.helpers import admin
-from tests.schemas import pool_for
+from tests.schemas import application_name, pool_for
 
 
 def _contents(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -124,11 +125,24 @@ def test_a_schema_another_session_holds_is_dropped() -> None:
         holder = admin(Target("postgres", pool.url))
         holder.execute("BEGIN")
         holder.execute(f'SELECT * FROM "{schema}".c4a_effects')  # a lock until it ends
-        # The drop waits for the holder, as it always did: let it go a moment later.
-        threading.Timer(0.5, holder.close).start()
+        # The drop waits for the holder, as it always did: let it go once the drop waits.
+        release = threading.Thread(target=_close_when_waited_for, args=(conn, holder))
+        release.start()
         pool.give_back(schema)
-        assert holder.closed
+        release.join()
         assert not _exists(conn, schema)
+
+
+def _close_when_waited_for(conn: psycopg.Connection[Any], holder: Any) -> None:
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE application_name = %s AND wait_event_type = 'Lock'"
+    )
+    deadline = time.monotonic() + 60
+    while conn.execute(waiting, (application_name(),)).fetchone() != (1,):
+        assert time.monotonic() < deadline, "the schema's drop never waited for its holder"
+        time.sleep(0.05)
+    holder.close()
 
 
 @pytest.mark.parametrize("new_schema", [False, True])
@@ -150,3 +164,19 @@ def test_a_first_open_gets_a_kept_schema_unless_named_first_or_marked(
         ledger = target.open()
         assert migrate(ledger.engine, schema=target.schema) == (CURRENT, CURRENT)
         assert _exists(conn, str(target.schema))
+
+
+def test_a_connection_the_server_dropped_is_made_again() -> None:
+    # As after a serial test restarted the server: the next schema handed back still is kept.
+    pool = pool_for(postgres_url())
+    schema = pool.take()
+    with admin(Target("postgres", pool.url)) as conn:
+        ended = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (application_name(),),
+        ).fetchall()
+        assert ended == [(True,)]
+        pool.give_back(schema)
+        assert _exists(conn, schema)
+    assert pool.take() == schema
+    pool.give_back(schema)
