@@ -116,8 +116,13 @@ def give_to_owner(*paths: Path) -> None:
             shutil.chown(path, "postgres")
 
 
+# How long a server's start or promotion may take: minutes on a loaded 2-core machine, where
+# pg_ctl's own default (60 s) has run out.
+WAIT = 600
+
+
 def run(command: list[str], cwd: Path) -> None:
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=WAIT + 60)
     assert done.returncode == 0, f"{command[0]} failed: {done.stdout}{done.stderr}"
 
 
@@ -146,7 +151,7 @@ class Server:
 
     def start(self) -> None:
         log = str(self.root / "log")
-        self._ctl("-o", self.options, "-w", "-l", log, "start")
+        self._ctl("-o", self.options, "-w", "-t", str(WAIT), "-l", log, "start")
 
     def stop(self) -> None:
         """As a crash stops it: no checkpoint, no goodbye to a standby or a client."""
@@ -157,7 +162,7 @@ class Server:
         self.start()
 
     def promote(self) -> None:
-        self._ctl("-w", "promote")
+        self._ctl("-w", "-t", str(WAIT), "promote")
 
     def _ctl(self, *args: str) -> None:
         run(as_owner(pg_program("pg_ctl"), "-D", str(self.data), *args), self.root)
