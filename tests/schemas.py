@@ -32,54 +32,63 @@ from psycopg import sql
 
 # Every line of a schema's shape, with the schema's own name masked: relations, columns (in
 # order, with type, nullability, default and collation), indexes, constraints, triggers (and
-# whether enabled) and functions (their source).
+# whether enabled) and functions (their source). The schema's objects are found through
+# pg_depend, by index: pg_class has none on the namespace, and a server whose tests made and
+# dropped thousands of schemas has a catalog slow to scan.
 _SHAPE = """
-WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname = %(s)s),
+WITH owned AS MATERIALIZED (
+    SELECT d.classid, d.objid FROM pg_depend d
+     WHERE d.refclassid = 'pg_namespace'::regclass
+       AND d.refobjid = (SELECT oid FROM pg_namespace WHERE nspname = %(s)s)
+),
+rels AS MATERIALIZED (
+    SELECT c.oid, c.relname, c.relkind, c.relpersistence, c.relrowsecurity, c.reltuples
+      FROM pg_class c WHERE c.oid IN (SELECT objid FROM owned WHERE classid = 'pg_class'::regclass)
+),
+tables AS MATERIALIZED (SELECT oid, relname, reltuples FROM rels WHERE relkind = 'r'),
 lines AS (
     SELECT 'relation ' || relname || ' ' || relkind::text || relpersistence::text
            || relrowsecurity::text AS line
-      FROM pg_class WHERE relnamespace = (SELECT oid FROM ns)
+      FROM rels
     UNION ALL
-    SELECT 'column ' || c.relname || ' '
+    SELECT 'column ' || t.relname || ' '
            || row_number() OVER (PARTITION BY a.attrelid ORDER BY a.attnum) || ' '
            || a.attname || ' '
            || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull::text || ' '
            || coalesce(pg_get_expr(d.adbin, d.adrelid), '') || ' ' || a.attcollation::text
-      FROM pg_attribute a
-      JOIN pg_class c ON c.oid = a.attrelid
+      FROM tables t
+      JOIN pg_attribute a ON a.attrelid = t.oid
       LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-     WHERE c.relnamespace = (SELECT oid FROM ns) AND a.attnum > 0 AND NOT a.attisdropped
+     WHERE a.attnum > 0 AND NOT a.attisdropped
     UNION ALL
     SELECT 'index ' || pg_get_indexdef(i.indexrelid)
-      FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
-     WHERE c.relnamespace = (SELECT oid FROM ns)
+      FROM tables t JOIN pg_index i ON i.indrelid = t.oid
     UNION ALL
-    SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(oid)
-      FROM pg_constraint WHERE connamespace = (SELECT oid FROM ns)
+    SELECT 'constraint ' || conname || ' ' || pg_get_constraintdef(k.oid)
+      FROM tables t JOIN pg_constraint k ON k.conrelid = t.oid
     UNION ALL
-    SELECT 'trigger ' || t.tgenabled::text || ' ' || pg_get_triggerdef(t.oid)
-      FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
-     WHERE c.relnamespace = (SELECT oid FROM ns) AND NOT t.tgisinternal
+    SELECT 'trigger ' || g.tgenabled::text || ' ' || pg_get_triggerdef(g.oid)
+      FROM tables t JOIN pg_trigger g ON g.tgrelid = t.oid
+     WHERE NOT g.tgisinternal
     UNION ALL
     SELECT 'function ' || proname || ' ' || prosrc
-      FROM pg_proc WHERE pronamespace = (SELECT oid FROM ns)
+      FROM pg_proc WHERE oid IN (SELECT objid FROM owned WHERE classid = 'pg_proc'::regclass)
 )
 SELECT
     (SELECT md5(string_agg(replace(line, %(s)s, '<schema>'), E'\n' ORDER BY line)) FROM lines),
-    (SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-      WHERE c.relnamespace = (SELECT oid FROM ns) AND l.pid <> pg_backend_pid()),
+    (SELECT count(*) FROM pg_locks l
+      WHERE l.relation IN (SELECT oid FROM rels) AND l.pid <> pg_backend_pid()),
     -- what the planner would read from an earlier test: statistics, or tables grown past a
     -- few pages (it estimates a table never analyzed from its size on disk)
-    (SELECT count(*) FROM pg_class c
-      WHERE c.relnamespace = (SELECT oid FROM ns) AND c.relkind = 'r'
-        AND (c.reltuples >= 0
-             OR pg_relation_size(c.oid) > %(pages)s * current_setting('block_size')::int
-             OR EXISTS (SELECT FROM pg_statistic st WHERE st.starelid = c.oid))),
+    (SELECT count(*) FROM tables t
+      WHERE t.reltuples >= 0
+         OR pg_relation_size(t.oid) > %(pages)s * current_setting('block_size')::int
+         OR EXISTS (SELECT FROM pg_statistic st WHERE st.starelid = t.oid)),
     -- the tables, those whose triggers write to others first, so that those end empty too
-    (SELECT array_agg(c.relname::text ORDER BY EXISTS (
-                SELECT FROM pg_trigger t WHERE t.tgrelid = c.oid AND NOT t.tgisinternal
-            ) DESC, c.relname)
-       FROM pg_class c WHERE c.relnamespace = (SELECT oid FROM ns) AND c.relkind = 'r')
+    (SELECT array_agg(t.relname::text ORDER BY EXISTS (
+                SELECT FROM pg_trigger g WHERE g.tgrelid = t.oid AND NOT g.tgisinternal
+            ) DESC, t.relname)
+       FROM tables t)
 """
 
 # Kept by the emptying: the version row, and the key salt (drawn again).

@@ -100,6 +100,9 @@ def test_a_kept_schema_holds_what_a_new_ledger_holds(tmp_path: Path) -> None:
         # the same columns in another order: a SELECT * would read them otherwise
         'ALTER TABLE "{s}".c4a_effects DROP COLUMN note, ADD COLUMN note text',
         'CREATE INDEX extra ON "{s}".c4a_runs (run_id)',
+        'CREATE TABLE "{s}".extra (n integer)',
+        'CREATE SEQUENCE "{s}".extra',
+        'CREATE FUNCTION "{s}".extra() RETURNS integer LANGUAGE sql AS $$ SELECT 1 $$',
         'UPDATE "{s}".c4a_schema SET version = 4',
         'ALTER TABLE "{s}".c4a_effects DISABLE TRIGGER ALL',
         'DROP SCHEMA "{s}" CASCADE',
