@@ -1,8 +1,9 @@
 """Fixtures shared by the whole suite: a fresh ledger on every backend, and child processes.
 
 PostgreSQL tests read the server from CALL4AGENTS_TEST_POSTGRES_URL and give each test its own
-schema. Without that variable they skip with the reason shown; with CI=true they fail instead, so
-a CI run can never pass by silently testing SQLite alone.
+schema (made once per worker and emptied between tests: tests/schemas.py). Without that variable
+they skip with the reason shown; with CI=true they fail instead, so a CI run can never pass by
+silently testing SQLite alone.
 """
 
 from __future__ import annotations
@@ -11,16 +12,14 @@ import importlib
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import call4agents as c4a
-from tests import forked
+from tests import forked, schemas
 
 PG_ENV = "CALL4AGENTS_TEST_POSTGRES_URL"
 TESTS = Path(__file__).parent
@@ -54,6 +53,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--portable",
         action="store_true",
         help="only the tests PORTABLE names (the CI runs them on macOS and Windows)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "new_schema: the test's PostgreSQL ledger is made from nothing, never an emptied one"
+        " of an earlier test (tests/schemas.py): for tests of making and migrating a ledger",
     )
 
 
@@ -156,16 +163,37 @@ def postgres_url() -> str:
     return os.environ[PG_ENV]
 
 
-@dataclass
 class Target:
-    """Where a test's ledger lives; child processes open the same one from url + schema."""
+    """Where a test's ledger lives; child processes open the same one from url + schema.
 
-    backend: str
-    url: str
-    schema: str | None = None
-    opened: list[c4a.Ledger] = field(default_factory=list)
+    A PostgreSQL target of make_target names its schema when first asked: a test that names it
+    (to a command, a child, its own SQL) before opening a ledger gets one that does not exist
+    yet, so what it opens or migrates is made from nothing; a test whose first use is ``open``
+    (as the ``ledger`` fixture's is) gets a ledger made earlier on this worker and emptied, the
+    same as a new one to everything a test can see (tests/schemas.py). A test marked
+    ``new_schema`` has even that made from nothing."""
+
+    def __init__(
+        self,
+        backend: str,
+        url: str,
+        schema: str | None = None,
+        *,
+        pool: schemas.SchemaPool | None = None,
+    ) -> None:
+        self.backend, self.url = backend, url
+        self._schema, self._pool = schema, pool
+        self.opened: list[c4a.Ledger] = []
+
+    @property
+    def schema(self) -> str | None:
+        if self._schema is None and self._pool is not None:
+            self._schema = schemas.new_name()
+        return self._schema
 
     def open(self, **settings: Any) -> c4a.Ledger:
+        if self._schema is None and self._pool is not None and settings.get("auto_migrate", True):
+            self._schema = self._pool.take()
         ledger = c4a.Ledger(self.url, schema=self.schema, **settings)
         self.opened.append(ledger)
         return ledger
@@ -175,28 +203,30 @@ class Target:
         env.setdefault("CALL4AGENTS_SECRET", TEST_SECRET)
         return env
 
+    def close(self) -> None:
+        """Close the ledgers opened here, and hand the schema back (kept emptied, or dropped)."""
+        for ledger in self.opened:
+            ledger.close()
+        if self._pool is not None and self._schema is not None:
+            self._pool.give_back(self._schema)
 
-def _drop_schema(url: str, schema: str) -> None:
-    import psycopg
-
-    plain = url.replace("postgresql+psycopg://", "postgresql://", 1)
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    def __repr__(self) -> str:
+        return f"Target({self.backend!r}, {self.url!r}, schema={self._schema!r})"
 
 
-def make_target(backend: str, tmp_path: Path) -> Iterator[Target]:
+def make_target(backend: str, tmp_path: Path, *, new_schema: bool = False) -> Iterator[Target]:
+    """``new_schema``: made from nothing even when the test's first use is ``open``."""
     if backend == "sqlite":
         target = Target("sqlite", f"sqlite:///{tmp_path / 'ledger.db'}")
     else:
-        url = postgres_url()
-        target = Target("postgres", url, schema="c4a_t_" + uuid.uuid4().hex[:12])
+        pool = schemas.pool_for(postgres_url())
+        target = Target("postgres", pool.url, pool=pool)
+        if new_schema:
+            assert target.schema  # named now: nothing is made for it before it is opened
     try:
         yield target
     finally:
-        for ledger in target.opened:
-            ledger.close()
-        if target.schema:
-            _drop_schema(target.url, target.schema)
+        target.close()
 
 
 TEST_SECRET = "test-secret-" + "x" * 40
@@ -213,10 +243,20 @@ def _ledger_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kept_schemas() -> Iterator[None]:
+    yield
+    schemas.close_all()  # the worker's emptied schemas, kept for its next test until now
+
+
+def _new_schema(request: pytest.FixtureRequest) -> bool:
+    return request.node.get_closest_marker("new_schema") is not None
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     """A fresh, empty ledger location on each backend."""
-    yield from make_target(request.param, tmp_path)
+    yield from make_target(request.param, tmp_path, new_schema=_new_schema(request))
 
 
 @pytest.fixture
@@ -225,8 +265,8 @@ def sqlite_target(tmp_path: Path) -> Iterator[Target]:
 
 
 @pytest.fixture
-def pg_target(tmp_path: Path) -> Iterator[Target]:
-    yield from make_target("postgres", tmp_path)
+def pg_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    yield from make_target("postgres", tmp_path, new_schema=_new_schema(request))
 
 
 @pytest.fixture

@@ -455,6 +455,7 @@ def _shape(ledger: c4a.Ledger) -> dict[str, list[tuple[Any, ...]]]:
     return found
 
 
+@pytest.mark.new_schema  # what the open makes is the point
 def test_a_new_ledger_is_what_every_migration_from_nothing_makes(
     target: Any, tmp_path: Path
 ) -> None:

@@ -1,5 +1,6 @@
 """Behind a transaction pooler: a PgBouncer in ``pool_mode=transaction`` of this module's own, in
-front of a PostgreSQL server of its own (initdb and pg_ctl on free ports, never the shared one).
+front of a throwaway PostgreSQL server of its own (tests/postgres/helpers.py, never the shared
+one).
 
 The pool has two server connections, so every worker's transactions run on connections other
 workers' transactions used before: a prepared statement, a LISTEN, an advisory lock or a setting
@@ -14,7 +15,6 @@ import os
 import random
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,8 +29,17 @@ from call4agents.facade import cli
 from call4agents.model.errors import ConfigurationError
 from tests import forked
 from tests.conftest import TEST_SECRET
-from tests.postgres.helpers import WORKER, deliveries, plain, unavailable
-from tests.postgres.test_tls import _as_owner, _bin, _free_port, _run
+from tests.postgres.helpers import (
+    WORKER,
+    as_owner,
+    deliveries,
+    free_port,
+    give_to_owner,
+    plain,
+    run,
+    throwaway_server,
+    unavailable,
+)
 
 WORKERS = 4
 KEYS = 30
@@ -71,42 +80,22 @@ def _bouncer_ini(root: Path, port: int, server_port: int) -> str:
 
 @pytest.fixture(scope="module")
 def bouncer() -> Iterator[Bouncer]:
-    pgbouncer, initdb, pg_ctl = _pgbouncer(), _bin("initdb"), _bin("pg_ctl")
-    root = Path(tempfile.mkdtemp(prefix="c4a-pooler-"))
-    data = root / "data"
-    try:
-        if _as_owner("x")[0] != "x":
-            shutil.chown(root, "postgres")
-        # No fsync (a throwaway server must not flood the disk other tests share).
-        _run(_as_owner(initdb, "-D", str(data), "-U", "c4a", "--auth=trust", "--no-sync"), root)
-        port, server_port = _free_port(), _free_port()
-        options = f"-p {server_port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        log = str(root / "log")
-        _run(_as_owner(pg_ctl, "-D", str(data), "-o", options, "-w", "-l", log, "start"), root)
+    pgbouncer = _pgbouncer()
+    with throwaway_server() as server:
+        root, port = server.root, free_port()
+        (root / "users.txt").write_text('"c4a" ""\n')
+        ini = root / "pgbouncer.ini"
+        ini.write_text(_bouncer_ini(root, port, server.port))
+        give_to_owner(ini, root / "users.txt")
+        run(as_owner(pgbouncer, "-d", "-q", str(ini)), root)
         try:
-            (root / "users.txt").write_text('"c4a" ""\n')
-            ini = root / "pgbouncer.ini"
-            ini.write_text(_bouncer_ini(root, port, server_port))
-            if _as_owner("x")[0] != "x":
-                for item in (ini, root / "users.txt"):
-                    shutil.chown(item, "postgres")
-            _run(_as_owner(pgbouncer, "-d", "-q", str(ini)), root)
-            try:
-                base = f"postgresql+psycopg://c4a@127.0.0.1:{port}"
-                _until_up(plain(base + "/postgres"))
-                yield Bouncer(
-                    f"postgresql+psycopg://c4a@127.0.0.1:{server_port}/postgres",
-                    base + "/postgres?c4a_pooler=transaction",
-                    base + "/stmt",
-                )
-            finally:
-                pid = root / "pgbouncer.pid"
-                if pid.exists():
-                    os.kill(int(pid.read_text().split()[0]), signal.SIGTERM)
+            base = f"postgresql+psycopg://c4a@127.0.0.1:{port}"
+            _until_up(plain(base + "/postgres"))
+            yield Bouncer(server.url(), base + "/postgres?c4a_pooler=transaction", base + "/stmt")
         finally:
-            _run(_as_owner(pg_ctl, "-D", str(data), "-m", "immediate", "stop"), root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+            pid = root / "pgbouncer.pid"
+            if pid.exists():
+                os.kill(int(pid.read_text().split()[0]), signal.SIGTERM)
 
 
 def _until_up(url: str) -> None:

@@ -20,8 +20,15 @@ from tests.conftest import Target
 
 def impatient(target: Target) -> c4a.Ledger:
     """A new view of the ledger (an empty result cache, as in a new process) that fails a
-    statement waiting over 0.5 s for a lock, instead of waiting."""
-    ledger = c4a.Ledger(f"{target.url}?options=-c%20lock_timeout%3D500", schema=target.schema)
+    statement waiting over 0.5 s for a lock, instead of waiting.
+
+    The ledger is made (or found made) by a patient view first, and the impatient one opens
+    without migrating: opening takes the migration lock, which every ledger opening on the
+    server takes, and under parallel load others' can hold it longer than 0.5 s."""
+    target.open()
+    ledger = c4a.Ledger(
+        f"{target.url}?options=-c%20lock_timeout%3D500", schema=target.schema, auto_migrate=False
+    )
     target.opened.append(ledger)
     return ledger
 

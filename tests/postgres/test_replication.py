@@ -1,5 +1,5 @@
 """`doctor` reads the primary's replication: a primary and a streaming standby of this module's own
-(initdb, pg_basebackup and pg_ctl on free ports, never the shared server). With the standby
+(throwaway servers, tests/postgres/helpers.py: never the shared server). With the standby
 replicating asynchronously, doctor warns that a failover can lose acknowledged results; once the
 primary waits for it (synchronous_standby_names), doctor says an acknowledged result survives.
 And the failover itself, at synchronous replication: the primary killed with `pg_ctl stop -m
@@ -10,10 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,8 +25,7 @@ import call4agents as c4a
 from call4agents.facade import cli
 from call4agents.model.errors import ConfigurationError, LedgerError
 from tests.conftest import TEST_SECRET
-from tests.postgres.helpers import WORKER, deliveries, plain, report
-from tests.postgres.test_tls import _as_owner, _bin, _free_port, _run
+from tests.postgres.helpers import WORKER, Server, deliveries, plain, report, throwaway_server
 
 
 @dataclass
@@ -44,52 +41,27 @@ class Pair:
 class Cluster:
     """A primary and its standby, with what stops and promotes them."""
 
-    root: Path
-    primary_data: Path
-    standby_data: Path
+    primary: Server
+    standby: Server
 
     def stop_primary(self) -> None:
         """The primary's crash: no checkpoint, no goodbye to the standby."""
-        _run(_as_owner(_bin("pg_ctl"), "-D", str(self.primary_data), "-m", "immediate", "stop"),
-             self.root)  # fmt: skip
+        self.primary.stop()
 
     def promote(self) -> None:
-        _run(_as_owner(_bin("pg_ctl"), "-D", str(self.standby_data), "-w", "promote"), self.root)
+        self.standby.promote()
 
 
 @contextlib.contextmanager
 def _cluster(synchronous: bool) -> Iterator[tuple[Pair, Cluster]]:
-    initdb, pg_ctl, basebackup = _bin("initdb"), _bin("pg_ctl"), _bin("pg_basebackup")
-    root = Path(tempfile.mkdtemp(prefix="c4a-replica-"))
-    primary, standby = root / "primary", root / "standby"
-    started: list[Path] = []
-    try:
-        if _as_owner("x")[0] != "x":
-            shutil.chown(root, "postgres")
-        _run(_as_owner(initdb, "-D", str(primary), "-U", "c4a", "--auth=trust", "--no-sync"), root)
-        ports = {primary: _free_port(), standby: _free_port()}
-        sync = " -c synchronous_standby_names=*" if synchronous else ""
-
-        def start(data: Path) -> None:
-            options = f"-p {ports[data]} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-            log = str(root / f"{data.name}.log")
-            options += sync if data == primary else ""
-            _run(_as_owner(pg_ctl, "-D", str(data), "-o", options, "-w", "-l", log, "start"), root)
-            started.append(data)
-
-        start(primary)
-        host = ["-h", "127.0.0.1", "-p", str(ports[primary]), "-U", "c4a"]
-        _run(_as_owner(basebackup, *host, "-D", str(standby), "-R", "-X", "stream"), root)
-        start(standby)
-        url = "postgresql+psycopg://c4a@127.0.0.1:{}/postgres"
-        found = Pair(url.format(ports[primary]), url.format(ports[standby]))
+    sync = {"synchronous_standby_names": "*"} if synchronous else {}
+    with (
+        throwaway_server(settings=sync) as primary,
+        throwaway_server(standby_of=primary) as standby,
+    ):
+        found = Pair(primary.url(), standby.url())
         _until(found.primary, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")
-        yield found, Cluster(root, primary, standby)
-    finally:
-        for data in reversed(started):
-            with contextlib.suppress(AssertionError):  # the primary may be down already
-                _run(_as_owner(pg_ctl, "-D", str(data), "-m", "immediate", "stop"), root)
-        shutil.rmtree(root, ignore_errors=True)
+        yield found, Cluster(primary, standby)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""A crash of the PostgreSQL server itself, on a private server of this module's own (initdb and
-pg_ctl on a free port, as in test_tls): never the shared one.
+"""A crash of the PostgreSQL server itself, on a throwaway server of this module's own
+(tests/postgres/helpers.py): never the shared one.
 
 ``pg_ctl stop -m immediate`` ends the server the way a crash does: no checkpoint, and the WAL
 still in its buffers is lost; on start it recovers from the WAL that was written. The server runs
@@ -9,62 +9,20 @@ with ``wal_writer_delay=10s``, so commits acknowledged without waiting for the W
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 import call4agents as c4a
-from tests.postgres.test_tls import _as_owner, _bin, _free_port, _run
+from tests.postgres.helpers import Server, throwaway_server
 
 CALLS = 300
 
 
-@dataclass
-class Server:
-    url: str
-    data: Path
-    root: Path
-    options: str
-
-    def crash_and_restart(self) -> None:
-        pg_ctl = _bin("pg_ctl")
-        _run(_as_owner(pg_ctl, "-D", str(self.data), "-m", "immediate", "stop"), self.root)
-        self.start()
-
-    def start(self) -> None:
-        log = str(self.root / "log")
-        command = [_bin("pg_ctl"), "-D", str(self.data), "-o", self.options, "-w", "-l", log]
-        _run(_as_owner(*command, "start"), self.root)
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
-    root = Path(tempfile.mkdtemp(prefix="c4a-crash-"))
-    data = root / "data"
-    try:
-        if _as_owner("x")[0] != "x":
-            shutil.chown(root, "postgres")
-        # No fsync (a throwaway server must not flood the disk others share): an immediate stop
-        # is a crash of the server, not of the machine, so what was written survives it.
-        _run(_as_owner(initdb, "-D", str(data), "-U", "c4a", "--auth=trust", "--no-sync"), root)
-        port = _free_port()
-        options = (
-            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
-            " -c wal_writer_delay=10s"
-        )
-        found = Server(f"postgresql+psycopg://c4a@127.0.0.1:{port}/postgres", data, root, options)
-        found.start()
-        try:
-            yield found
-        finally:
-            _run(_as_owner(pg_ctl, "-D", str(data), "-m", "immediate", "stop"), root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with throwaway_server(settings={"wal_writer_delay": "10s"}) as found:
+        yield found
 
 
 def _returned_then_kept(
@@ -72,7 +30,7 @@ def _returned_then_kept(
 ) -> tuple[list[int], list[int]]:
     """Results returned by CALLS calls, then the results the ledger holds after a crash."""
     schema = schema or durability
-    ledger = c4a.Ledger(server.url, schema=schema, durability=durability)
+    ledger = c4a.Ledger(server.url(), schema=schema, durability=durability)
 
     @c4a.effect(name="charge", ledger=ledger)
     def charge(n: int) -> int:
@@ -82,7 +40,7 @@ def _returned_then_kept(
         returned = [charge(n) for n in range(CALLS)]
     ledger.close()
     server.crash_and_restart()
-    after = c4a.Ledger(server.url, schema=schema)
+    after = c4a.Ledger(server.url(), schema=schema)
     try:
         kept = sorted(r.result for r in after.effects("crash") if r.state == "succeeded")
     finally:

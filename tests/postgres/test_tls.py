@@ -1,16 +1,14 @@
 """TLS for real: a private PostgreSQL server that accepts only encrypted, password-checked
 connections, reached with the awkward password and a URL carrying the TLS parameters.
 
-The machine's shared server runs without TLS, so this module starts its own throwaway server
-(initdb and pg_ctl, as the ``postgres`` user when the tests run as root) on a free port.
+The machine's shared server runs without TLS, so this module starts a throwaway server of its
+own (tests/postgres/helpers.py) with a certificate authority and certificates made for it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,10 +23,9 @@ from sqlalchemy.engine import make_url
 import call4agents as c4a
 from call4agents.facade import cli
 from tests.conftest import Target
-from tests.postgres.helpers import unavailable
+from tests.postgres.helpers import give_to_owner, run, throwaway_server, unavailable
 from tests.postgres.test_urls import ENCODED, PASSWORD, assert_hidden
 
-PG_BIN = Path("/usr/lib/postgresql")
 ROLE = "c4a_tls"
 
 
@@ -43,27 +40,6 @@ class TlsServer:
 
     def verified(self, host: str = "localhost") -> str:
         return self.url(f"sslmode=verify-full&sslrootcert={urllib.parse.quote(str(self.ca))}", host)
-
-
-def _bin(name: str) -> str:
-    found = sorted(PG_BIN.glob(f"*/bin/{name}")) or [Path(p) for p in [shutil.which(name)] if p]
-    if not found or shutil.which("openssl") is None:
-        unavailable(f"a private TLS server needs PostgreSQL's {name} and openssl")
-    return str(found[-1])
-
-
-def _as_owner(*command: str) -> list[str]:
-    """PostgreSQL refuses to run as root: run its tools as the postgres user then."""
-    if os.geteuid() != 0:
-        return list(command)
-    if shutil.which("runuser") is None:
-        unavailable("running PostgreSQL's tools as root needs runuser")
-    return ["runuser", "-u", "postgres", "--", *command]
-
-
-def _run(command: list[str], cwd: Path) -> None:
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"{command[0]} failed: {done.stdout}{done.stderr}"
 
 
 def _certificates(folder: Path) -> None:
@@ -81,54 +57,36 @@ def _certificates(folder: Path) -> None:
 
 
 def _openssl(arguments: str, folder: Path) -> None:
-    _run(["openssl", *arguments.split()], folder)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    run(["openssl", *arguments.split()], folder)
 
 
 @pytest.fixture(scope="module")
 def tls_server() -> Iterator[TlsServer]:
-    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
-    root = Path(tempfile.mkdtemp(prefix="c4a-tls-"))
-    data = root / "data"
+    if shutil.which("openssl") is None:
+        unavailable("a private TLS server needs openssl")
+    folder = Path(tempfile.mkdtemp(prefix="c4a-tls-"))
     try:
-        _certificates(root)
-        (root / "password").write_text(PASSWORD + "\n")
-        if os.geteuid() == 0:
-            shutil.chown(root, "postgres")
-            for item in root.iterdir():
-                shutil.chown(item, "postgres")
-        (root / "server.key").chmod(0o600)
-        password = f"--pwfile={root / 'password'}"
-        # No fsync anywhere: a throwaway server must not flood the disk other tests' leases
-        # and commits share.
-        auth = ["--auth-local=trust", "--auth-host=scram-sha-256", "--no-sync"]
-        _run(_as_owner(initdb, "-D", str(data), "-U", ROLE, password, *auth), root)
-        # Only encrypted connections with the right password get in.
-        (data / "pg_hba.conf").write_text(
-            "hostssl all all 127.0.0.1/32 scram-sha-256\nhostssl all all ::1/128 scram-sha-256\n"
-        )
-        port = _free_port()
-        options = (
-            f"-p {port} -k {root} -c listen_addresses=localhost -c ssl=on -c fsync=off"
-            f" -c ssl_cert_file={root / 'server.crt'} -c ssl_key_file={root / 'server.key'}"
-        )
-        _run(
-            _as_owner(
-                pg_ctl, "-D", str(data), "-o", options, "-w", "-l", str(root / "log"), "start"
-            ),
-            root,
-        )
-        try:
-            yield TlsServer(port, root / "ca.crt", root / "other_ca.crt")
-        finally:
-            _run(_as_owner(pg_ctl, "-D", str(data), "-m", "immediate", "stop"), root)
+        _certificates(folder)
+        (folder / "password").write_text(PASSWORD + "\n")
+        give_to_owner(folder, *folder.iterdir())
+        (folder / "server.key").chmod(0o600)
+        with throwaway_server(
+            listen="localhost",
+            user=ROLE,
+            auth=["--auth-local=trust", "--auth-host=scram-sha-256"],
+            initdb_args=[f"--pwfile={folder / 'password'}"],
+            # Only encrypted connections with the right password get in.
+            hba="hostssl all all 127.0.0.1/32 scram-sha-256\n"
+            "hostssl all all ::1/128 scram-sha-256\n",
+            settings={
+                "ssl": "on",
+                "ssl_cert_file": str(folder / "server.crt"),
+                "ssl_key_file": str(folder / "server.key"),
+            },
+        ) as server:
+            yield TlsServer(server.port, folder / "ca.crt", folder / "other_ca.crt")
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _encrypted_sessions(ledger: c4a.Ledger) -> list[tuple[bool, str]]:

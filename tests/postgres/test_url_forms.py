@@ -6,13 +6,10 @@ outage for a bounded time, and the driver's settings or the user's own engine.""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +20,7 @@ import call4agents as c4a
 from call4agents.facade import cli
 from call4agents.model.errors import ConfigurationError, LedgerError
 from tests.conftest import Target
-from tests.postgres.helpers import unavailable
-from tests.postgres.test_tls import _as_owner, _bin, _free_port, _run
+from tests.postgres.helpers import free_port, throwaway_server, unavailable
 
 READ_ONLY = "options=-c%20default_transaction_read_only%3Don"  # a replica, as far as writes go
 
@@ -46,7 +42,7 @@ def _works(ledger: c4a.Ledger) -> None:
 
 def test_several_hosts_in_the_netloc_and_in_the_query(pg_target: Target) -> None:
     user, live, db = _parts(pg_target)
-    dead = f"127.0.0.1:{_free_port()}"  # nothing listens there: libpq goes on to the next
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there: libpq goes on to the next
     for url in (
         f"postgresql+psycopg://{user}@{dead},{live}/{db}?target_session_attrs=read-write",
         f"postgresql+psycopg://{user}@/{db}?host={dead}&host={live}&target_session_attrs=any",
@@ -64,40 +60,24 @@ def ipv6_port() -> Iterator[int]:
     (the shared test server listens on 127.0.0.1 only): a connection that reaches it went to
     the IPv6 host of its URL."""
     try:
-        with socket.socket(socket.AF_INET6) as probe:
-            probe.bind(("::1", 0))
-            port = int(probe.getsockname()[1])
+        port = free_port("::1")
     except OSError as exc:
         unavailable(f"this machine has no IPv6 loopback (::1): {exc}")
-    initdb, pg_ctl = _bin("initdb"), _bin("pg_ctl")
-    root = Path(tempfile.mkdtemp(prefix="c4a-ipv6-"))
-    data = root / "data"
-    try:
-        if _as_owner("x")[0] != "x":
-            shutil.chown(root, "postgres")
-        _run(_as_owner(initdb, "-D", str(data), "-U", "c4a", "--auth=trust", "--no-sync"), root)
-        options = f"-p {port} -k {root} -c listen_addresses=::1 -c fsync=off"
-        log = str(root / "log")
-        _run(_as_owner(pg_ctl, "-D", str(data), "-o", options, "-w", "-l", log, "start"), root)
-        try:
-            yield port
-        finally:
-            _run(_as_owner(pg_ctl, "-D", str(data), "-m", "immediate", "stop"), root)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with throwaway_server(listen="::1", port=port) as server:
+        yield server.port
 
 
 def test_ipv6_hosts_in_the_netloc_and_in_the_query(
     ipv6_port: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    v6, dead = f"[::1]:{ipv6_port}", f"127.0.0.1:{_free_port()}"
+    v6, dead = f"[::1]:{ipv6_port}", f"127.0.0.1:{free_port()}"
     query = "target_session_attrs=read-write"
     for url in (
         f"postgresql+psycopg://c4a@{v6}/postgres",
         f"postgresql+psycopg://c4a@{v6},{dead}/postgres?{query}",
         f"postgresql+psycopg://c4a@{dead},{v6}/postgres?{query}",  # libpq goes on to ::1
         f"postgresql+psycopg://c4a@/postgres?host={dead}&host={v6}&{query}",
-        f"postgresql+psycopg://c4a@/postgres?host=127.0.0.1,::1&port={_free_port()},{ipv6_port}",
+        f"postgresql+psycopg://c4a@/postgres?host=127.0.0.1,::1&port={free_port()},{ipv6_port}",
     ):
         ledger = c4a.Ledger(url, schema="ipv6")
         try:
@@ -199,7 +179,7 @@ def _forwarder(port: int, to: tuple[str, int]) -> Iterator[None]:
 def test_init_waits_out_an_outage_then_opens(pg_target: Target) -> None:
     user, live, db = _parts(pg_target)
     host, port = live.rsplit(":", 1)
-    relay = _free_port()
+    relay = free_port()
     url = f"postgresql+psycopg://{user}@127.0.0.1:{relay}/{db}"
     opened: list[Any] = []
     worker = threading.Thread(
@@ -218,7 +198,7 @@ def test_init_waits_out_an_outage_then_opens(pg_target: Target) -> None:
 
 def test_init_gives_up_after_open_retry_with_one_error(pg_target: Target) -> None:
     user, _, db = _parts(pg_target)
-    url = f"postgresql+psycopg://{user}@127.0.0.1:{_free_port()}/{db}"
+    url = f"postgresql+psycopg://{user}@127.0.0.1:{free_port()}/{db}"
     with pytest.raises(LedgerError) as raised:
         c4a.Ledger(url, open_retry=0.5)
     message = str(raised.value)
