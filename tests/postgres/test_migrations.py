@@ -181,3 +181,22 @@ def test_two_schemas_in_one_database_are_two_ledgers(pg_target: Target) -> None:
             ledger.close()
         with admin(pg_target) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{other.schema}" CASCADE')
+
+
+def test_opening_a_current_ledger_does_not_queue_behind_another_migration(
+    pg_target: Target,
+) -> None:
+    # Every migration on the server takes one advisory lock. A ledger already at the current
+    # version opens without it, so a schema being created elsewhere holds up no other ledger's
+    # open; a ledger that needs work still waits for the lock (here: until lock_timeout).
+    pg_target.open().close()
+    waits = {"options": "-c lock_timeout=2000"}
+    fresh = Target("postgres", pg_target.url, schema=f"{pg_target.schema}_new")
+    with admin(pg_target) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (migrations._PG_LOCK_ID,))
+        with pg_target.open(connect_args=waits) as ledger:
+            assert ledger.effects() == []
+        with pytest.raises(c4a.LedgerError, match="lock timeout"):
+            fresh.open(connect_args=waits, open_retry=0)
+    with admin(pg_target) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{fresh.schema}" CASCADE')

@@ -269,6 +269,15 @@ def current_version(conn: Connection, schema: str | None = None) -> int:
 
 def migrate(engine: Engine, *, schema: str | None = None, target: int = CURRENT) -> tuple[int, int]:
     """Bring the ledger to ``target``; returns (version before, version after)."""
+    if engine.dialect.name == "postgresql":
+        # Most opens find the ledger current. They read its version without the lock that every
+        # migration on the server takes, so that opening a ledger never queues behind another
+        # schema's creation or upgrade; a ledger that needs work is read again under the lock.
+        with engine.connect() as conn:
+            found = current_version(conn, schema)
+        if found >= target:
+            refuse_newer(found)
+            return found, found
     with engine.begin() as conn:  # BEGIN IMMEDIATE on SQLite: the lock for the whole run
         if engine.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _PG_LOCK_ID})
