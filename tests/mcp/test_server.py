@@ -579,6 +579,8 @@ def test_without_key_identical_calls_within_the_window_run_once(
     assert outbox.count() == 2
 
 
+# The warning these calls give once a process is tested below (keyless_warnings).
+@pytest.mark.filterwarnings("ignore::call4agents.integration.Call4AgentsWarning")
 def test_without_key_or_identity_calls_are_not_merged(ledger: c4a.Ledger, outbox: Outbox) -> None:
     # Two anonymous clients sending the same email are two actions, as far as anyone can tell.
     server = mail_server(outbox)
@@ -643,6 +645,8 @@ def test_without_key_a_call_after_the_window_runs_again(ledger: c4a.Ledger, outb
     assert outbox.count() == 2
 
 
+# The warning these calls give once a process is tested below (keyless_warnings).
+@pytest.mark.filterwarnings("ignore::call4agents.integration.Call4AgentsWarning")
 def test_scope_call_tools_run_each_time_without_a_key(ledger: c4a.Ledger, outbox: Outbox) -> None:
     server = mail_server(outbox, once=OnceOnly(tools={"send_email": {"scope": "call"}}))
 
