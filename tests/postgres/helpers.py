@@ -169,36 +169,16 @@ class Server:
 
 
 @contextlib.contextmanager
-def throwaway_server(
-    *,
-    listen: str = "127.0.0.1",
-    port: int | None = None,
-    settings: Mapping[str, str] | None = None,
-    user: str = "c4a",
-    auth: Sequence[str] = ("--auth=trust",),
-    initdb_args: Sequence[str] = (),
-    hba: str | None = None,
-    standby_of: Server | None = None,
-) -> Iterator[Server]:
-    """A PostgreSQL server of the caller's own on a free port, stopped and deleted afterwards
-    (never the shared one: these are crashed, restarted, reconfigured).
-
-    ``listen``: its listen_addresses; ``settings``: more ``-c`` settings; ``user``, ``auth``,
-    ``initdb_args``: its superuser and how initdb sets it and the authentication up; ``hba``:
-    pg_hba.conf in place of initdb's; ``standby_of``: a streaming standby of that server, made
-    with pg_basebackup instead of initdb (its settings are the primary's; initdb's pg_hba.conf
-    lets replication connections in from this machine)."""
-    server = _start(
-        listen=listen, port=port, settings=settings, user=user, auth=auth,
-        initdb_args=initdb_args, hba=hba, standby_of=standby_of,
-    )  # fmt: skip
+def throwaway_server(**options: Any) -> Iterator[Server]:
+    """``start_server(**options)``, stopped and deleted when the block ends."""
+    server = start_server(**options)
     try:
         yield server
     finally:
         _remove(server.root)
 
 
-def _start(
+def start_server(
     *,
     listen: str = "127.0.0.1",
     port: int | None = None,
@@ -209,7 +189,15 @@ def _start(
     hba: str | None = None,
     standby_of: Server | None = None,
 ) -> Server:
-    """The server throwaway_server describes, started; nothing left behind if it fails."""
+    """A PostgreSQL server of the caller's own on a free port, started, nothing left behind if
+    it fails (never the shared one: these are crashed, restarted, reconfigured); the caller
+    removes it, or uses ``throwaway_server``.
+
+    ``listen``: its listen_addresses; ``settings``: more ``-c`` settings; ``user``, ``auth``,
+    ``initdb_args``: its superuser and how initdb sets it and the authentication up; ``hba``:
+    pg_hba.conf in place of initdb's; ``standby_of``: a streaming standby of that server, made
+    with pg_basebackup instead of initdb (its settings are the primary's; initdb's pg_hba.conf
+    lets replication connections in from this machine)."""
     root = Path(tempfile.mkdtemp(prefix="c4a-pg-"))
     try:
         give_to_owner(root)
@@ -255,7 +243,7 @@ def _main(argv: Sequence[str]) -> int:
         return 2
     # The suite's two workers, their child processes and pools stay well under 200 sessions.
     try:
-        server = _start(user="postgres", settings={"max_connections": "200"})
+        server = start_server(user="postgres", settings={"max_connections": "200"})
     except pytest.skip.Exception as skipped:
         print(skipped.msg)
         return 3

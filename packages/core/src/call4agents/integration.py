@@ -24,7 +24,7 @@ from .engine import observe, run_notes
 from .engine.action import Action, EffectOptions, prepare
 from .engine.approvals import ApprovalRequest, first_shown
 from .engine.budgets import Budget, count_model_request, record_model_usage
-from .engine.context import RunContext, Trigger, check_run_id, current_run
+from .engine.context import RunContext, Trigger, check_run_id, current_run, idempotency_key
 from .engine.context import uncovered as uncovered_call
 from .engine.effect import aperform, perform
 from .engine.endings import (
@@ -35,7 +35,7 @@ from .engine.endings import (
     external_ids,
     handoff,
 )
-from .engine.ledger_core import LedgerCore, idempotency_key
+from .engine.ledger_core import LedgerCore
 from .engine.observe import (
     NOT_AN_ENVELOPE,
     Step,

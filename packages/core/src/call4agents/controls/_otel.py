@@ -19,7 +19,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.metrics import _internal as _metrics_api
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from call4agents.engine.ledger_core import idempotency_key
+from call4agents.engine.context import idempotency_key
 from call4agents.engine.observe import (
     _NO_STEP,
     AInner,

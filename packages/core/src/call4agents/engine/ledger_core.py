@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from call4agents.engine import _owner, approvals
 from call4agents.engine.approvals import ApprovalRequest, Signer, request_of
-from call4agents.engine.context import idempotency_key as idempotency_key
 from call4agents.engine.records import EffectRecord, record_of
 from call4agents.model import platform
 from call4agents.model.codec import encode_result

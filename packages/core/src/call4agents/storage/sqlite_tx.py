@@ -11,7 +11,7 @@ held, by a connection the child does not have, and no connection the child opens
 can ever take it. Its first write waits out the busy timeout and fails with "database is
 locked", whatever the parent did meanwhile.
 
-So every SQLite write transaction of the engine and the hot path is counted here, and a fork
+So every SQLite write transaction of the ledger is counted here, and a fork
 (``os.fork``, multiprocessing's fork start method; not ``subprocess``, which runs no fork
 handlers) first waits until none of another thread is open, holding new ones back until the
 fork is done. The wait is bounded: a transaction still open after ``LIMIT`` seconds (one stuck
