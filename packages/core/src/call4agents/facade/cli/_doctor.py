@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from call4agents.model import platform
-from call4agents.model.errors import Call4AgentsError, ConfigurationError
+from call4agents.model.errors import Call4AgentsError, ConfigurationError, LedgerError
 
 from ._base import (
     CLOCK_SKEW_WARN,
@@ -193,17 +193,14 @@ def _schema_check(version: int) -> Check:
             "FAIL",
             f"no ledger tables here: check --url/--schema, or create them with `{PROG} migrate`",
         )
-    if version < migrations.CURRENT:
-        return Check(
-            "schema",
-            "FAIL",
-            f"version {version}, this call4agents needs {migrations.CURRENT}: run `{PROG} migrate`",
-        )
+    try:
+        migrations.refuse_unknown(version)  # newer, or a development build's
+    except LedgerError as exc:
+        return Check("schema", "FAIL", str(exc))
     return Check(
         "schema",
         "FAIL",
-        f"version {version} is newer than this call4agents knows "
-        f"({migrations.CURRENT}): upgrade call4agents",
+        f"version {version}, this call4agents needs {migrations.CURRENT}: run `{PROG} migrate`",
     )
 
 
