@@ -47,9 +47,9 @@ def refuse_unknown(version: int) -> None:
         raise LedgerError(
             f"this ledger is at schema version {version}, written by a development build of "
             f"Call4Agents before its first release; this version opens ledgers from version "
-            f"{BASELINE} on and cannot upgrade it. The ledger was not changed. Read what you need "
-            "from it with the build that wrote it (`call4agents runs --json`, `call4agents show`), "
-            "then use a new ledger (another file or schema), made at its first open."
+            f"{BASELINE} on and cannot upgrade it. The ledger was not changed. Export the runs "
+            "you need with the build that wrote it (`call4agents export RUN`), then use a new "
+            "ledger (another file or schema), made at its first open."
         )
 
 
