@@ -149,9 +149,9 @@ async def not_routed(request: Request, exc: Exception) -> Response:
 
 
 def endpoint(
-    settings: ConsoleSettings, handler: Handler, *, decides: bool = False
+    settings: ConsoleSettings, handler: Handler
 ) -> Callable[[Request], Awaitable[Response]]:
-    """Wrap a page: sign-in, CSRF and role for POSTs, ledger errors as a clear page."""
+    """Wrap a page: sign-in, role and CSRF for POSTs (every one decides), errors as a page."""
 
     async def serve(request: Request) -> Response:
         who: Viewer | None = None
@@ -161,8 +161,7 @@ def endpoint(
             who = viewer(request, settings)
             form = await _form(request) if request.method == "POST" else {}
             if request.method == "POST":
-                if decides:  # a read-only user is told so, whatever the form holds
-                    require_decider(who)
+                require_decider(who)  # a read-only user is told so, whatever the form holds
                 check_csrf(form.get("csrf"), who, settings)
             ask = Ask(
                 who=who,
