@@ -87,9 +87,6 @@ def inbox(ledger: Ledger, ask: Ask) -> Response:
         total=total,
         view=view,
         other=_other_view(ask.query, view),
-        can_decide=ask.who.can_decide,
-        csrf=ask.csrf,
-        back=back,
         opened="?" + opened if opened else "",
         lines=[_line(r, now, r.ticket in stale) for r in live] if view == "list" else [],
         cards=[card(ledger, r, now, stale=r.ticket in stale) for r in live]

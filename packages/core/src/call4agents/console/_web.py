@@ -78,8 +78,8 @@ def fingerprint(request: ApprovalRequest) -> str:
 def decision_form(
     ask: Ask, back: str, *, then_next: bool = False, pick: bool = False
 ) -> dict[str, object]:
-    """What a form deciding a ticket (or settling an action in doubt) needs besides its subject:
-    who decides, and where to go back to."""
+    """What a form that changes something (a decision, a settlement, an undo) needs besides its
+    subject: who decides, the CSRF token, and where to go back to; the one source of each."""
     return {
         "can_decide": ask.who.can_decide,
         "csrf": ask.csrf,
