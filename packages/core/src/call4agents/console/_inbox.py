@@ -15,8 +15,8 @@ from call4agents import Ledger, WaitingFilter
 from call4agents.engine.approvals import ApprovalRequest, superseded
 
 from ._auth import Refused
-from ._listing import address, kept, local_address, pick, with_param
-from ._ticket_filters import FILTERS, SHOWN, filters, pages, where_of
+from ._listing import QUEUE_PAGE, address, kept, local_address, pick, queue_pages, with_param
+from ._ticket_filters import FILTERS, filters, where_of
 from ._tickets import (
     DECISIONS,
     LIST_KEYS,
@@ -66,7 +66,7 @@ class Outcome:
 def inbox(ledger: Ledger, ask: Ask) -> Response:
     where, after = where_of(ask.query), ask.query.get("after") or None
     view = pick(ask.query, "view", VIEWS, default="list")
-    live, total = ledger.waiting_page(where, after=after, limit=SHOWN)
+    live, total = ledger.waiting_page(where, after=after, limit=QUEUE_PAGE)
     filtered = where != WaitingFilter() or after is not None
     now = time.time()
     stale = superseded(ledger, live) if live else set()
@@ -93,8 +93,8 @@ def inbox(ledger: Ledger, ask: Ask) -> Response:
         if view == "cards"
         else [],
         form=decision_form(ask, back, pick=True),
-        pages=pages(ask.query, live, total, after),
-        size=SHOWN,
+        pages=queue_pages("/", ask.query, (*FILTERS, "view"), [r.ticket for r in live], total),
+        size=QUEUE_PAGE,
     )
 
 
