@@ -44,6 +44,8 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+# No page or answer is cached: most show arguments, and all show who may decide what.
+NO_STORE = {**SECURITY_HEADERS, "Cache-Control": "no-store"}
 MAX_FORM_BYTES = 1_000_000
 # Characters a filter in the address may hold: a run id, a tool name or a search fits many times
 # over, and SQLite refuses a LIKE pattern past 50,000 bytes (it read as the ledger failing).
@@ -90,12 +92,6 @@ def decision_form(
     }
 
 
-def html(body: str, status: int = 200, *, headers: dict[str, str] | None = None) -> Response:
-    # No page is cached: most show arguments, and all show who may decide what.
-    merged = {**SECURITY_HEADERS, "Cache-Control": "no-store", **(headers or {})}
-    return HTMLResponse(body, status_code=status, headers=merged)
-
-
 def page(
     template: str,
     who: Viewer | None,
@@ -115,7 +111,7 @@ def page(
         here=here,
         **context,
     )
-    return html(body, status)
+    return HTMLResponse(body, status_code=status, headers=NO_STORE)
 
 
 TITLES = {
@@ -206,7 +202,7 @@ def _sign_in(request: Request, settings: ConsoleSettings) -> Response:
         )
     rest = [(k, v) for k, v in parse_qsl(request.url.query) if k != "token"]
     target = request.url.path + ("?" + urlencode(rest) if rest else "")
-    response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
+    response = redirect(target)
     response.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/")
     return response
 
@@ -249,7 +245,7 @@ async def static(request: Request) -> Response:
 
 
 def json_response(value: Any) -> Response:
-    return JSONResponse(value, headers={**SECURITY_HEADERS, "Cache-Control": "no-store"})
+    return JSONResponse(value, headers=NO_STORE)
 
 
 def redirect(target: str) -> Response:
