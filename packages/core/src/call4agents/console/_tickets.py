@@ -13,7 +13,7 @@ from call4agents import EffectRecord, Ledger
 from call4agents.engine.approvals import ApprovalRequest, superseded
 
 from ._auth import Refused
-from ._changes import Comparison, changes
+from ._changes import APPROVED, Comparison, changes
 from ._format import ago, count_redacted
 from ._listing import address, local_address, with_param
 from ._ticket_filters import FILTERS, where_of
@@ -160,8 +160,7 @@ def moved_text(ticket: str) -> str:
 
 def too_late(request: ApprovalRequest, wanted: str, me: str, now: float) -> str:
     if request.decided_by == me and request.state in (wanted, "spent"):
-        verb = "approved" if request.state in ("approved", "spent") else "denied"
-        return f"you already {verb} ticket {request.ticket}"
+        return f"you already {verb(request).lower()} ticket {request.ticket}"
     return f"{settled_text(request, now)}: your decision was not recorded"
 
 
@@ -193,7 +192,7 @@ def missing_text(ticket: str) -> str:
 
 
 def verb(request: ApprovalRequest) -> str:
-    return "Approved" if request.state in ("approved", "spent") else "Denied"
+    return "Approved" if request.state in APPROVED else "Denied"
 
 
 def decided_notice(ledger: Ledger, ask: Ask) -> Decided | None:
