@@ -12,11 +12,9 @@ from call4agents import Ledger
 from call4agents.controls import stats
 from call4agents.storage import dead_letters
 
-from ._doubt import SHOWN as SHOWN_DOUBT
 from ._format import age as _age
 from ._format import clock
-from ._listing import pick
-from ._ticket_filters import SHOWN
+from ._listing import QUEUE_PAGE, pick
 from ._web import Ask, json_response, page
 
 # Windows a person can pick; the figures of actions started in it (open items: whatever age).
@@ -206,9 +204,9 @@ def bars(counts: dict[str, int], title: str) -> Bars | None:
 def live(ledger: Ledger, ask: Ask) -> Response:
     """What the pages poll: the open tickets and in-doubt actions, to show new ones at once."""
     figures = stats.open_figures(ledger)
-    tickets = [r.ticket for r in ledger.waiting(limit=SHOWN)]
+    tickets = [r.ticket for r in ledger.waiting(limit=QUEUE_PAGE)]
     # The queue's first page, in its order, read as the page reads it (not every action in doubt).
-    doubt = [r.key for r in ledger.in_doubt_page(limit=SHOWN_DOUBT)[0]]
+    doubt = [r.key for r in ledger.in_doubt_page(limit=QUEUE_PAGE)[0]]
     return json_response(
         {
             "approvals_waiting": figures.approvals_waiting,

@@ -177,7 +177,6 @@ def run_page(ledger: Ledger, ask: Ask) -> Response:
         handoff=None if handoff is None else handoff.text(),
         finished=bool(done),
         undoable=len(_undoable(actions)),
-        can_decide=ask.who.can_decide,
     )
 
 
@@ -250,8 +249,7 @@ def undo_confirm(ledger: Ledger, ask: Ask) -> Response:
         ask.who,
         run_id=run_id,
         undoable=list(reversed(undoable)),
-        csrf=ask.csrf,
-        back=back[0] if back else "",
+        form=decision_form(ask, back[0] if back else ""),
         run_href=run_address(run_id, back[0] if back else None),
     )
 
