@@ -12,11 +12,12 @@ from call4agents import AuditEntry, EffectRecord, Ledger, RunSummary
 from call4agents.controls import stats
 from call4agents.engine.budgets import spending_text
 from call4agents.engine.undos import undo_for
+from call4agents.model.ages import ago
 from call4agents.storage import run_controls
 
 from ._auth import Refused
 from ._doubt import card, settled_notice
-from ._format import ago, clock
+from ._format import clock
 from ._listing import Pages, address, kept, keyset_links, list_back, pick, run_address
 from ._web import Ask, decision_form, page
 
@@ -63,7 +64,7 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
         )
         if state and derived != state:
             continue
-        href, active = run_address(r.run_id, here), ago(r.last_at, now) + " ago"
+        href, active = run_address(r.run_id, here), ago(r.last_at, now)
         rows.append(Listed(r, href, derived.replace("_", " "), waiting[r.run_id], active))
     return page(
         "runs.html",

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import sys
-import time
 import types
 from collections.abc import Sequence
 from pathlib import Path
@@ -111,16 +110,6 @@ def _trim(value: str | None, width: int) -> str:
         return ""
     flat = " ".join(value.split())
     return flat if len(flat) <= width else flat[: width - 3] + "..."
-
-
-def _ago(then: float, now: float | None = None) -> str:
-    seconds = (time.time() if now is None else now) - then
-    if seconds < 1:
-        return "just now"
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit} ago"
-    return f"{int(seconds)}s ago"
 
 
 def _compact(value: Any) -> str:

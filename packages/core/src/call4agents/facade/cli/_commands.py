@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from call4agents.model.ages import ago
 from call4agents.model.errors import ConfigurationError, LedgerError
 
 from ._base import (
@@ -23,7 +24,6 @@ from ._base import (
     EXIT_OK,
     PROG,
     STATE_WORDS,
-    _ago,
     _compact,
     _engine,
     _open,
@@ -80,7 +80,7 @@ def cmd_doubt(args: argparse.Namespace) -> int:
                 r.run_id,
                 r.tool,
                 str(r.attempt),
-                _ago(r.updated_at, now),
+                ago(r.updated_at, now),
                 _trim(_why(r), 60),
             ]
             for r in found
@@ -163,7 +163,7 @@ def cmd_approvals(args: argparse.Namespace) -> int:
                 r.tool,
                 _trim(json.dumps(r.args, separators=(",", ":")), 60),
                 r.state,
-                _ago(r.requested_at, now),
+                ago(r.requested_at, now),
             ]
             for r in found
         ]
@@ -199,7 +199,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 str(r.in_doubt),
                 str(r.started),
                 str(waiting[r.run_id]),
-                _ago(r.last_at, now),
+                ago(r.last_at, now),
             ]
             for r in found
         ]
@@ -533,8 +533,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     elif not found:
         print("No decisions or settlements recorded" + (" that match." if _filtered(args) else "."))
     else:
+        now = time.time()
         rows = [
-            [str(e.id), _ago(e.at), e.actor, e.action, e.run_id, e.tool, e.ticket or e.key[:12]]
+            [str(e.id), ago(e.at, now), e.actor, e.action, e.run_id, e.tool, e.ticket or e.key[:12]]
             for e in found
         ]
         below = {i: [f"reason: {_trim(e.reason, 90)}"] for i, e in enumerate(found) if e.reason}

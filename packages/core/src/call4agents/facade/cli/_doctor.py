@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from call4agents.model import platform
+from call4agents.model.ages import ago
 from call4agents.model.errors import Call4AgentsError, ConfigurationError
 
 from ._base import (
@@ -23,7 +24,6 @@ from ._base import (
     EXIT_FAILED,
     EXIT_OK,
     PROG,
-    _ago,
     _db,
     _engine,
     _open,
@@ -376,7 +376,8 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
             elif not letters:
                 print("No webhook events given up on.")
             else:
-                rows = [[str(d.id), _ago(d.created_at), d.receiver, d.error] for d in letters]
+                now = time.time()
+                rows = [[str(d.id), ago(d.created_at, now), d.receiver, d.error] for d in letters]
                 print(_table(["id", "given up", "receiver", "why"], rows))
             return EXIT_OK
         if args.to:
