@@ -29,7 +29,8 @@ from sqlalchemy import (
     select,
 )
 
-from .store import Store, dialect_insert, now_sql
+from .dialects import dialect_of
+from .store import Store
 from .tables import effects, run_counters, runs
 
 PREFIX = "run."
@@ -94,7 +95,7 @@ def _read_history(dialect: str) -> Select[Any]:
     )
     return select(
         or_(exists(acted), counter(COMPLETED_AT).is_not(None)),
-        now_sql(dialect),
+        dialect_of(dialect).now(),
         escalated.scalar_subquery(),
         counter(PICKED_UP_AT),
         counter(WALL_CLOCK_MS),
@@ -243,13 +244,13 @@ def _named(name: str) -> Any:
 def _upsert(dialect: str, n: int) -> Any:
     """The statement of ``_write`` for ``n`` rows: parameters ``run``, then ``n0``, ``v0`` (the
     first row's name and value, NULL for the database's time now) and so on."""
-    c, now = run_counters.c, now_sql(dialect)
-    stmt = dialect_insert(dialect)(run_counters).values(
+    c, sql = run_counters.c, dialect_of(dialect)
+    stmt = sql.insert(run_counters).values(
         [
             {
                 "run_id": bindparam("run"),
                 "name": bindparam(f"n{i}"),
-                "value": func.coalesce(bindparam(f"v{i}", type_=Float), now),
+                "value": func.coalesce(bindparam(f"v{i}", type_=Float), sql.now()),
             }
             for i in range(n)
         ]

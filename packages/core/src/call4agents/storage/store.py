@@ -29,7 +29,6 @@ from sqlalchemy import (
     Float,
     Integer,
     Select,
-    Table,
     and_,
     bindparam,
     case,
@@ -85,19 +84,9 @@ def _held(key: str, attempt: int, owner: str) -> ColumnElement[bool]:
 Conn = Connection  # a transaction the caller holds (``Store.tx()``, ``Store.read()``, a gate's)
 
 
-def dialect_insert(dialect: str) -> Callable[[Table], Any]:
-    """The database's INSERT that can skip a conflict (see ``dialects``)."""
-    return dialect_of(dialect).insert
-
-
-def now_sql(dialect: str) -> ColumnElement[float]:
-    """The database's clock in epoch seconds (see ``dialects``)."""
-    return dialect_of(dialect).now()
-
-
 def clock(conn: Conn) -> float:
     """The database's clock now, read on ``conn`` (inside its transaction, where it has one)."""
-    return float(conn.execute(select(now_sql(conn.dialect.name))).scalar_one())
+    return float(conn.execute(select(dialect_of(conn.dialect.name).now())).scalar_one())
 
 
 class StoredArgs(NamedTuple):

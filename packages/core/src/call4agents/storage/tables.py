@@ -1,7 +1,8 @@
 """Every table of the ledger, in one ``MetaData``: both dialects' DDL comes from here.
 
 Times are seconds since the epoch as floats, always taken from the database's clock (see
-``store.now_sql``), so that one clock judges every lease however far apart the workers' clocks are.
+``dialects.Dialect.now``), so that one clock judges every lease however far apart the workers'
+clocks are.
 """
 
 from __future__ import annotations
