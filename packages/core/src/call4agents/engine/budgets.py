@@ -8,7 +8,6 @@ each model request and ``record_model_usage`` after it. A run past a limit ends 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
@@ -16,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from call4agents.engine.context import RunContext, current_run
+from call4agents.engine.context import RunContext, current_run, soon
 from call4agents.engine.default import default_ledger, default_or_none
 from call4agents.engine.endings import record_status_in
 from call4agents.engine.run_notes import note_spent
@@ -273,35 +272,22 @@ def start_clock(run_id: str, ledger: LedgerCore | None) -> None:
     ledger = ledger or default_or_none()
     if ledger is None or run_id in _clock_started.get(ledger, ()):
         return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        try:
-            _write_start(ledger, run_id)
-        except LedgerError as exc:
-            _not_started(exc)
-        return
-    loop.run_in_executor(None, _write_start, ledger, run_id).add_done_callback(_log_failure)
+    soon(_write_start, ledger, run_id)
 
 
 def _write_start(ledger: LedgerCore, run_id: str) -> None:
-    with ledger.store.tx() as conn:
-        run_controls.start(conn, ledger.store.dialect, run_id)
+    try:
+        with ledger.store.tx() as conn:
+            run_controls.start(conn, ledger.store.dialect, run_id)
+    except LedgerError as exc:
+        # Not lost: the run's first counted step records the start in its claim instead, so a
+        # database fault surfaces there (or at the first effect), never on entering the run.
+        log.warning("could not record a run's start yet: %s", exc)
+        return
     seen = _clock_started.setdefault(ledger, set())
     if len(seen) >= _CLOCKS_KEPT:
         seen.clear()  # forgetting only costs one more write that changes nothing
     seen.add(run_id)
-
-
-def _log_failure(done: asyncio.Future[None]) -> None:
-    if not done.cancelled() and done.exception() is not None:
-        _not_started(done.exception())
-
-
-def _not_started(exc: BaseException | None) -> None:
-    # Not lost: the run's first counted step records the start in its claim instead, so a
-    # database fault surfaces there (or at the first effect), never on entering the run.
-    log.warning("could not record a run's start yet: %s", exc)
 
 
 # The runs whose clock this process has started, by ledger: entering them again writes nothing.

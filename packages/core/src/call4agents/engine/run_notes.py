@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from call4agents.engine import observe
+from call4agents.engine.context import soon
 from call4agents.engine.default import default_or_none
 from call4agents.model.errors import ApprovalRequired, ConfigurationError, LedgerError
 from call4agents.storage import run_rows
@@ -123,7 +124,8 @@ def enter(
 def look_back(notes: Notes) -> None:
     """Read whether the run had been here before (then this entry is a retry), when the entry
     began and what escalation it may pick up. One indexed read per run entered; a database
-    fault leaves it unknown rather than failing the run."""
+    fault leaves it unknown rather than failing the run. Sent to a worker thread from a running
+    event loop (``context.soon``), its answer is used by the exit if it has come by then."""
 
     ledger = notes.ledger or default_or_none()
     if ledger is None:
@@ -136,17 +138,6 @@ def look_back(notes: Notes) -> None:
             ledger.recent.wrote_intent(notes.run_id)
     except LedgerError as fault:
         log.warning("could not read the history of run %r: %s", notes.run_id, fault)
-
-
-def enter_soon(notes: Notes) -> None:
-    """``look_back`` without blocking a running event loop (a plain ``with`` in a coroutine):
-    the read goes to a worker thread, and the exit uses it if it has finished by then."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        look_back(notes)
-        return
-    loop.run_in_executor(None, look_back, notes)
 
 
 def is_open(run_id: str) -> bool:
@@ -208,9 +199,13 @@ def ending_of(exc: BaseException | None) -> tuple[str | None, str | None]:
     return ERROR, None
 
 
-def finish(notes: Notes, exc: BaseException | None, *, write: bool = True) -> RunSummary:
-    """Record the entry in the ledger (one statement) and tell telemetry."""
-    summary = settle(notes, exc) if write else _summary(notes, exc)
+def finish(notes: Notes, exc: BaseException | None, *, off_loop: bool = False) -> RunSummary:
+    """Record the entry in the ledger (one statement) and tell telemetry. ``off_loop``: on a
+    running event loop's thread (a plain ``with`` inside a coroutine) the write goes to a worker
+    thread, and telemetry gets what is known in memory (the ledger's retry verdict is in the
+    record)."""
+    written = soon(settle, notes, exc) if off_loop else settle(notes, exc)
+    summary = written or _summary(notes, exc)
     observe.run_left(summary)
     return summary
 
