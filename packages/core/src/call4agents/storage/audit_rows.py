@@ -12,15 +12,17 @@ import io
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import or_, select
 
 from call4agents.model.errors import ConfigurationError
 
 from .dialects import dialect_of
-from .store import Conn, Store
 from .tables import approvals, audit, effects
+
+if TYPE_CHECKING:
+    from .store import Conn, Store
 
 ACTIONS = ("approved", "denied", "happened", "did_not_happen")
 

@@ -45,13 +45,13 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from call4agents.model.errors import Call4AgentsError, LedgerError
 
-from . import _pg
+from . import _pg, audit_rows
 from ._db import SYNC_OFF, database_failed
 from ._db import short_error as short_error  # callers import it from here
 from ._kept import Kept, Transaction
 from .dialects import dialect_of
 from .sqlite_tx import reading
-from .tables import audit, effects
+from .tables import effects
 
 OPEN_STATES = ("started", "in_doubt")
 
@@ -704,17 +704,15 @@ class Store:
                 return False
             # In the same transaction: a settlement that committed is always in the audit,
             # whatever the action's row says after its next attempt.
-            conn.execute(
-                audit.insert().values(
-                    at=self._now,
-                    actor=by,
-                    action="happened" if happened else "did_not_happen",
-                    run_id=done.run_id,
-                    tool=done.tool,
-                    key=key,
-                    attempt=done.attempt,
-                    reason=note if reason is None else (reason or None),
-                )
+            audit_rows.write(
+                conn,
+                actor=by,
+                action="happened" if happened else "did_not_happen",
+                run_id=done.run_id,
+                tool=done.tool,
+                key=key,
+                attempt=done.attempt,
+                reason=note if reason is None else (reason or None),
             )
             self._announce(conn, key)
             return True
