@@ -11,6 +11,7 @@ from starlette.responses import Response
 from call4agents import AuditEntry, EffectRecord, Ledger, RunSummary
 from call4agents.controls import stats
 from call4agents.engine.budgets import spending_text
+from call4agents.engine.records import STATE_WORDS
 from call4agents.engine.undos import undo_for
 from call4agents.model.ages import ago
 from call4agents.storage import run_controls
@@ -28,12 +29,6 @@ FILTERS = ("state", "tool", "q", "active")
 WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
 DEFAULT_WINDOW = "7d"
 SETTLEMENTS_READ = 1000
-STATE_WORDS = {
-    "succeeded": "done",
-    "failed": "failed",
-    "in_doubt": "in doubt",
-    "started": "running",
-}
 
 
 def runs_list(ledger: Ledger, ask: Ask) -> Response:

@@ -65,12 +65,6 @@ PROG = "call4agents"
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_IN_DOUBT = 0, 1, 2, 3
 CLOCK_SKEW_WARN = 5.0
 CONSOLE_PORT = 8470  # fixed, so a bookmark keeps working
-STATE_WORDS = {
-    "succeeded": "done",
-    "failed": "failed",
-    "in_doubt": "in doubt",
-    "started": "running",
-}
 _AGE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)\s*", re.IGNORECASE)
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

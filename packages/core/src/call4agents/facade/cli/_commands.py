@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from call4agents.engine.records import STATE_WORDS
 from call4agents.model.ages import ago
 from call4agents.model.errors import ConfigurationError, LedgerError
 
@@ -23,7 +24,6 @@ from ._base import (
     EXIT_IN_DOUBT,
     EXIT_OK,
     PROG,
-    STATE_WORDS,
     _compact,
     _engine,
     _open,
