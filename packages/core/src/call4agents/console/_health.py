@@ -15,12 +15,11 @@ from call4agents.storage import dead_letters
 
 from ._doubt import SHOWN as SHOWN_DOUBT
 from ._format import clock
-from ._listing import pick
+from ._listing import WINDOWS, pick
 from ._ticket_filters import SHOWN
 from ._web import Ask, json_response, page
 
-# Windows a person can pick; the figures of actions started in it (open items: whatever age).
-WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
+# The figures of actions started in the window picked (open items: whatever age).
 DEFAULT_WINDOW = "24h"  # the page costs what the window holds: a week of a busy ledger is slow
 # Buckets of each window's charts; "all" charts the last 7 days (a chart of every day ever
 # recorded would read every action).

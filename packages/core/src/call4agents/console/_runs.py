@@ -19,14 +19,13 @@ from call4agents.storage import run_controls
 from ._auth import Refused
 from ._doubt import card, settled_notice
 from ._format import clock
-from ._listing import Pages, address, kept, keyset_links, list_back, pick, run_address
+from ._listing import WINDOWS, Pages, address, kept, keyset_links, list_back, pick, run_address
 from ._web import Ask, decision_form, page
 
 STATES = stats.RUN_STATES
 LISTED = 100  # runs to a page
 FILTERS = ("state", "tool", "q", "active")
 # How recently a listed run was active; counting every run ever recorded is slow on a large ledger.
-WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
 DEFAULT_WINDOW = "7d"
 SETTLEMENTS_READ = 1000
 
