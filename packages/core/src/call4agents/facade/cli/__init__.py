@@ -35,7 +35,6 @@ from ._base import (
     UsageError,
     _db,
     _Parser,
-    _sqlalchemy_error,
     parse_age,
     urls,
 )
@@ -421,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         return _fail(str(exc), argv)
     # Last: naming it loads SQLAlchemy, which --help and --version do not need.
-    except _sqlalchemy_error() as exc:
+    except _db.DatabaseFault as exc:
         return _fail(str(_db.database_failed(exc)), argv)
 
 

@@ -42,18 +42,6 @@ def _lazy_module(name: str) -> types.ModuleType:
     return module
 
 
-def _sqlalchemy_error() -> type[Exception]:
-    """What a database call raises when the database fails, for an ``except`` clause (evaluated
-    only when one is raised)."""
-    return _db.DatabaseFault
-
-
-def short_error(exc: BaseException) -> str:
-    from call4agents.storage.store import short_error as first_line
-
-    return first_line(exc)
-
-
 if not TYPE_CHECKING:
     _db = _lazy_module("call4agents.storage._db")
     migrations = _lazy_module("call4agents.storage.migrations")

@@ -25,18 +25,17 @@ from ._base import (
     EXIT_OK,
     PROG,
     _compact,
+    _db,
     _engine,
     _open,
     _print_json,
     _schema,
-    _sqlalchemy_error,
     _table,
     _trim,
     _url,
     migrations,
     parse_age,
     run_notes,
-    short_error,
     urls,
 )
 
@@ -489,9 +488,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     engine = _engine(url, _schema(args))
     try:
         before, after = migrations.migrate(engine, schema=_schema(args))
-    except _sqlalchemy_error() as exc:
+    except _db.DatabaseFault as exc:
         raise LedgerError(
-            f"cannot migrate the ledger at {urls.safe_url(url)}: {short_error(exc)}"
+            f"cannot migrate the ledger at {urls.safe_url(url)}: {_db.short_error(exc)}"
         ) from exc
     finally:
         engine.dispose()

@@ -29,13 +29,11 @@ from ._base import (
     _open,
     _print_json,
     _schema,
-    _sqlalchemy_error,
     _sqlite_path,
     _table,
     _url,
     diagnose,
     migrations,
-    short_error,
     urls,
 )
 
@@ -285,13 +283,13 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             checks += [
                 Check(name, "SKIP", "needs the current schema") for name in ("actions", "secret")
             ]
-    except (_sqlalchemy_error(), OSError) as exc:
+    except (_db.DatabaseFault, OSError) as exc:
         hint = f"; {_RECOVER}" if path is not None and _damaged(exc) else ""
         refused = _db.statement_mode_refusal(exc)
         checks.append(
             Check("pooler", "FAIL", str(refused))
             if refused
-            else Check("database", "FAIL", f"cannot use the database: {short_error(exc)}{hint}")
+            else Check("database", "FAIL", f"cannot use the database: {_db.short_error(exc)}{hint}")
         )
     except Call4AgentsError as exc:
         checks.append(Check("database", "FAIL", str(exc)))
