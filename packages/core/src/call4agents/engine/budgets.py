@@ -26,6 +26,7 @@ from call4agents.model.errors import (
     LedgerError,
 )
 from call4agents.storage import run_controls
+from call4agents.storage.run_rows import COST
 from call4agents.storage.store import Conn, Gate
 
 log = logging.getLogger("call4agents")
@@ -39,7 +40,6 @@ BUDGET = "budget"
 DEADLINE = "deadline"
 _CALLS = "tool_calls"
 _REQUESTS = "model_requests"
-_COST = "cost"
 _TOKENS_IN = "input_tokens"
 _TOKENS_OUT = "output_tokens"
 _STARTED = run_controls.STARTED
@@ -185,8 +185,8 @@ def spending_text(ledger: LedgerCore, run_id: str) -> str | None:
     if _TOKENS_IN in values or _TOKENS_OUT in values:
         tokens_in, tokens_out = int(values.get(_TOKENS_IN, 0)), int(values.get(_TOKENS_OUT, 0))
         parts.append(f"{tokens_in} input / {tokens_out} output tokens")
-    if values.get(_COST):
-        parts.append(f"cost {values[_COST]:.4g}")
+    if values.get(COST):
+        parts.append(f"cost {values[COST]:.4g}")
     return "Budget spent: " + ", ".join(parts)
 
 
@@ -207,7 +207,7 @@ def _usage(run_id: str, values: dict[str, float], now: float, budget: Budget) ->
         elapsed=None if started is None else now - started,
         budget=budget,
         model_requests=int(values.get(_REQUESTS, 0)),
-        cost=values.get(_COST, 0.0),
+        cost=values.get(COST, 0.0),
         input_tokens=int(values.get(_TOKENS_IN, 0)),
         output_tokens=int(values.get(_TOKENS_OUT, 0)),
     )
@@ -367,7 +367,7 @@ def record_model_usage(
                 conn,
                 ledger.store.dialect,
                 name,
-                {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, _COST: spent},
+                {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, COST: spent},
             )
     for name, _ in run.budgets:
         note_spent(name)  # its span gets the new total as its entry ends
@@ -385,8 +385,8 @@ def _over_budget(
     deadline = budget.deadline_seconds
     if deadline is not None and elapsed >= deadline:
         return {"reason": DEADLINE, "detail": f"{deadline:g}s after the run started"}
-    if budget.max_cost is not None and values.get(_COST, 0.0) >= budget.max_cost:
-        spent = values.get(_COST, 0.0)
+    if budget.max_cost is not None and values.get(COST, 0.0) >= budget.max_cost:
+        spent = values.get(COST, 0.0)
         return {"reason": BUDGET, "detail": f"spent {spent:.4g} of {budget.max_cost:g}"}
     return None
 

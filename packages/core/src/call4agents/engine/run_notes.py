@@ -30,6 +30,7 @@ from call4agents.model.errors import ApprovalRequired, ConfigurationError, Ledge
 from call4agents.storage import run_rows
 from call4agents.storage.run_rows import (
     COMPLETED_AT,
+    COST,
     ENTERED_AT,
     READS,
     TOOL_CALLS,
@@ -288,11 +289,6 @@ def record_entry(ledger: LedgerCore | None, run_id: str, trigger: str) -> str | 
         return None
 
 
-def triggers(ledger: LedgerCore, run_id: str) -> list[str]:
-    """The triggers a run was entered with, oldest first (for ``call4agents show``)."""
-    return run_rows.triggers(ledger.store, run_id)
-
-
 def run_document(ledger: LedgerCore, run_id: str) -> dict[str, Any] | None:
     """The run's own record for ``call4agents show --json``; None if it was never recorded."""
     values = run_rows.counters(ledger.store, run_id)
@@ -300,13 +296,13 @@ def run_document(ledger: LedgerCore, run_id: str) -> dict[str, Any] | None:
         return None
     completed = COMPLETED_AT in values
     return {
-        "triggers": triggers(ledger, run_id),
+        "triggers": run_rows.triggers(ledger.store, run_id),
         "wall_clock_ms": values.get(WALL_CLOCK_MS, 0.0),
         "tool_calls": int(values.get(TOOL_CALLS, 0)),
         "reads": int(values.get(READS, 0)),
         "completed": completed,
         "completed_without_read": completed and not values.get(READS),
-        "cost_spent": values.get("cost"),
+        "cost_spent": values.get(COST),
     }
 
 
@@ -315,7 +311,7 @@ def run_text(ledger: LedgerCore, run_id: str) -> str | None:
     values = run_rows.counters(ledger.store, run_id)
     if ENTERED_AT not in values:
         return None
-    found = triggers(ledger, run_id)
+    found = run_rows.triggers(ledger.store, run_id)
     parts = [f"trigger {' then '.join(found) if found else 'not given'}"]
     parts.append(f"{values.get(WALL_CLOCK_MS, 0.0):.0f} ms inside the run")
     parts.append(f"{int(values.get(TOOL_CALLS, 0))} tool calls, {int(values.get(READS, 0))} reads")
