@@ -50,7 +50,7 @@ from ._db import SYNC_OFF, database_failed
 from ._kept import Kept, Transaction
 from .dialects import dialect_of
 from .sqlite_tx import reading
-from .tables import effects
+from .tables import effects, fixed
 
 OPEN_STATES = ("started", "in_doubt")
 
@@ -63,11 +63,6 @@ def _sqlite_named() -> Any:
     from sqlalchemy.dialects import sqlite
 
     return sqlite.dialect(paramstyle="named")
-
-
-def _text(value: str) -> ColumnElement[Any]:
-    """A fixed SQL string written into a statement, not sent as a parameter."""
-    return literal_column(f"'{value}'")
 
 
 def _held(key: str, attempt: int, owner: str) -> ColumnElement[bool]:
@@ -219,7 +214,7 @@ class Store:
             # What a repeat needs of a finished action: its result, nothing else to load.
             select(effects.c.result).where(
                 effects.c.key == bindparam("k"),
-                effects.c.state == _text("succeeded"),
+                effects.c.state == fixed("succeeded"),
                 effects.c.pruned_at.is_(None),
                 effects.c.result.is_not(None),
             )
@@ -248,7 +243,7 @@ class Store:
             .values(
                 {
                     **{name: bindparam(name) for name in given},
-                    "state": _text("started"),
+                    "state": fixed("started"),
                     "attempt": literal_column("1"),
                     "lease_expires_at": self._now + bindparam("ttl", type_=Float),
                     "created_at": self._now,
@@ -525,7 +520,7 @@ class Store:
             .where(
                 effects.c.key == bindparam("k"),
                 effects.c.attempt == bindparam("a"),
-                or_(*(effects.c.state == _text(s) for s in OPEN_STATES)),
+                or_(*(effects.c.state == fixed(s) for s in OPEN_STATES)),
             )
             .values(
                 state=bindparam("st"),
@@ -549,7 +544,7 @@ class Store:
         quiet = func.pg_try_advisory_xact_lock(
             literal_column(str(_pg.LOCK_CLASS)), bindparam("lock_id", type_=Integer)
         )
-        channel = _text(_pg.channel_for(self._schema))
+        channel = fixed(_pg.channel_for(self._schema))
         notify = func.pg_notify(channel, bindparam("k"))
         sent: Select[Any] = select(literal_column("1")).select_from(notify)
         return case((quiet, literal_column("0")), else_=sent.scalar_subquery())
