@@ -139,9 +139,9 @@ def cmd_decide(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(request.as_dict())
     else:
-        args_text = json.dumps(request.args, separators=(",", ":"))
+        args_text = _trim(_compact(request.args), 80)
         verb = "Approved" if approve else "Denied"
-        print(f"{verb} {request.tool}({_trim(args_text, 80)}) in run {request.run_id} (by {by})")
+        print(f"{verb} {request.tool}({args_text}) in run {request.run_id} (by {by})")
     return EXIT_OK
 
 
@@ -160,7 +160,7 @@ def cmd_approvals(args: argparse.Namespace) -> int:
                 r.ticket,
                 r.run_id,
                 r.tool,
-                _trim(json.dumps(r.args, separators=(",", ":")), 60),
+                _trim(_compact(r.args), 60),
                 r.state,
                 ago(r.requested_at, now),
             ]
