@@ -19,6 +19,7 @@ LISTS = {
     "/audit": "the audit",
 }
 AGES = {"": None, "5m": 300.0, "1h": 3600.0, "24h": 86400.0}
+WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}  # spans a page looks back
 AGE_WORDS = {"": "any time", "5m": "5 minutes", "1h": "1 hour", "24h": "24 hours"}
 QUEUE_PAGE = 25  # tickets to a page of the inbox, and actions to a page of the in-doubt queue
 

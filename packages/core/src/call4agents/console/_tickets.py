@@ -11,10 +11,11 @@ from starlette.responses import Response
 
 from call4agents import EffectRecord, Ledger
 from call4agents.engine.approvals import ApprovalRequest, superseded
+from call4agents.model.ages import ago
 
 from ._auth import Refused
 from ._changes import APPROVED, Comparison, changes
-from ._format import ago, count_redacted
+from ._format import count_redacted
 from ._listing import address, local_address, with_param
 from ._ticket_filters import FILTERS, where_of
 from ._web import Ask, decision_form, fingerprint, page, redirect
@@ -141,7 +142,7 @@ def decide_one(
     if request.expires_at <= now:
         raise Refused(
             409,
-            f"ticket {ticket} expired {ago(request.expires_at, now)} ago: nothing was decided; "
+            f"ticket {ticket} expired {ago(request.expires_at, now)}: nothing was decided; "
             "the agent's next call opens a new ticket",
         )
     act = ledger.approve if wanted == "approved" else ledger.deny
@@ -174,7 +175,7 @@ def settled_text(request: ApprovalRequest, now: float) -> str:
     if request.state == "spent":
         return f"ticket {t} was approved by {by}{why} and the action has run"
     if request.expires_at <= now:
-        return f"ticket {t} expired {ago(request.expires_at, now)} ago without a decision"
+        return f"ticket {t} expired {ago(request.expires_at, now)} without a decision"
     return f"ticket {t} is {request.state}"
 
 

@@ -16,8 +16,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from call4agents.engine.approvals import ApprovalRequest
 from call4agents.model.errors import Call4AgentsError
-from call4agents.storage._db import DatabaseFault
-from call4agents.storage.store import short_error
+from call4agents.storage._db import DatabaseFault, database_failed
 
 from ._auth import (
     COOKIE,
@@ -174,7 +173,7 @@ def endpoint(
                 return error_page(503, f"{exc}; nothing was changed", who)
             return error_page(409, f"{exc} (nothing else was changed)", who)
         except DatabaseFault as exc:
-            return error_page(503, f"the ledger database failed: {short_error(exc)}", who)
+            return error_page(503, str(database_failed(exc)), who)
 
     return serve
 

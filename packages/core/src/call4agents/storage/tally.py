@@ -43,7 +43,7 @@ from call4agents.model.errors import LedgerError
 from .dialects import dialect_of, qualified
 from .run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from .run_rows import COST as COST  # a budget's counter: what the run spent
-from .store import Store, now_sql
+from .store import Store
 from .tables import changes, effects, run_counters, run_tallies, tallies
 
 T = TypeVar("T")
@@ -211,7 +211,7 @@ def log_repeats(conn: Connection, hits: int) -> None:
     """Repeats served from the record, now: the fold files them as ``deduped``."""
     conn.execute(
         insert(changes).values(
-            run_id="", name=DEDUPED, new_value=hits, created_at=now_sql(conn.dialect.name)
+            run_id="", name=DEDUPED, new_value=hits, created_at=dialect_of(conn.dialect.name).now()
         )
     )
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from call4agents.model import platform
+from call4agents.model.ages import ago
 from call4agents.model.errors import Call4AgentsError, ConfigurationError, LedgerError
 
 from ._base import (
@@ -23,19 +24,16 @@ from ._base import (
     EXIT_FAILED,
     EXIT_OK,
     PROG,
-    _ago,
     _db,
     _engine,
     _open,
     _print_json,
     _schema,
-    _sqlalchemy_error,
     _sqlite_path,
     _table,
     _url,
     diagnose,
     migrations,
-    short_error,
     urls,
 )
 
@@ -282,13 +280,13 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             checks += [
                 Check(name, "SKIP", "needs the current schema") for name in ("actions", "secret")
             ]
-    except (_sqlalchemy_error(), OSError) as exc:
+    except (_db.DatabaseFault, OSError) as exc:
         hint = f"; {_RECOVER}" if path is not None and _damaged(exc) else ""
         refused = _db.statement_mode_refusal(exc)
         checks.append(
             Check("pooler", "FAIL", str(refused))
             if refused
-            else Check("database", "FAIL", f"cannot use the database: {short_error(exc)}{hint}")
+            else Check("database", "FAIL", f"cannot use the database: {_db.short_error(exc)}{hint}")
         )
     except Call4AgentsError as exc:
         checks.append(Check("database", "FAIL", str(exc)))
@@ -373,7 +371,8 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
             elif not letters:
                 print("No webhook events given up on.")
             else:
-                rows = [[str(d.id), _ago(d.created_at), d.receiver, d.error] for d in letters]
+                now = time.time()
+                rows = [[str(d.id), ago(d.created_at, now), d.receiver, d.error] for d in letters]
                 print(_table(["id", "given up", "receiver", "why"], rows))
             return EXIT_OK
         if args.to:
