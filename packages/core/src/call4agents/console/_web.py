@@ -16,8 +16,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from call4agents.engine.approvals import ApprovalRequest
 from call4agents.model.errors import Call4AgentsError
-from call4agents.storage._db import DatabaseFault
-from call4agents.storage.store import short_error
+from call4agents.storage._db import DatabaseFault, short_error
 
 from ._auth import (
     COOKIE,

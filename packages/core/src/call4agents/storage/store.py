@@ -48,7 +48,6 @@ from call4agents.model.errors import Call4AgentsError, LedgerError
 
 from . import _pg
 from ._db import SYNC_OFF, database_failed
-from ._db import short_error as short_error  # callers import it from here
 from ._kept import Kept, Transaction
 from .dialects import dialect_of
 from .sqlite_tx import reading

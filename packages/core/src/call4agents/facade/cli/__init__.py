@@ -33,10 +33,10 @@ from ._base import (
     EXIT_OK,
     PROG,
     UsageError,
+    _db,
     _Parser,
     _sqlalchemy_error,
     parse_age,
-    short_error,
     urls,
 )
 from ._commands import (
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(exc), argv)
     # Last: naming it loads SQLAlchemy, which --help and --version do not need.
     except _sqlalchemy_error() as exc:
-        return _fail(f"the ledger database failed: {short_error(exc)}", argv)
+        return _fail(f"the ledger database failed: {_db.short_error(exc)}", argv)
 
 
 if __name__ == "__main__":

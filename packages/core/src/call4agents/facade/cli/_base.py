@@ -49,12 +49,6 @@ def _sqlalchemy_error() -> type[Exception]:
     return _db.DatabaseFault
 
 
-def short_error(exc: BaseException) -> str:
-    from call4agents.storage.store import short_error as first_line
-
-    return first_line(exc)
-
-
 if not TYPE_CHECKING:
     _db = _lazy_module("call4agents.storage._db")
     migrations = _lazy_module("call4agents.storage.migrations")

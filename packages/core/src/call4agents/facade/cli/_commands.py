@@ -25,6 +25,7 @@ from ._base import (
     STATE_WORDS,
     _ago,
     _compact,
+    _db,
     _engine,
     _open,
     _print_json,
@@ -36,7 +37,6 @@ from ._base import (
     migrations,
     parse_age,
     run_notes,
-    short_error,
     urls,
 )
 
@@ -491,7 +491,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         before, after = migrations.migrate(engine, schema=_schema(args))
     except _sqlalchemy_error() as exc:
         raise LedgerError(
-            f"cannot migrate the ledger at {urls.safe_url(url)}: {short_error(exc)}"
+            f"cannot migrate the ledger at {urls.safe_url(url)}: {_db.short_error(exc)}"
         ) from exc
     finally:
         engine.dispose()

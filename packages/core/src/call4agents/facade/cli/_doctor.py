@@ -35,7 +35,6 @@ from ._base import (
     _url,
     diagnose,
     migrations,
-    short_error,
     urls,
 )
 
@@ -291,7 +290,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
         checks.append(
             Check("pooler", "FAIL", str(refused))
             if refused
-            else Check("database", "FAIL", f"cannot use the database: {short_error(exc)}{hint}")
+            else Check("database", "FAIL", f"cannot use the database: {_db.short_error(exc)}{hint}")
         )
     except Call4AgentsError as exc:
         checks.append(Check("database", "FAIL", str(exc)))
