@@ -49,7 +49,7 @@ from call4agents.model.errors import Call4AgentsError, LedgerError
 from . import _pg
 from ._db import SYNC_OFF, database_failed
 from ._kept import Kept, Transaction
-from .dialects import dialect_of
+from .dialects import dialect_of, schema_of
 from .sqlite_tx import reading
 from .tables import audit, effects
 
@@ -186,6 +186,7 @@ class Store:
         self.dialect = engine.dialect.name
         self._sql = dialect_of(self.dialect)
         self._now = self._sql.now()
+        self._schema = schema_of(engine)
         target = _pg.target_of(engine)
         # Behind a pooler, durability="process" cannot be a startup option: a statement in
         # autocommit (its own transaction) then turns synchronous commit off itself.
@@ -522,12 +523,6 @@ class Store:
         if state == "succeeded":
             self._reopen_contradiction(conn, key)
         return False
-
-    @cached_property
-    def _schema(self) -> str | None:
-        translate = self.engine.get_execution_options().get("schema_translate_map") or {}
-        schema: str | None = translate.get(None)
-        return schema
 
     def _finish_stmt(self) -> Any:
         """The UPDATE that records an outcome; on PostgreSQL it also wakes whoever waits."""
