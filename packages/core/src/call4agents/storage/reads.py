@@ -15,7 +15,7 @@ from sqlalchemy import ColumnElement, and_, delete, func, or_, select, tuple_, u
 from sqlalchemy.engine import Connection, RowMapping
 
 from .store import Store, now_sql
-from .tables import approvals, effects, in_doubt_only, in_open_state, meta
+from .tables import approvals, effects, in_doubt_only, in_open_state, meta, open_states
 from .tables import runs as runs_table
 
 Forget = Callable[..., None]  # a run's own notes: run_rows.forget(conn, run_id=..., before=...)
@@ -259,9 +259,7 @@ def delete_run(store: Store, run_id: str, forget: Forget) -> tuple[int, int]:
     """Delete a run's records in one transaction unless an action is open: (open, deleted)."""
     with store.tx() as conn:
         open_ = conn.execute(
-            select(func.count()).where(
-                effects.c.run_id == run_id, effects.c.state.in_(("started", "in_doubt"))
-            )
+            select(func.count()).where(effects.c.run_id == run_id, open_states())
         ).scalar_one()
         if open_:
             return int(open_), 0
@@ -286,9 +284,7 @@ def gc(store: Store, cutoff: float, batch: int, forget: Forget) -> tuple[int, in
         forget(conn, before=cutoff)  # the run summaries of runs that old
     with store.read() as conn:
         kept = conn.execute(
-            select(func.count()).where(
-                effects.c.state.in_(("started", "in_doubt")), effects.c.updated_at < cutoff
-            )
+            select(func.count()).where(open_states(), effects.c.updated_at < cutoff)
         ).scalar_one()
     return pruned, deleted, int(kept)
 
