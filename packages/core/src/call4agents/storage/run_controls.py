@@ -60,9 +60,7 @@ def write_status(
 
 
 def status(store: Store, run_id: str) -> dict[str, Any] | None:
-    with store.read() as conn:
-        row = conn.execute(select(runs).where(runs.c.run_id == run_id)).mappings().first()
-    return None if row is None else dict(row)
+    return next(iter(store.dicts(select(runs).where(runs.c.run_id == run_id))), None)
 
 
 def statuses(store: Store, status: str | None, limit: int) -> list[dict[str, Any]]:
@@ -70,8 +68,7 @@ def statuses(store: Store, status: str | None, limit: int) -> list[dict[str, Any
     stmt = select(runs).order_by(runs.c.updated_at.desc()).limit(limit)
     if status is not None:
         stmt = stmt.where(runs.c.status == status)
-    with store.read() as conn:
-        return [dict(row) for row in conn.execute(stmt).mappings()]
+    return store.dicts(stmt)
 
 
 def counted(store: Store, run_ids: list[str]) -> tuple[dict[str, dict[str, float]], float]:
@@ -132,5 +129,4 @@ def statuses_of(store: Store, run_ids: Sequence[str]) -> dict[str, str]:
     if not run_ids:
         return {}
     stmt = select(runs.c.run_id, runs.c.status).where(runs.c.run_id.in_(list(run_ids)))
-    with store.read() as conn:
-        return {str(run_id): str(status) for run_id, status in conn.execute(stmt).all()}
+    return {str(run_id): str(status) for run_id, status in store.rows(stmt)}

@@ -26,6 +26,7 @@ from sqlalchemy import (
     ClauseElement,
     Connection,
     Engine,
+    Executable,
     Float,
     Integer,
     Select,
@@ -289,6 +290,20 @@ class Store:
             reading(conn)
             yield conn
 
+    def rows(self, stmt: Executable) -> list[Any]:
+        """Every row ``stmt`` reads, in one read (``read``)."""
+        with self.read() as conn:
+            return list(conn.execute(stmt).all())
+
+    def dicts(self, stmt: Executable) -> list[dict[str, Any]]:
+        """Every row ``stmt`` reads, each a dict of its columns, in one read."""
+        return [dict(row._mapping) for row in self.rows(stmt)]
+
+    def scalar(self, stmt: Executable) -> Any:
+        """The first column of the first row ``stmt`` reads (None if none), in one read."""
+        with self.read() as conn:
+            return conn.execute(stmt).scalar()
+
     def statement(self, name: Hashable, build: Callable[[], ClauseElement]) -> str:
         """The driver's text of the statement ``build()`` writes, compiled once per ledger and
         kept under ``name``: run with ``conn.exec_driver_sql(text, params)``, it costs no
@@ -433,13 +448,9 @@ class Store:
 
     def stored_args(self, key: str) -> StoredArgs | None:
         """What the ledger keeps of the action's arguments, in one read (None: no such action)."""
-        with self.read() as conn:
-            found = conn.execute(
-                select(effects.c.args, effects.c.args_digest, effects.c.pruned_at).where(
-                    effects.c.key == key
-                )
-            ).first()
-        return None if found is None else StoredArgs(found[0], found[1], found[2] is not None)
+        stmt = select(effects.c.args, effects.c.args_digest, effects.c.pruned_at)
+        found = self.rows(stmt.where(effects.c.key == key))
+        return next((StoredArgs(args, digest, at is not None) for args, digest, at in found), None)
 
     def get(self, key: str) -> Row | None:
         with Transaction(self._reads) as conn:
@@ -757,8 +768,7 @@ class Store:
         return lost
 
     def now(self) -> float:
-        with self.read() as conn:
-            return float(conn.execute(select(self._now)).scalar_one())
+        return float(self.scalar(select(self._now)))
 
 
 @contextmanager
