@@ -242,7 +242,7 @@ def budget_gate(action: Action, run: RunContext, inner: Gate | None) -> Gate | N
         refusal = inner(conn, attempt) if inner is not None else None
         if refusal is None:
             for counted in counters:
-                run_controls.add(conn, dialect, counted, {_CALLS: 1, f"tool:{action.tool}": 1})
+                run_controls.add(conn, counted, {_CALLS: 1, f"tool:{action.tool}": 1})
         return refusal
 
     return gate
@@ -327,7 +327,7 @@ def count_model_request(*, ledger: LedgerCore | None = None) -> BudgetUsage | No
         refusal = _model_request_refusal(counters, run.budgets)
         if refusal is None:
             for name in counters:
-                run_controls.add(conn, dialect, name, {_REQUESTS: 1})
+                run_controls.add(conn, name, {_REQUESTS: 1})
             usages = {}
             for name, each in _distinct(run.budgets):
                 values, elapsed = counters[name]
@@ -377,12 +377,8 @@ def record_model_usage(
         # Each enclosing run pays too, priced by its own budget's token prices.
         for name, each in _distinct(run.budgets):
             spent = each.price(input_tokens, output_tokens) if cost is None else cost
-            run_controls.add(
-                conn,
-                ledger.store.dialect,
-                name,
-                {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, _COST: spent},
-            )
+            amounts = {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, _COST: spent}
+            run_controls.add(conn, name, amounts)
     for name, _ in run.budgets:
         note_spent(name)  # its span gets the new total as its entry ends
 

@@ -18,6 +18,7 @@ from .dialects import dialect_of
 from .run_rows import counters_in
 from .store import Conn, Store, clock, dialect_insert, now_sql
 from .tables import run_counters, runs
+from .tally import upsert
 
 STARTED = "started_at"  # when the run's clock started; its row is the run's budget lock
 
@@ -108,20 +109,10 @@ def locked(conn: Conn, dialect: str, run_id: str) -> tuple[dict[str, float], flo
     return values, clock(conn) - values[STARTED]
 
 
-def add(conn: Conn, dialect: str, run_id: str, amounts: Mapping[str, float]) -> None:
-    """Add to the run's counters (each created at 0 when first counted)."""
-    insert = dialect_insert(dialect)
-    for name, amount in amounts.items():
-        conn.execute(
-            insert(run_counters)
-            .values(run_id=run_id, name=name, value=0.0)
-            .on_conflict_do_nothing(index_elements=["run_id", "name"])
-        )
-        conn.execute(
-            update(run_counters)
-            .where(run_counters.c.run_id == run_id, run_counters.c.name == name)
-            .values(value=run_counters.c.value + amount)
-        )
+def add(conn: Conn, run_id: str, amounts: Mapping[str, float]) -> None:
+    """Add to the run's counters, each created at its amount when first counted."""
+    rows = [{"run_id": run_id, "name": name, "value": amount} for name, amount in amounts.items()]
+    upsert(conn, run_counters, rows, ["run_id", "name"], add=True)
 
 
 def statuses_of(store: Store, run_ids: Sequence[str]) -> dict[str, str]:
