@@ -24,9 +24,10 @@ STARTED = "started_at"  # when the run's clock started; its row is the run's bud
 
 
 def write_status(
-    conn: Conn, dialect: str, run_id: str, status: str, reason: str | None, section: str, data: Any
+    conn: Conn, run_id: str, status: str, reason: str | None, section: str, data: Any
 ) -> None:
     """Set the run's ending and one section of its details, keeping the other sections."""
+    dialect = conn.dialect.name
     now = now_sql(dialect)
     insert = dialect_insert(dialect)
     # Make sure the row exists, then update it under the row lock: two controls at once
@@ -79,22 +80,21 @@ def counted(store: Store, run_ids: list[str]) -> tuple[dict[str, dict[str, float
         return values, clock(conn)
 
 
-def start(conn: Conn, dialect: str, run_id: str) -> None:
+def start(conn: Conn, run_id: str) -> None:
     """Start the run's clock, unless it started before (a resume keeps the first start)."""
-    insert = dialect_insert(dialect)
     conn.execute(
-        insert(run_counters)
-        .values(run_id=run_id, name=STARTED, value=now_sql(dialect))
+        dialect_insert(conn.dialect.name)(run_counters)
+        .values(run_id=run_id, name=STARTED, value=now_sql(conn.dialect.name))
         .on_conflict_do_nothing(index_elements=["run_id", "name"])
     )
 
 
-def locked(conn: Conn, dialect: str, run_id: str) -> tuple[dict[str, float], float]:
+def locked(conn: Conn, run_id: str) -> tuple[dict[str, float], float]:
     """The run's counters under its lock, and the seconds since its clock started."""
     # Entering the run started the clock; this only covers a run entered before any ledger was
     # open, and makes sure the lock row below exists.
-    start(conn, dialect, run_id)
-    if dialect_of(dialect).row_locks:
+    start(conn, run_id)
+    if dialect_of(conn.dialect.name).row_locks:
         # The started_at row is the run's lock: every counting step takes it first. Locking the
         # whole row set instead is not enough: a statement that waited on a lock still sees the
         # rows as they were when it began, so a counter row the previous holder created would
