@@ -224,10 +224,9 @@ def budget_gate(action: Action, run: RunContext, inner: Gate | None) -> Gate | N
     chain = run.budgets
     if action.run_id != run.run_id and action.run_id not in {r for r, _ in chain}:
         return inner  # an action of another run, keyed explicitly: not these budgets'
-    dialect = action.ledger.store.dialect
 
     def gate(conn: Conn, attempt: int) -> Call4AgentsError | None:
-        counters = _lock_all(conn, dialect, chain)
+        counters = _lock_all(conn, chain)
         for counted, budget in chain:
             values, elapsed = counters[counted]
             over = _over_budget(values, elapsed, budget) or _over_tool_limits(
@@ -236,23 +235,23 @@ def budget_gate(action: Action, run: RunContext, inner: Gate | None) -> Gate | N
             if over is not None:
                 # Recorded in the claim's transaction, which commits: the refusal is returned.
                 cut = BudgetExceeded(run_id=counted, tool=action.tool, **over)
-                _record_refusal(conn, dialect, cut)
+                _record_refusal(conn, cut)
                 return cut
         refusal = inner(conn, attempt) if inner is not None else None
         if refusal is None:
             for counted in counters:
-                run_controls.add(conn, dialect, counted, {_CALLS: 1, f"tool:{action.tool}": 1})
+                run_controls.add(conn, counted, {_CALLS: 1, f"tool:{action.tool}": 1})
         return refusal
 
     return gate
 
 
 def _lock_all(
-    conn: Conn, dialect: str, chain: Sequence[tuple[str, Budget]]
+    conn: Conn, chain: Sequence[tuple[str, Budget]]
 ) -> dict[str, tuple[dict[str, float], float]]:
     """Each budgeted run's counters under its lock, taken in run-id order: two workers whose
     runs nest the same runs differently still take the locks in one order, so never deadlock."""
-    return {r: run_controls.locked(conn, dialect, r) for r in sorted({r for r, _ in chain})}
+    return {r: run_controls.locked(conn, r) for r in sorted({r for r, _ in chain})}
 
 
 def start_clock(run_id: str, ledger: LedgerCore | None) -> None:
@@ -278,7 +277,7 @@ def start_clock(run_id: str, ledger: LedgerCore | None) -> None:
 def _write_start(ledger: LedgerCore, run_id: str) -> None:
     try:
         with ledger.store.tx() as conn:
-            run_controls.start(conn, ledger.store.dialect, run_id)
+            run_controls.start(conn, run_id)
     except LedgerError as exc:
         # Not lost: the run's first counted step records the start in its claim instead, so a
         # database fault surfaces there (or at the first effect), never on entering the run.
@@ -307,13 +306,12 @@ def count_model_request(*, ledger: LedgerCore | None = None) -> BudgetUsage | No
     if run is None or run.budget is None:
         return None
     _, counted, ledger = _current_budget("count_model_request()", ledger)
-    store, dialect = ledger.store, ledger.store.dialect
-    with store.tx() as conn:
-        counters = _lock_all(conn, dialect, run.budgets)
+    with ledger.store.tx() as conn:
+        counters = _lock_all(conn, run.budgets)
         refusal = _model_request_refusal(counters, run.budgets)
         if refusal is None:
             for name in counters:
-                run_controls.add(conn, dialect, name, {_REQUESTS: 1})
+                run_controls.add(conn, name, {_REQUESTS: 1})
             usages = {}
             for name, each in _distinct(run.budgets):
                 values, elapsed = counters[name]
@@ -321,7 +319,7 @@ def count_model_request(*, ledger: LedgerCore | None = None) -> BudgetUsage | No
                 usages[name] = _usage(name, values, values[_STARTED] + elapsed, each)
             mine = usages.pop(counted)  # the chain always holds the run being counted
             return replace(mine, enclosing=tuple(usages.values()))
-        _record_refusal(conn, dialect, refusal)  # committed as the block ends, then raised
+        _record_refusal(conn, refusal)  # committed as the block ends, then raised
     raise refusal
 
 
@@ -363,12 +361,8 @@ def record_model_usage(
         # Each enclosing run pays too, priced by its own budget's token prices.
         for name, each in _distinct(run.budgets):
             spent = each.price(input_tokens, output_tokens) if cost is None else cost
-            run_controls.add(
-                conn,
-                ledger.store.dialect,
-                name,
-                {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, COST: spent},
-            )
+            amounts = {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, COST: spent}
+            run_controls.add(conn, name, amounts)
     for name, _ in run.budgets:
         note_spent(name)  # its span gets the new total as its entry ends
 
@@ -402,6 +396,6 @@ def _over_tool_limits(
     return None
 
 
-def _record_refusal(conn: Conn, dialect: str, refusal: BudgetExceeded) -> None:
+def _record_refusal(conn: Conn, refusal: BudgetExceeded) -> None:
     data = {"reason": refusal.reason, "tool": refusal.tool, "detail": refusal.detail}
-    record_status_in(conn, dialect, refusal.run_id, refusal.reason, refusal.detail, "budget", data)
+    record_status_in(conn, refusal.run_id, refusal.reason, refusal.detail, "budget", data)

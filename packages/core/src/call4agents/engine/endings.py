@@ -54,20 +54,14 @@ def record_status(
 ) -> None:
     """Set the run's ending and one section of its details, keeping the other sections."""
     with ledger.store.tx() as conn:
-        record_status_in(conn, ledger.store.dialect, run_id, status, reason, section, data)
+        record_status_in(conn, run_id, status, reason, section, data)
 
 
 def record_status_in(
-    conn: Conn,
-    dialect: str,
-    run_id: str,
-    status: str,
-    reason: str | None,
-    section: str,
-    data: Any,
+    conn: Conn, run_id: str, status: str, reason: str | None, section: str, data: Any
 ) -> None:
     """``record_status`` inside a transaction the caller holds (the claim's, for budgets)."""
-    run_controls.write_status(conn, dialect, run_id, status, reason, section, data)
+    run_controls.write_status(conn, run_id, status, reason, section, data)
     observe.run_ended(run_id, status)
 
 

@@ -114,8 +114,7 @@ def listed(store: Store, *, run_id: str | None, state: str | None, key: str | No
         stmt = stmt.where(approvals.c.run_id == run_id)
     if state is not None:
         stmt = stmt.where(approvals.c.state == state)
-    with store.read() as conn:
-        return [dict(r) for r in conn.execute(stmt).mappings()]
+    return store.dicts(stmt)
 
 
 @dataclass(frozen=True)
@@ -177,9 +176,7 @@ def waiting_page(store: Store, f: WaitingFilter, *, after: str | None, limit: in
 
 
 def waiting_total(store: Store, f: WaitingFilter) -> int:
-    with store.read() as conn:
-        found = conn.execute(select(func.count()).where(*_waiting_conds(store, f))).scalar_one()
-    return int(found)
+    return int(store.scalar(select(func.count()).where(*_waiting_conds(store, f))))
 
 
 def waiting_counts(store: Store, run_ids: Sequence[str]) -> dict[str, int]:
@@ -192,8 +189,7 @@ def waiting_counts(store: Store, run_ids: Sequence[str]) -> dict[str, int]:
         )
         .group_by(approvals.c.run_id)
     )
-    with store.read() as conn:
-        return {run_id: int(n) for run_id, n in conn.execute(stmt).all()}
+    return {run_id: int(n) for run_id, n in store.rows(stmt)}
 
 
 def last_asked(store: Store, run_ids: Sequence[str]) -> dict[tuple[str, str], float]:
@@ -205,14 +201,11 @@ def last_asked(store: Store, run_ids: Sequence[str]) -> dict[tuple[str, str], fl
         .where(approvals.c.run_id.in_(list(run_ids)))
         .group_by(approvals.c.run_id, approvals.c.tool)
     )
-    with store.read() as conn:
-        return {(run, tool): float(at) for run, tool, at in conn.execute(stmt).all()}
+    return {(run, tool): float(at) for run, tool, at in store.rows(stmt)}
 
 
 def one(store: Store, ticket: str) -> Ticket | None:
-    with store.read() as conn:
-        row = conn.execute(select(approvals).where(approvals.c.ticket == ticket)).mappings().first()
-    return None if row is None else dict(row)
+    return next(iter(store.dicts(select(approvals).where(approvals.c.ticket == ticket))), None)
 
 
 def pending_by_run(store: Store) -> dict[str, tuple[int, float]]:
@@ -222,10 +215,9 @@ def pending_by_run(store: Store) -> dict[str, tuple[int, float]]:
         approvals.c.state == "pending"
     )
     found: dict[str, tuple[int, float]] = {}
-    with store.read() as conn:
-        for run_id, asked in conn.execute(stmt).all():
-            n, latest = found.get(run_id, (0, float(asked)))
-            found[run_id] = (n + 1, max(latest, float(asked)))
+    for run_id, asked in store.rows(stmt):
+        n, latest = found.get(run_id, (0, float(asked)))
+        found[run_id] = (n + 1, max(latest, float(asked)))
     return found
 
 
@@ -240,5 +232,4 @@ def asked_spans(store: Store, run_ids: Sequence[str]) -> dict[str, tuple[float, 
         .where(approvals.c.run_id.in_(list(run_ids)))
         .group_by(approvals.c.run_id)
     )
-    with store.read() as conn:
-        return {str(r): (float(a), float(b)) for r, a, b in conn.execute(stmt).all()}
+    return {str(r): (float(a), float(b)) for r, a, b in store.rows(stmt)}

@@ -50,14 +50,11 @@ def waiting(store: Store, *, limit: int = 100, after: int = 0) -> list[DeadLette
         .order_by(dead_letters.c.id)
         .limit(limit)
     )
-    with store.read() as conn:
-        return [DeadLetter(*row) for row in conn.execute(query).all()]
+    return [DeadLetter(*row) for row in store.rows(query)]
 
 
 def count_waiting(store: Store) -> int:
-    query = select(func.count()).where(dead_letters.c.replayed_at.is_(None))
-    with store.read() as conn:
-        return int(conn.execute(query).scalar_one())
+    return int(store.scalar(select(func.count()).where(dead_letters.c.replayed_at.is_(None))))
 
 
 def mark_replayed(store: Store, ident: int) -> bool:

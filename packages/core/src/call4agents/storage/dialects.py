@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Engine,
     Float,
     Select,
     Table,
@@ -114,8 +115,8 @@ class PostgreSQL(Dialect):
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (SQLite(), PostgreSQL())}
 
 
-def schema_of(conn: Connection) -> str | None:
-    """The ledger's PostgreSQL schema, as ``conn`` translates table names into it."""
+def schema_of(conn: Connection | Engine) -> str | None:
+    """The ledger's PostgreSQL schema, as ``conn`` or an engine translates table names into it."""
     found = (conn.get_execution_options().get("schema_translate_map") or {}).get(None)
     return str(found) if found else None
 

@@ -12,23 +12,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select, tuple_, update
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.engine import Connection
 
 from .dialects import dialect_of
 from .store import Store
-from .tables import approvals, effects, in_doubt_only, in_open_state, meta
+from .tables import approvals, effects, in_doubt_only, in_open_state, meta, open_states
 from .tables import runs as runs_table
 
+Action = dict[str, Any]  # a row of c4a_effects, by column
 Forget = Callable[..., None]  # a run's own notes: run_rows.forget(conn, run_id=..., before=...)
 
 
 def key_salt(store: Store) -> str | None:
     """The salt that hides redacted values inside action keys (schema version 2 on)."""
-    with store.read() as conn:
-        found: str | None = conn.execute(
-            select(meta.c.value).where(meta.c.name == "key_salt")
-        ).scalar()
-        return found
+    found: str | None = store.scalar(select(meta.c.value).where(meta.c.name == "key_salt"))
+    return found
 
 
 def recorded_results(store: Store, run_id: str, *, rows: int, max_bytes: int) -> list[Any]:
@@ -44,39 +42,29 @@ def recorded_results(store: Store, run_id: str, *, rows: int, max_bytes: int) ->
         .order_by(effects.c.seq)
         .limit(rows)
     )
-    with store.read() as conn:
-        return list(conn.execute(stmt).all())
+    return store.rows(stmt)
 
 
-def actions(store: Store, run_id: str | None, limit: int | None) -> list[RowMapping]:
+def actions(store: Store, run_id: str | None, limit: int | None) -> list[Action]:
     stmt = select(effects).order_by(effects.c.seq)
     if run_id is not None:
         stmt = stmt.where(effects.c.run_id == run_id)
     if limit is not None:
         stmt = stmt.limit(limit)
-    with store.read() as conn:
-        return list(conn.execute(stmt).mappings())
+    return store.dicts(stmt)
 
 
-def action(store: Store, key: str) -> RowMapping | None:
-    with store.read() as conn:
-        return conn.execute(select(effects).where(effects.c.key == key)).mappings().first()
+def action(store: Store, key: str) -> Action | None:
+    return next(iter(store.dicts(select(effects).where(effects.c.key == key))), None)
 
 
-def actions_by_prefix(store: Store, prefix: str, limit: int) -> list[RowMapping]:
-    with store.read() as conn:
-        found = conn.execute(
-            select(effects).where(effects.c.key.startswith(prefix, autoescape=True)).limit(limit)
-        )
-        return list(found.mappings())
+def actions_by_prefix(store: Store, prefix: str, limit: int) -> list[Action]:
+    where = effects.c.key.startswith(prefix, autoescape=True)
+    return store.dicts(select(effects).where(where).limit(limit))
 
 
-def in_doubt(store: Store) -> list[RowMapping]:
-    with store.read() as conn:
-        rows = conn.execute(
-            select(effects).where(in_open_state("in_doubt")).order_by(effects.c.seq)
-        )
-        return list(rows.mappings())
+def in_doubt(store: Store) -> list[Action]:
+    return store.dicts(select(effects).where(in_open_state("in_doubt")).order_by(effects.c.seq))
 
 
 @dataclass(frozen=True)
@@ -105,9 +93,7 @@ def _doubt_conds(store: Store, f: DoubtFilter) -> list[ColumnElement[bool]]:
     return conds
 
 
-def in_doubt_page(
-    store: Store, f: DoubtFilter, *, after: str | None, limit: int
-) -> list[RowMapping]:
+def in_doubt_page(store: Store, f: DoubtFilter, *, after: str | None, limit: int) -> list[Action]:
     """One page of the actions in doubt that ``f`` selects, the longest in doubt first, starting
     after the action whose key is ``after`` (keyset paging by the time it went into doubt, then
     ``seq`` for ties: a range of ``c4a_effects_doubt`` however deep the page). An ``after`` that
@@ -121,29 +107,19 @@ def in_doubt_page(
                 return []
             conds.append(or_(at > mark[0], and_(at == mark[0], seq > mark[1])))
         stmt = select(effects).where(*conds).order_by(at, seq).limit(limit)
-        return list(conn.execute(stmt).mappings())
+        return [dict(row) for row in conn.execute(stmt).mappings()]
 
 
 def in_doubt_total(store: Store, f: DoubtFilter) -> int:
-    with store.read() as conn:
-        return int(conn.execute(select(func.count()).where(*_doubt_conds(store, f))).scalar_one())
+    return int(store.scalar(select(func.count()).where(*_doubt_conds(store, f))))
 
 
 def started(store: Store) -> list[Any]:
     """Every started action: key, attempt, owner, and whether its lease lapsed by the database
     clock (the sweep judges each by its owner, then by the lapse)."""
-    now = dialect_of(store.dialect).now()
-    with store.read() as conn:
-        return list(
-            conn.execute(
-                select(
-                    effects.c.key,
-                    effects.c.attempt,
-                    effects.c.owner,
-                    (effects.c.lease_expires_at <= now).label("lapsed"),
-                ).where(in_open_state("started"))
-            ).all()
-        )
+    lapsed = (effects.c.lease_expires_at <= dialect_of(store.dialect).now()).label("lapsed")
+    stmt = select(effects.c.key, effects.c.attempt, effects.c.owner, lapsed)
+    return store.rows(stmt.where(in_open_state("started")))
 
 
 _RUN_SCAN = 2000  # actions read per step while looking for the most recent runs
@@ -260,9 +236,7 @@ def delete_run(store: Store, run_id: str, forget: Forget) -> tuple[int, int]:
     """Delete a run's records in one transaction unless an action is open: (open, deleted)."""
     with store.tx() as conn:
         open_ = conn.execute(
-            select(func.count()).where(
-                effects.c.run_id == run_id, effects.c.state.in_(("started", "in_doubt"))
-            )
+            select(func.count()).where(effects.c.run_id == run_id, open_states())
         ).scalar_one()
         if open_:
             return int(open_), 0
@@ -285,12 +259,7 @@ def gc(store: Store, cutoff: float, batch: int, forget: Forget) -> tuple[int, in
     deleted = _gc_batches(store, effects.c.state == "failed", cutoff, batch, prune=False)
     with store.tx() as conn:
         forget(conn, before=cutoff)  # the run summaries of runs that old
-    with store.read() as conn:
-        kept = conn.execute(
-            select(func.count()).where(
-                effects.c.state.in_(("started", "in_doubt")), effects.c.updated_at < cutoff
-            )
-        ).scalar_one()
+    kept = store.scalar(select(func.count()).where(open_states(), effects.c.updated_at < cutoff))
     return pruned, deleted, int(kept)
 
 

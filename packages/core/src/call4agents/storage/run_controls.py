@@ -18,16 +18,18 @@ from .dialects import dialect_of
 from .run_rows import counters_in
 from .store import Conn, Store, clock
 from .tables import run_counters, runs
+from .tally import upsert
 
 STARTED = "started_at"  # when the run's clock started; its row is the run's budget lock
 
 
 def write_status(
-    conn: Conn, dialect: str, run_id: str, status: str, reason: str | None, section: str, data: Any
+    conn: Conn, run_id: str, status: str, reason: str | None, section: str, data: Any
 ) -> None:
     """Set the run's ending and one section of its details, keeping the other sections."""
-    now = dialect_of(dialect).now()
-    insert = dialect_of(dialect).insert
+    dialect = dialect_of(conn.dialect.name)
+    now = dialect.now()
+    insert = dialect.insert
     # Make sure the row exists, then update it under the row lock: two controls at once
     # (an undo while escalating) each keep the other's section.
     conn.execute(
@@ -42,7 +44,7 @@ def write_status(
         )
         .on_conflict_do_nothing(index_elements=["run_id"])
     )
-    stmt = dialect_of(dialect).locked(select(runs.c.details).where(runs.c.run_id == run_id))
+    stmt = dialect.locked(select(runs.c.details).where(runs.c.run_id == run_id))
     details = json.loads(conn.execute(stmt).scalar_one() or "{}")
     # Each section says when it was written (database clock): an escalation keeps its own moment
     # when an undo later changes the row, so a watcher tells one escalation from the next.
@@ -60,9 +62,7 @@ def write_status(
 
 
 def status(store: Store, run_id: str) -> dict[str, Any] | None:
-    with store.read() as conn:
-        row = conn.execute(select(runs).where(runs.c.run_id == run_id)).mappings().first()
-    return None if row is None else dict(row)
+    return next(iter(store.dicts(select(runs).where(runs.c.run_id == run_id))), None)
 
 
 def statuses(store: Store, status: str | None, limit: int) -> list[dict[str, Any]]:
@@ -70,8 +70,7 @@ def statuses(store: Store, status: str | None, limit: int) -> list[dict[str, Any
     stmt = select(runs).order_by(runs.c.updated_at.desc()).limit(limit)
     if status is not None:
         stmt = stmt.where(runs.c.status == status)
-    with store.read() as conn:
-        return [dict(row) for row in conn.execute(stmt).mappings()]
+    return store.dicts(stmt)
 
 
 def counted(store: Store, run_ids: list[str]) -> tuple[dict[str, dict[str, float]], float]:
@@ -81,22 +80,22 @@ def counted(store: Store, run_ids: list[str]) -> tuple[dict[str, dict[str, float
         return values, clock(conn)
 
 
-def start(conn: Conn, dialect: str, run_id: str) -> None:
+def start(conn: Conn, run_id: str) -> None:
     """Start the run's clock, unless it started before (a resume keeps the first start)."""
-    insert = dialect_of(dialect).insert
     conn.execute(
-        insert(run_counters)
-        .values(run_id=run_id, name=STARTED, value=dialect_of(dialect).now())
+        dialect_of(conn.dialect.name)
+        .insert(run_counters)
+        .values(run_id=run_id, name=STARTED, value=dialect_of(conn.dialect.name).now())
         .on_conflict_do_nothing(index_elements=["run_id", "name"])
     )
 
 
-def locked(conn: Conn, dialect: str, run_id: str) -> tuple[dict[str, float], float]:
+def locked(conn: Conn, run_id: str) -> tuple[dict[str, float], float]:
     """The run's counters under its lock, and the seconds since its clock started."""
     # Entering the run started the clock; this only covers a run entered before any ledger was
     # open, and makes sure the lock row below exists.
-    start(conn, dialect, run_id)
-    if dialect_of(dialect).row_locks:
+    start(conn, run_id)
+    if dialect_of(conn.dialect.name).row_locks:
         # The started_at row is the run's lock: every counting step takes it first. Locking the
         # whole row set instead is not enough: a statement that waited on a lock still sees the
         # rows as they were when it began, so a counter row the previous holder created would
@@ -111,20 +110,10 @@ def locked(conn: Conn, dialect: str, run_id: str) -> tuple[dict[str, float], flo
     return values, clock(conn) - values[STARTED]
 
 
-def add(conn: Conn, dialect: str, run_id: str, amounts: Mapping[str, float]) -> None:
-    """Add to the run's counters (each created at 0 when first counted)."""
-    insert = dialect_of(dialect).insert
-    for name, amount in amounts.items():
-        conn.execute(
-            insert(run_counters)
-            .values(run_id=run_id, name=name, value=0.0)
-            .on_conflict_do_nothing(index_elements=["run_id", "name"])
-        )
-        conn.execute(
-            update(run_counters)
-            .where(run_counters.c.run_id == run_id, run_counters.c.name == name)
-            .values(value=run_counters.c.value + amount)
-        )
+def add(conn: Conn, run_id: str, amounts: Mapping[str, float]) -> None:
+    """Add to the run's counters, each created at its amount when first counted."""
+    rows = [{"run_id": run_id, "name": name, "value": amount} for name, amount in amounts.items()]
+    upsert(conn, run_counters, rows, ["run_id", "name"], add=True)
 
 
 def statuses_of(store: Store, run_ids: Sequence[str]) -> dict[str, str]:
@@ -132,5 +121,4 @@ def statuses_of(store: Store, run_ids: Sequence[str]) -> dict[str, str]:
     if not run_ids:
         return {}
     stmt = select(runs.c.run_id, runs.c.status).where(runs.c.run_id.in_(list(run_ids)))
-    with store.read() as conn:
-        return {str(run_id): str(status) for run_id, status in conn.execute(stmt).all()}
+    return {str(run_id): str(status) for run_id, status in store.rows(stmt)}

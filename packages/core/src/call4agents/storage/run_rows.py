@@ -189,13 +189,10 @@ def counters(store: Store, run_id: str) -> dict[str, float]:
 
 def triggers(store: Store, run_id: str) -> list[str]:
     """The triggers a run was entered with, oldest first."""
-    with store.read() as conn:
-        rows = conn.execute(
-            select(run_counters.c.name)
-            .where(run_counters.c.run_id == run_id, run_counters.c.name.like(TRIGGER + "%"))
-            .order_by(run_counters.c.value)
-        ).scalars()
-        return [name[len(TRIGGER) :] for name in rows]
+    stmt = select(run_counters.c.name).where(
+        run_counters.c.run_id == run_id, run_counters.c.name.like(TRIGGER + "%")
+    )
+    return [name[len(TRIGGER) :] for (name,) in store.rows(stmt.order_by(run_counters.c.value))]
 
 
 def forget(conn: Connection, *, run_id: str | None = None, before: float | None = None) -> None:

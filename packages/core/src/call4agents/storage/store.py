@@ -26,6 +26,7 @@ from sqlalchemy import (
     ClauseElement,
     Connection,
     Engine,
+    Executable,
     Float,
     Integer,
     Select,
@@ -48,7 +49,7 @@ from call4agents.model.errors import Call4AgentsError, LedgerError
 from . import _pg, audit_rows
 from ._db import SYNC_OFF, database_failed
 from ._kept import Kept, Transaction
-from .dialects import dialect_of
+from .dialects import dialect_of, schema_of
 from .sqlite_tx import reading
 from .tables import effects, fixed
 
@@ -170,6 +171,7 @@ class Store:
         self.dialect = engine.dialect.name
         self._sql = dialect_of(self.dialect)
         self._now = self._sql.now()
+        self._schema = schema_of(engine)
         target = _pg.target_of(engine)
         # Behind a pooler, durability="process" cannot be a startup option: a statement in
         # autocommit (its own transaction) then turns synchronous commit off itself.
@@ -271,6 +273,20 @@ class Store:
         with db_faults(), self.engine.connect().execution_options(c4a_read=True) as conn:
             reading(conn)
             yield conn
+
+    def rows(self, stmt: Executable) -> list[Any]:
+        """Every row ``stmt`` reads, in one read (``read``)."""
+        with self.read() as conn:
+            return list(conn.execute(stmt).all())
+
+    def dicts(self, stmt: Executable) -> list[dict[str, Any]]:
+        """Every row ``stmt`` reads, each a dict of its columns, in one read."""
+        return [dict(row._mapping) for row in self.rows(stmt)]
+
+    def scalar(self, stmt: Executable) -> Any:
+        """The first column of the first row ``stmt`` reads (None if none), in one read."""
+        with self.read() as conn:
+            return conn.execute(stmt).scalar()
 
     def statement(self, name: Hashable, build: Callable[[], ClauseElement]) -> str:
         """The driver's text of the statement ``build()`` writes, compiled once per ledger and
@@ -416,13 +432,9 @@ class Store:
 
     def stored_args(self, key: str) -> StoredArgs | None:
         """What the ledger keeps of the action's arguments, in one read (None: no such action)."""
-        with self.read() as conn:
-            found = conn.execute(
-                select(effects.c.args, effects.c.args_digest, effects.c.pruned_at).where(
-                    effects.c.key == key
-                )
-            ).first()
-        return None if found is None else StoredArgs(found[0], found[1], found[2] is not None)
+        stmt = select(effects.c.args, effects.c.args_digest, effects.c.pruned_at)
+        found = self.rows(stmt.where(effects.c.key == key))
+        return next((StoredArgs(args, digest, at is not None) for args, digest, at in found), None)
 
     def get(self, key: str) -> Row | None:
         with Transaction(self._reads) as conn:
@@ -506,12 +518,6 @@ class Store:
         if state == "succeeded":
             self._reopen_contradiction(conn, key)
         return False
-
-    @cached_property
-    def _schema(self) -> str | None:
-        translate = self.engine.get_execution_options().get("schema_translate_map") or {}
-        schema: str | None = translate.get(None)
-        return schema
 
     def _finish_stmt(self) -> Any:
         """The UPDATE that records an outcome; on PostgreSQL it also wakes whoever waits."""
@@ -744,8 +750,7 @@ class Store:
         return lost
 
     def now(self) -> float:
-        with self.read() as conn:
-            return float(conn.execute(select(self._now)).scalar_one())
+        return float(self.scalar(select(self._now)))
 
 
 @contextmanager

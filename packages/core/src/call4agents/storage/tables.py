@@ -84,21 +84,16 @@ Index("c4a_effects_updated", effects.c.updated_at)
 # index gives the order, so a page deep in the queue costs what the first does.
 Index("c4a_effects_doubt", effects.c.updated_at, effects.c.seq)
 
-# The conditions of the partial indexes above. They are given to an index for a database only
-# before DDL (see partial_conditions): written as ``sqlite_where=``/``postgresql_where=`` here,
-# SQLAlchemy would import both dialects to check the names when this module loads, some 35 ms
-# of every command's start-up, for DDL that only `migrate` sends.
-_PARTIAL: dict[str, ColumnElement[bool]] = {
-    "c4a_effects_open": effects.c.state.in_(("started", "in_doubt")),
-    "c4a_effects_doubt": effects.c.state == fixed("in_doubt"),
-}
-
 
 def partial_conditions(dialect: str) -> None:
     """Give the partial indexes their ``WHERE`` for ``dialect`` (``conn.dialect.name``): called
-    before any DDL that creates them."""
+    before any DDL that creates them. Written as ``sqlite_where=``/``postgresql_where=`` on the
+    indexes above, SQLAlchemy would import both dialects to check the names when this module
+    loads, some 35 ms of every command's start-up, for DDL that only `migrate` sends. Each is
+    the condition queries write (``open_states``, ``in_doubt_only``), so they always match."""
+    partial = {"c4a_effects_open": open_states(), "c4a_effects_doubt": in_doubt_only()}
     for index in effects.indexes:
-        where = _PARTIAL.get(str(index.name))
+        where = partial.get(str(index.name))
         if where is not None:
             index.dialect_kwargs[f"{dialect}_where"] = where
 

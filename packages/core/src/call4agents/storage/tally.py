@@ -322,7 +322,7 @@ def _file(conn: Connection, moves: Counter[tuple[int | None, str]]) -> None:
                 filed[(3600, minute // 3600 * 3600, name)] += n
     rows = [{"step": s, "at": a, "name": n, "value": v} for (s, a, n), v in filed.items() if v]
     if rows:
-        _upsert(conn, tallies, rows, ["step", "at", "name"], add=True)
+        upsert(conn, tallies, rows, ["step", "at", "name"], add=True)
 
 
 def _fold_runs(conn: Connection, moved: dict[str, RunTally]) -> Counter[str]:
@@ -346,13 +346,15 @@ def _fold_runs(conn: Connection, moved: dict[str, RunTally]) -> Counter[str]:
     for among in dialect_of(conn.dialect.name).among(run_tallies.c.run_id, gone):
         conn.execute(delete(run_tallies).where(among))
     if kept:
-        _upsert(conn, run_tallies, kept, ["run_id"], add=False)
+        upsert(conn, run_tallies, kept, ["run_id"], add=False)
     return found
 
 
-def _upsert(
+def upsert(
     conn: Connection, table: Any, rows: list[dict[str, Any]], key: list[str], *, add: bool
 ) -> None:
+    """Write ``rows`` into ``table`` in one statement: each row new by its ``key`` columns is
+    inserted, and an existing one takes the other columns' values, or (``add``) adds them."""
     stmt = dialect_of(conn.dialect.name).insert(table)
     columns = [c.name for c in table.columns if c.name not in key]
     new = {c: table.c[c] + stmt.excluded[c] if add else stmt.excluded[c] for c in columns}
