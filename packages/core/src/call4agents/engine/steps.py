@@ -201,13 +201,10 @@ def _recorded_result(action: Action, row: Row) -> Any:
     return decode_result(row.result)
 
 
-def in_doubt_error(action: Action, row: Row) -> EffectInDoubt:
+def in_doubt_error(action: Action, reason: str, attempt: int) -> EffectInDoubt:
+    """The error of ``action`` in doubt: ``reason`` says why, ``attempt`` is the one in doubt."""
     return EffectInDoubt(
-        key=action.key,
-        run_id=action.run_id,
-        tool=action.tool,
-        reason=row.note or row.error or "it was interrupted",
-        attempt=row.attempt,
+        key=action.key, run_id=action.run_id, tool=action.tool, reason=reason, attempt=attempt
     )
 
 
@@ -282,12 +279,10 @@ def _fenced_off(action: Action, attempt: int) -> Any:
     row = action.ledger.store.get(action.key)
     if row is not None and row.state == "succeeded":
         return _recorded_result(action, row)
-    raise EffectInDoubt(
-        key=action.key,
-        run_id=action.run_id,
-        tool=action.tool,
-        reason=f"attempt {attempt} returned after the action had moved on without it (its lease"
+    raise in_doubt_error(
+        action,
+        f"attempt {attempt} returned after the action had moved on without it (its lease"
         " lapsed and it was taken over or resolved); its result is kept as evidence, not "
         "reported as the action's",
-        attempt=row.attempt if row is not None else attempt,
+        row.attempt if row is not None else attempt,
     )
