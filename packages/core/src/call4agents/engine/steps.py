@@ -191,12 +191,7 @@ def _recorded_result(action: Action, row: Row) -> Any:
     if row.pruned_at is not None:
         raise ResultPruned(key=action.key, run_id=action.run_id, tool=action.tool)
     if row.result is None:
-        raise ResultNotStored(
-            key=action.key,
-            run_id=action.run_id,
-            tool=action.tool,
-            why=(row.note or "no result was recorded"),
-        )
+        raise not_stored_error(action, row.note or "no result was recorded")
     action.ledger.recent.remember(action.key, row.result)
     return decode_result(row.result)
 
@@ -208,6 +203,11 @@ def in_doubt_error(action: Action, reason: str, attempt: int) -> EffectInDoubt:
     )
 
 
+def not_stored_error(action: Action, why: str) -> ResultNotStored:
+    """The error of ``action`` done but without its result: ``why`` it could not be stored."""
+    return ResultNotStored(key=action.key, run_id=action.run_id, tool=action.tool, why=why)
+
+
 def apply_verdict(action: Action, row: Row, verdict: Any) -> Any:
     """Record a reconciler's answer. Returns the result, AGAIN to run anew, or None (unknown)."""
     store = action.ledger.store
@@ -215,9 +215,7 @@ def apply_verdict(action: Action, row: Row, verdict: Any) -> Any:
         try:
             encoded = encode_result(verdict.result, max_bytes=action.ledger.max_result_bytes)
         except ResultEncodingError as exc:
-            raise ResultNotStored(
-                key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
-            ) from exc
+            raise not_stored_error(action, str(exc)) from exc
         store.resolve(
             action.key,
             happened=True,
@@ -263,9 +261,7 @@ def record_result(action: Action, attempt: int, result: Any) -> Any:
         ledger.store.finish(
             action.key, attempt, state="succeeded", result=None, note=f"result not stored: {exc}"
         )
-        raise ResultNotStored(
-            key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
-        ) from None
+        raise not_stored_error(action, str(exc)) from None
     if ledger.store.finish(action.key, attempt, state="succeeded", result=encoded):
         ledger.recent.remember(action.key, encoded)
         return result
