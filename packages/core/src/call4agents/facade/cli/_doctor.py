@@ -5,12 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import getpass
-import importlib
-import importlib.util
 import os
 import secrets
 import stat
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -34,6 +31,7 @@ from ._base import (
     _table,
     _url,
     diagnose,
+    import_tools,
     migrations,
     short_error,
     urls,
@@ -318,7 +316,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ConfigurationError(str(exc)) from exc
     for module in args.imports or []:  # their tools' undo= functions, for the Undo button
-        _import(module)
+        import_tools(module)
     settings = ConsoleSettings(
         operator=_operator(args),
         token=None if args.user_header else secrets.token_urlsafe(24),
@@ -407,12 +405,3 @@ def _operator(args: argparse.Namespace) -> str:
         return getpass.getuser()
     except (OSError, KeyError) as exc:
         raise ConfigurationError("say who decides with --operator NAME (no OS user name)") from exc
-
-
-def _import(module: str) -> None:
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        importlib.import_module(module)
-    except ImportError as exc:
-        raise ConfigurationError(f"--import {module}: cannot import it ({exc})") from exc
