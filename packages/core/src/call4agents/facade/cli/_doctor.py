@@ -168,12 +168,8 @@ def _replication_check(engine: Engine) -> Check:
     )
 
 
-def _secret_check(url: URL, schema: str | None) -> Check:
-    from call4agents.facade.ledger import Ledger
-
-    with Ledger(
-        url.render_as_string(hide_password=False), schema=schema, auto_migrate=False, open_retry=0
-    ) as ledger:
+def _secret_check(args: argparse.Namespace) -> Check:
+    with _open(args) as ledger:
         source = ledger.secret_source()  # looks only: never creates a secret file
     if source is None:
         return Check(
@@ -278,7 +274,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             checks += [tls, _pooler_check(engine, url), _replication_check(engine)]
         checks.append(_clock_check(skew))
         if version == migrations.CURRENT:
-            checks += [_actions_check(engine), _secret_check(url, schema)]
+            checks += [_actions_check(engine), _secret_check(args)]
         else:
             checks += [
                 Check(name, "SKIP", "needs the current schema") for name in ("actions", "secret")
