@@ -167,13 +167,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     if p := command("undo", cmd_undo, "reverse a run's succeeded actions, newest first"):
         p.add_argument("run", help="the run id")
-        p.add_argument(
-            "--import",
-            dest="imports",
-            action="append",
-            metavar="MODULE",
-            help="import MODULE first, so its tools' undo= functions are known (repeatable)",
-        )
+        _import_option(p)
 
     if p := command("gc", cmd_gc, "prune finished actions older than an age"):
         p.add_argument(
@@ -231,12 +225,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             metavar="URL",
             help="with --replay: send every letter here instead of its own URL",
         )
-        p.add_argument(
-            "--webhook-secret-env",
-            metavar="VAR",
-            default="CALL4AGENTS_WEBHOOK_SECRET",
-            help="the environment variable holding the webhook's HMAC secret",
-        )
+        _webhook_secret_option(p)
 
     if p := command("console", cmd_console, "serve the operator console in a browser"):
         _console_options(p)
@@ -293,13 +282,7 @@ def _console_options(p: argparse.ArgumentParser) -> None:
         default="",
         help="comma-separated users who see everything and decide nothing",
     )
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        metavar="MODULE",
-        help="import MODULE first, so its tools' undo= functions are known (repeatable)",
-    )
+    _import_option(p)
     p.add_argument(
         "--webhook-url",
         action="append",
@@ -308,17 +291,31 @@ def _console_options(p: argparse.ArgumentParser) -> None:
         help="notify here (repeatable): http(s):// gets a signed JSON event (user:pass@ is sent "
         "as Basic auth), slack+https:// a Slack message, smtp://host:port?from=A&to=B an email",
     )
-    p.add_argument(
-        "--webhook-secret-env",
-        metavar="VAR",
-        default="CALL4AGENTS_WEBHOOK_SECRET",
-        help="the environment variable holding the webhook's HMAC secret",
-    )
+    _webhook_secret_option(p)
     p.add_argument(
         "--public-url",
         metavar="URL",
         help="the console's address as people open it (behind a proxy), for the links in "
         "notifications; by default the address it listens on",
+    )
+
+
+def _import_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first, so its tools' undo= functions are known (repeatable)",
+    )
+
+
+def _webhook_secret_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--webhook-secret-env",
+        metavar="VAR",
+        default="CALL4AGENTS_WEBHOOK_SECRET",
+        help="the environment variable holding the webhook's HMAC secret",
     )
 
 
