@@ -402,9 +402,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_ERROR
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
-    except UsageError as exc:
-        return _fail(str(exc), argv)
-    except Call4AgentsError as exc:
+    except (UsageError, Call4AgentsError) as exc:
         return _fail(str(exc), argv)
     except SystemExit as exc:  # --help and --version
         return (
