@@ -9,7 +9,6 @@ into the framework's tool-error shape with :func:`message_for_model`.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import sys
 import threading
@@ -36,6 +35,7 @@ from .engine.endings import (
     handoff,
 )
 from .engine.ledger_core import LedgerCore
+from .engine.lookup import when_done as when_done
 from .engine.observe import (
     NOT_AN_ENVELOPE,
     Step,
@@ -391,15 +391,6 @@ def check_recording_as(
         return when_done(check(**arguments), convert)
 
     return adapted
-
-
-def when_done(value: Any, convert: Callable[[Any], Any]) -> Any:
-    """``convert(value)``, or, for an awaitable, an awaitable of it (for sync-or-async hooks)."""
-    return _later(value, convert) if inspect.isawaitable(value) else convert(value)
-
-
-async def _later(awaitable: Any, convert: Callable[[Any], Any]) -> Any:
-    return convert(await awaitable)
 
 
 # -- what every integration's OnceOnly is given ---------------------------------------------------

@@ -148,9 +148,9 @@ def _undo_one(ledger: LedgerCore, record: EffectRecord, fn: UndoFn | None) -> Un
         what = "it may or may not have happened" if record.state == "in_doubt" else "still running"
         return item(IN_DOUBT, f"{what}: settle it first (`call4agents resolve {record.key[:12]}`)")
     action = _undo_action(ledger, record)
-    row = ledger.store.get(action.key)
-    if row is not None and row.state == "succeeded":
-        return item(ALREADY_UNDONE, "reversed by an earlier undo", _result_of(row.result))
+    done = ledger.find(action.key)
+    if done is not None and done.state == "succeeded":
+        return item(ALREADY_UNDONE, "reversed by an earlier undo", done.result)
     if fn is None:
         return item(
             NO_UNDO,
@@ -206,9 +206,3 @@ def _call(fn: UndoFn, result: Any, arguments: Mapping[str, Any]) -> Any:
 
 async def _wait(awaitable: Any) -> Any:
     return await awaitable
-
-
-def _result_of(encoded: str | None) -> Any:
-    from call4agents.model.codec import decode_result
-
-    return decode_result(encoded) if encoded is not None else None

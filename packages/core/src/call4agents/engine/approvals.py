@@ -446,7 +446,6 @@ def request(
     ledger: LedgerCore,
     action: Action,
     *,
-    ttl: float,
     approve: bool | None = None,
     by: str | None = None,
     reason: str | None = None,
@@ -457,9 +456,11 @@ def request(
 
     For frameworks that decide, or ask, before the call reaches the ledger. None if it already
     ran (or is running): a repeat returns its result, and there is nothing to ask or decide.
+    The ticket is open for the tool's ``approval_ttl``, else the ledger's.
     """
     if approve is not None:
         _check_by(by)
+    ttl = action.options.approval_ttl or ledger.approval_ttl
     signer = ledger.signer()
     with ledger.store.tx() as conn:
         found = rows.action_state(conn, action.key)

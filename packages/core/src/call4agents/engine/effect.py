@@ -108,7 +108,7 @@ def _on_doubt(action: Action, row: Row) -> Any:
 
 def _take_over(action: Action, row: Row, owner: str) -> Any:
     if not action.options.retry_in_doubt:
-        raise in_doubt_error(action, row)
+        raise in_doubt_error(action, row.note or row.error or "it was interrupted", row.attempt)
     try:
         attempt = action.ledger.store.take_over(
             action.key,
@@ -135,13 +135,10 @@ def _same_args_or_raise(action: Action, row: Row) -> None:
 
 
 def _other_args_in_doubt(action: Action, row: Row) -> EffectInDoubt:
-    return EffectInDoubt(
-        key=action.key,
-        run_id=action.run_id,
-        tool=action.tool,
-        reason="the attempt in doubt had other arguments under this key; these are not sent"
-        " in its place",
-        attempt=row.attempt,
+    return in_doubt_error(
+        action,
+        "the attempt in doubt had other arguments under this key; these are not sent in its place",
+        row.attempt,
     )
 
 
@@ -174,12 +171,8 @@ def _execute(action: Action, go: Go, call: Callable[[], T]) -> T:
 
 def _unrecorded(action: Action, attempt: int, lost: LedgerError) -> EffectInDoubt:
     """The tool ran but its outcome could not be written: the action will be in doubt."""
-    return EffectInDoubt(
-        key=action.key,
-        run_id=action.run_id,
-        tool=action.tool,
-        reason=f"it ran, but its outcome could not be written to the ledger: {lost}",
-        attempt=attempt,
+    return in_doubt_error(
+        action, f"it ran, but its outcome could not be written to the ledger: {lost}", attempt
     )
 
 

@@ -622,20 +622,17 @@ class LedgerCore:
         self, action: Action, *, by: str, reason: str | None = None
     ) -> ApprovalRequest | None:
         """A yes to exactly this prepared call (e.g. arguments a person edited)."""
-        ttl = action.options.approval_ttl or self.approval_ttl
-        return approvals.request(self, action, ttl=ttl, approve=True, by=by, reason=reason)
+        return approvals.request(self, action, approve=True, by=by, reason=reason)
 
     def deny_action(
         self, action: Action, *, by: str, reason: str | None = None
     ) -> ApprovalRequest | None:
-        ttl = action.options.approval_ttl or self.approval_ttl
-        return approvals.request(self, action, ttl=ttl, approve=False, by=by, reason=reason)
+        return approvals.request(self, action, approve=False, by=by, reason=reason)
 
     def request_approval(self, action: Action) -> ApprovalRequest | None:
         """The open ticket for exactly this call (made if needed), or the "no" it got (state
         ``denied``); None if the action ran."""
-        ttl = action.options.approval_ttl or self.approval_ttl
-        return approvals.request(self, action, ttl=ttl)
+        return approvals.request(self, action)
 
     def approvals(
         self, run_id: str | None = None, *, state: str | None = None, key: str | None = None

@@ -94,13 +94,15 @@ def check_from_finder(finder: Callable[..., Any]) -> Callable[..., Any]:
         return DidNotHappen() if found is None else Happened(found)
 
     def check(**arguments: Any) -> Any:
-        found = finder(**arguments)
-        if inspect.isawaitable(found):
-
-            async def later() -> Happened | DidNotHappen:
-                return verdict(await found)
-
-            return later()
-        return verdict(found)
+        return when_done(finder(**arguments), verdict)
 
     return check
+
+
+def when_done(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """``convert(value)``, or, for an awaitable, an awaitable of it (for sync-or-async hooks)."""
+    return _later(value, convert) if inspect.isawaitable(value) else convert(value)
+
+
+async def _later(awaitable: Any, convert: Callable[[Any], Any]) -> Any:
+    return convert(await awaitable)

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from call4agents.engine import observe
@@ -262,16 +262,12 @@ def _record(ledger: LedgerCore, notes: Notes, summary: RunSummary) -> RunSummary
         completed=summary.terminal_reason == COMPLETED,
         escalated=summary.terminal_reason == "escalated",
     )
-    return RunSummary(
-        summary.run_id,
-        summary.trigger,
-        summary.terminal_reason,
-        totals.wall_clock_ms,
-        summary.tool_calls,
-        summary.reads,
-        None if summary.terminal_reason != COMPLETED else totals.reads == 0,
-        totals.cost,
-        summary.escalation_reason,
+    # The run's totals over every entry, where this entry's summary has its own.
+    return replace(
+        summary,
+        wall_clock_ms=totals.wall_clock_ms,
+        without_read=None if summary.terminal_reason != COMPLETED else totals.reads == 0,
+        cost_spent=totals.cost,
     )
 
 

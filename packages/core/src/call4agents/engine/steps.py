@@ -133,6 +133,7 @@ def _claim(action: Action, wait: bool, owner: str) -> Go | Found:
                 return Go(row.attempt, owner)
             if row.state == "succeeded":
                 ledger.recent.recall_run(action.run_id)  # a resume: its next repeats are near
+            # Wait (bounded) while another live worker runs it; a dead one's lease is doubt.
             return Found(owner_wait.wait_while_live(action, row) if wait else row)
 
 
@@ -182,24 +183,21 @@ def _recorded_result(action: Action, row: Row) -> Any:
     if row.pruned_at is not None:
         raise ResultPruned(key=action.key, run_id=action.run_id, tool=action.tool)
     if row.result is None:
-        raise ResultNotStored(
-            key=action.key,
-            run_id=action.run_id,
-            tool=action.tool,
-            why=(row.note or "no result was recorded"),
-        )
+        raise not_stored_error(action, row.note or "no result was recorded")
     action.ledger.recent.remember(action.key, row.result)
     return decode_result(row.result)
 
 
-def in_doubt_error(action: Action, row: Row) -> EffectInDoubt:
+def in_doubt_error(action: Action, reason: str, attempt: int) -> EffectInDoubt:
+    """The error of ``action`` in doubt: ``reason`` says why, ``attempt`` is the one in doubt."""
     return EffectInDoubt(
-        key=action.key,
-        run_id=action.run_id,
-        tool=action.tool,
-        reason=row.note or row.error or "it was interrupted",
-        attempt=row.attempt,
+        key=action.key, run_id=action.run_id, tool=action.tool, reason=reason, attempt=attempt
     )
+
+
+def not_stored_error(action: Action, why: str) -> ResultNotStored:
+    """The error of ``action`` done but without its result: ``why`` it could not be stored."""
+    return ResultNotStored(key=action.key, run_id=action.run_id, tool=action.tool, why=why)
 
 
 def apply_verdict(action: Action, row: Row, verdict: Any) -> Any:
@@ -209,9 +207,7 @@ def apply_verdict(action: Action, row: Row, verdict: Any) -> Any:
         try:
             encoded = encode_result(verdict.result, max_bytes=action.ledger.max_result_bytes)
         except ResultEncodingError as exc:
-            raise ResultNotStored(
-                key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
-            ) from exc
+            raise not_stored_error(action, str(exc)) from exc
         store.resolve(
             action.key,
             happened=True,
@@ -257,9 +253,7 @@ def record_result(action: Action, attempt: int, result: Any) -> Any:
         ledger.store.finish(
             action.key, attempt, state="succeeded", result=None, note=f"result not stored: {exc}"
         )
-        raise ResultNotStored(
-            key=action.key, run_id=action.run_id, tool=action.tool, why=str(exc)
-        ) from None
+        raise not_stored_error(action, str(exc)) from None
     if ledger.store.finish(action.key, attempt, state="succeeded", result=encoded):
         ledger.recent.remember(action.key, encoded)
         return result
@@ -273,12 +267,10 @@ def _fenced_off(action: Action, attempt: int) -> Any:
     row = action.ledger.store.get(action.key)
     if row is not None and row.state == "succeeded":
         return _recorded_result(action, row)
-    raise EffectInDoubt(
-        key=action.key,
-        run_id=action.run_id,
-        tool=action.tool,
-        reason=f"attempt {attempt} returned after the action had moved on without it (its lease"
+    raise in_doubt_error(
+        action,
+        f"attempt {attempt} returned after the action had moved on without it (its lease"
         " lapsed and it was taken over or resolved); its result is kept as evidence, not "
         "reported as the action's",
-        attempt=row.attempt if row is not None else attempt,
+        row.attempt if row is not None else attempt,
     )

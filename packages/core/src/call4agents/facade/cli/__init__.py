@@ -166,13 +166,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     if p := command("undo", cmd_undo, "reverse a run's succeeded actions, newest first"):
         p.add_argument("run", help="the run id")
-        p.add_argument(
-            "--import",
-            dest="imports",
-            action="append",
-            metavar="MODULE",
-            help="import MODULE first, so its tools' undo= functions are known (repeatable)",
-        )
+        _import_option(p)
 
     if p := command("gc", cmd_gc, "prune finished actions older than an age"):
         p.add_argument(
@@ -230,12 +224,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             metavar="URL",
             help="with --replay: send every letter here instead of its own URL",
         )
-        p.add_argument(
-            "--webhook-secret-env",
-            metavar="VAR",
-            default="CALL4AGENTS_WEBHOOK_SECRET",
-            help="the environment variable holding the webhook's HMAC secret",
-        )
+        _webhook_secret_option(p)
 
     if p := command("console", cmd_console, "serve the operator console in a browser"):
         _console_options(p)
@@ -292,13 +281,7 @@ def _console_options(p: argparse.ArgumentParser) -> None:
         default="",
         help="comma-separated users who see everything and decide nothing",
     )
-    p.add_argument(
-        "--import",
-        dest="imports",
-        action="append",
-        metavar="MODULE",
-        help="import MODULE first, so its tools' undo= functions are known (repeatable)",
-    )
+    _import_option(p)
     p.add_argument(
         "--webhook-url",
         action="append",
@@ -307,17 +290,31 @@ def _console_options(p: argparse.ArgumentParser) -> None:
         help="notify here (repeatable): http(s):// gets a signed JSON event (user:pass@ is sent "
         "as Basic auth), slack+https:// a Slack message, smtp://host:port?from=A&to=B an email",
     )
-    p.add_argument(
-        "--webhook-secret-env",
-        metavar="VAR",
-        default="CALL4AGENTS_WEBHOOK_SECRET",
-        help="the environment variable holding the webhook's HMAC secret",
-    )
+    _webhook_secret_option(p)
     p.add_argument(
         "--public-url",
         metavar="URL",
         help="the console's address as people open it (behind a proxy), for the links in "
         "notifications; by default the address it listens on",
+    )
+
+
+def _import_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--import",
+        dest="imports",
+        action="append",
+        metavar="MODULE",
+        help="import MODULE first, so its tools' undo= functions are known (repeatable)",
+    )
+
+
+def _webhook_secret_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--webhook-secret-env",
+        metavar="VAR",
+        default="CALL4AGENTS_WEBHOOK_SECRET",
+        help="the environment variable holding the webhook's HMAC secret",
     )
 
 
@@ -404,9 +401,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_ERROR
         handler: Callable[[argparse.Namespace], int] = args.handler
         return handler(args)
-    except UsageError as exc:
-        return _fail(str(exc), argv)
-    except Call4AgentsError as exc:
+    except (UsageError, Call4AgentsError) as exc:
         return _fail(str(exc), argv)
     except SystemExit as exc:  # --help and --version
         return (

@@ -130,6 +130,17 @@ def parse_age(text_: str) -> float:
     return float(found.group(1)) * _UNITS[found.group(2).lower()]
 
 
+def import_tools(module: str) -> None:
+    """``--import MODULE``: import it (from the working folder too), so that its tools' undo=
+    functions are registered."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigurationError(f"--import {module}: cannot import it ({exc})") from exc
+
+
 # -- opening the ledger ---------------------------------------------------------------------
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
-import importlib
-import importlib.util
 import json
 import os
 import sys
@@ -33,6 +31,7 @@ from ._base import (
     _table,
     _trim,
     _url,
+    import_tools,
     migrations,
     parse_age,
     run_notes,
@@ -386,13 +385,8 @@ def _show_handoff(args: argparse.Namespace, handoff: Handoff | None) -> int:
 
 def cmd_undo(args: argparse.Namespace) -> int:
     # The undo functions are registered when their tools are defined: import those modules.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     for module in args.imports or []:
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise ConfigurationError(f"--import {module}: cannot import it ({exc})") from exc
+        import_tools(module)
     with _open(args) as ledger:
         _require_run(ledger, args.run)
         report = ledger.undo(args.run)

@@ -5,12 +5,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import getpass
-import importlib
-import importlib.util
 import os
 import secrets
 import stat
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +30,7 @@ from ._base import (
     _table,
     _url,
     diagnose,
+    import_tools,
     migrations,
     urls,
 )
@@ -168,12 +166,8 @@ def _replication_check(engine: Engine) -> Check:
     )
 
 
-def _secret_check(url: URL, schema: str | None) -> Check:
-    from call4agents.facade.ledger import Ledger
-
-    with Ledger(
-        url.render_as_string(hide_password=False), schema=schema, auto_migrate=False, open_retry=0
-    ) as ledger:
+def _secret_check(args: argparse.Namespace) -> Check:
+    with _open(args) as ledger:
         source = ledger.secret_source()  # looks only: never creates a secret file
     if source is None:
         return Check(
@@ -275,7 +269,7 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             checks += [tls, _pooler_check(engine, url), _replication_check(engine)]
         checks.append(_clock_check(skew))
         if version == migrations.CURRENT:
-            checks += [_actions_check(engine), _secret_check(url, schema)]
+            checks += [_actions_check(engine), _secret_check(args)]
         else:
             checks += [
                 Check(name, "SKIP", "needs the current schema") for name in ("actions", "secret")
@@ -313,7 +307,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise ConfigurationError(str(exc)) from exc
     for module in args.imports or []:  # their tools' undo= functions, for the Undo button
-        _import(module)
+        import_tools(module)
     settings = ConsoleSettings(
         operator=_operator(args),
         token=None if args.user_header else secrets.token_urlsafe(24),
@@ -364,8 +358,8 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
     if (args.webhook_url or args.to) and not args.replay:
         raise ConfigurationError("--webhook-url and --to only go with --replay")
     with _open(args) as ledger:
+        letters = dead_letters.waiting(ledger.store, limit=1000)
         if not args.replay:
-            letters = dead_letters.waiting(ledger.store, limit=1000)
             if args.json:
                 _print_json([dataclasses.asdict(d) for d in letters])
             elif not letters:
@@ -377,7 +371,6 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.to:
             Receiver.parse(args.to)  # a clear error before anything is sent
-        letters = dead_letters.waiting(ledger.store, limit=1000)
         targets = [args.to] if args.to else [d.receiver for d in letters]
         done = replay(ledger, _webhooks(args, targets), receiver=args.to)
     if args.json:
@@ -403,12 +396,3 @@ def _operator(args: argparse.Namespace) -> str:
         return getpass.getuser()
     except (OSError, KeyError) as exc:
         raise ConfigurationError("say who decides with --operator NAME (no OS user name)") from exc
-
-
-def _import(module: str) -> None:
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        importlib.import_module(module)
-    except ImportError as exc:
-        raise ConfigurationError(f"--import {module}: cannot import it ({exc})") from exc
