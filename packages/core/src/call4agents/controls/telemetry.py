@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from call4agents.engine.observe import AInner, Inner, Layer, install, installed
+from call4agents.engine.observe import PASS_THROUGH, AInner, Inner, Layer, install, installed
 from call4agents.model.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -89,9 +89,9 @@ class _Lazy(Layer):
                 except ImportError:  # found but broken: stay out of the way
                     install("otel", None)
         # None: OpenTelemetry is off; the base layer passes everything straight through.
-        return installed("otel") or _THROUGH
+        return installed("otel") or PASS_THROUGH
 
-    # The run and step events reach the real layer through ``resolved`` (see observe).
+    # The run and step events reach the real layer through ``resolved`` (observe.telemetry).
     def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
         return self.resolved().perform(action, call, inner)
 
@@ -99,9 +99,6 @@ class _Lazy(Layer):
         self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
     ) -> T:
         return await self.resolved().aperform(action, call, inner)
-
-
-_THROUGH = Layer()
 
 
 def _auto() -> None:

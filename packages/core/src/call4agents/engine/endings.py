@@ -68,7 +68,7 @@ def record_status_in(
 ) -> None:
     """``record_status`` inside a transaction the caller holds (the claim's, for budgets)."""
     run_controls.write_status(conn, dialect, run_id, status, reason, section, data)
-    observe.run_ended(run_id, status)
+    observe.telemetry().run_ended(run_id, status)
 
 
 def run_status(ledger: LedgerCore, run_id: str) -> RunStatus | None:

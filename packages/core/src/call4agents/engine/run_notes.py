@@ -211,14 +211,14 @@ def ending_of(exc: BaseException | None) -> tuple[str | None, str | None]:
 def finish(notes: Notes, exc: BaseException | None, *, write: bool = True) -> RunSummary:
     """Record the entry in the ledger (one statement) and tell telemetry."""
     summary = settle(notes, exc) if write else _summary(notes, exc)
-    observe.run_left(summary)
+    observe.telemetry().run_left(summary)
     return summary
 
 
 async def afinish(notes: Notes, exc: BaseException | None) -> RunSummary:
     """``finish`` with its write off the event loop's thread."""
     summary = await asyncio.to_thread(settle, notes, exc)
-    observe.run_left(summary)
+    observe.telemetry().run_left(summary)
     return summary
 
 
