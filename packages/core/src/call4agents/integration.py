@@ -32,7 +32,6 @@ from .engine.endings import (
     Escalated,
     check_escalate_on,
     escalate_by_policy,
-    external_ids,
     handoff,
 )
 from .engine.ledger_core import LedgerCore
@@ -42,6 +41,7 @@ from .engine.observe import (
     StepFigures,
     Watch,
     external_id,
+    external_ids,
     outcome_of,
     register_tool_payload,
     register_tool_payload_shape,

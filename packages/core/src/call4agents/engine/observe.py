@@ -336,18 +336,29 @@ def _as_is(result: Any) -> Any:
     return result
 
 
-def external_id(result: Any) -> str | None:
-    """The id a provider gave what the tool made: a mapping result's ``id``, else ``external_id``.
+_ID_FIELDS = ("id", "external_id")
 
-    Only a str or int value counts (the same fields ``runs.external_ids`` reports first).
-    """
+
+def external_ids(result: Any) -> dict[str, Any]:
+    """Ids a tool reported in its result: ``id``, ``external_id`` and ``*_id`` fields of a dict."""
     result = tool_payload(result)
-    if isinstance(result, Mapping):
-        for name in ("id", "external_id"):
-            found = result.get(name)
-            if isinstance(found, (str, int)) and not isinstance(found, bool):
-                return str(found)
-    return None
+    if not isinstance(result, Mapping):
+        return {}
+    return {
+        str(k): v
+        for k, v in result.items()
+        if isinstance(k, str)
+        and (k in _ID_FIELDS or k.endswith("_id"))
+        and isinstance(v, (str, int))
+        and not isinstance(v, bool)  # a flag such as {"is_id": true} is not an id
+    }
+
+
+def external_id(result: Any) -> str | None:
+    """The id a provider gave what the tool made: of its ``external_ids``, ``id``, else
+    ``external_id``."""
+    found = external_ids(result)
+    return next((str(found[name]) for name in _ID_FIELDS if name in found), None)
 
 
 def approval_of(action: Action, outcome: Outcome, exc: BaseException | None) -> tuple[str, str]:
