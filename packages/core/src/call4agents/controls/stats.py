@@ -379,9 +379,9 @@ def render_alerts(figures: AlertFigures) -> str:
         f"Completed without a read: {figures.runs_completed_without_read} of "
         f"{figures.runs_completed} completed runs"
         + ("" if share is None else f" ({share:.1%}; claims without evidence?)"),
-        f"Cost per run:             p95 {_num(figures.cost_per_run_p95)}, "
-        f"p99 {_num(figures.cost_per_run_p99)} (runs with a budget)",
-        f"Tool calls per run:       p95 {_num(figures.tool_calls_per_run_p95)}",
+        f"Cost per run:             p95 {number(figures.cost_per_run_p95)}, "
+        f"p99 {number(figures.cost_per_run_p99)} (runs with a budget)",
+        f"Tool calls per run:       p95 {number(figures.tool_calls_per_run_p95)}",
         "Runs by trigger:          "
         + (", ".join(f"{n} {t}" for t, n in figures.runs_by_trigger.items()) or "none given"),
         "Runs by ending:           "
@@ -390,7 +390,8 @@ def render_alerts(figures: AlertFigures) -> str:
     return "\n".join(lines)
 
 
-def _num(value: float | None) -> str:
+def number(value: float | None) -> str:
+    """A figure such as a cost per run, as ``stats`` and the console's charts say it."""
     return "n/a" if value is None else f"{value:.4g}"
 
 
