@@ -8,6 +8,7 @@ The package imports this module, so the automatic default is in place before the
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import threading
@@ -24,22 +25,13 @@ T = TypeVar("T")
 _lazy_lock = threading.Lock()
 
 
+@functools.cache
 def otel_available() -> bool:
     """Whether the OpenTelemetry API can be imported (looked up once per process)."""
-    if _available is None:
-        _set_available()
-    return bool(_available)
-
-
-_available: bool | None = None
-
-
-def _set_available() -> None:
-    global _available
     try:
-        _available = importlib.util.find_spec("opentelemetry") is not None
+        return importlib.util.find_spec("opentelemetry") is not None
     except (ImportError, ValueError):
-        _available = False
+        return False
 
 
 def configure(
