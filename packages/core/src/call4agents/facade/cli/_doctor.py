@@ -369,8 +369,8 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
     if (args.webhook_url or args.to) and not args.replay:
         raise ConfigurationError("--webhook-url and --to only go with --replay")
     with _open(args) as ledger:
+        letters = dead_letters.waiting(ledger.store, limit=1000)
         if not args.replay:
-            letters = dead_letters.waiting(ledger.store, limit=1000)
             if args.json:
                 _print_json([dataclasses.asdict(d) for d in letters])
             elif not letters:
@@ -381,7 +381,6 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.to:
             Receiver.parse(args.to)  # a clear error before anything is sent
-        letters = dead_letters.waiting(ledger.store, limit=1000)
         targets = [args.to] if args.to else [d.receiver for d in letters]
         done = replay(ledger, _webhooks(args, targets), receiver=args.to)
     if args.json:
