@@ -20,7 +20,7 @@ any read can cost. ``CLI``: a new ``call4agents`` process per call, wall time, m
 ``--cli-rounds``, beside a new process that opens the database and does the bare select.
 
 ``filled``/``folded``: the fill, and the first fold of every row it logged (what the first
-`stats` after the upgrade to schema version 16 costs a ledger of that size).
+`stats` after a bulk load costs a ledger of that size).
 
 ``tally trigger``: what keeping the figures up to date adds to the hot path: fresh effects
 (durability="process") on two ledgers, one with the trigger and one without, interleaved in
@@ -130,9 +130,9 @@ def fill_sql(dialect: str, n: int, t0: float, step: float, open_: int = OPEN) ->
 
 
 def fill(ledger: c4a.Ledger, n: int, open_: int = OPEN) -> tuple[float, float]:
-    """Fill the ledger (``open_``: see fill_sql), logging every row for the tallies as the
-    upgrade to schema version 16 does; then fold the log, as the first `stats` after such an
-    upgrade does. Seconds each."""
+    """Fill the ledger (``open_``: see fill_sql) with the tally triggers off, logging every row
+    for the tallies afterwards; then fold the log, as the first `stats` after such a load does.
+    Seconds each."""
     start = time.perf_counter()
     step = SPAN / n
     t0 = time.time() - SPAN

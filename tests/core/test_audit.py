@@ -271,26 +271,3 @@ def test_the_audit_page_filters_by_when(ledger: c4a.Ledger) -> None:
         page = c.get("/audit?since=1h").text
         assert '<option value="1h" selected>last 1h</option>' in page
         assert c.get("/audit?since=2w").status_code == 400
-
-
-def test_a_version_13_ledger_gets_the_audit_indexes(target: Target) -> None:
-    from sqlalchemy import inspect, text
-
-    from call4agents.storage.dialects import qualified
-    from call4agents.storage.migrations import CURRENT, migrate
-    from call4agents.storage.tables import audit, schema_version
-
-    ledger = target.open()
-    _entries_at(ledger, [1_900_000_000.0, 1_900_000_001.0])
-    with ledger.store.tx() as conn:  # as version 13 left the table
-        for index in audit.indexes:
-            conn.execute(text(f"DROP INDEX {qualified(conn, index.name or '')}"))
-        table = qualified(conn, "c4a_audit")
-        conn.execute(text(f"CREATE INDEX c4a_audit_actor ON {table} (actor, id)"))
-        conn.execute(text(f"CREATE INDEX c4a_audit_run ON {table} (run_id, id)"))
-        conn.execute(schema_version.update().values(version=13))
-    assert migrate(ledger.engine, schema=target.schema) == (13, CURRENT)
-    with ledger.engine.connect() as conn:
-        found = {i["name"] for i in inspect(conn).get_indexes("c4a_audit", schema=target.schema)}
-    assert found == {i.name for i in audit.indexes}
-    assert [e.at for e in ledger.audit()] == [1_900_000_001.0, 1_900_000_000.0]

@@ -616,3 +616,35 @@ def test_text_is_keyed_as_given_nfc_and_nfd_apart() -> None:
     assert (
         canonical_args("t", {"v": nfc}).key_material != canonical_args("t", {"v": nfd}).key_material
     )
+
+
+def test_keys_and_display_of_varied_arguments_are_pinned() -> None:
+    # Pinned: any change here changes the keys of stored actions, so old runs would repeat them.
+    args = {
+        "when": _PARIS,
+        "pos": _Point(1, 2),
+        "tags": {("b", 1), ("a", 2)},
+        "m": {2: "b", "a": 1, "ts": 5},
+        "login": _Login(user="ann", password="p"),
+        "cards": [Card("4111-1111", "Ann")],
+        "blob": memoryview(b"\x00\xff"),
+        "level": Level.LOW,
+        "$x": [decimal.Decimal("1.10"), dt.timedelta(seconds=3), uuid.UUID(int=1)],
+    }
+    canon = canonical_args(
+        "t", args, ignore=("m.ts",), redact=("cards[].number",), redact_digest=digest
+    )
+    card = "38ce10fe75788e78c569d7f1d8dcdf073fe4fc6728bccfc1bf94c4596d91ec2a"  # its HMAC
+    shared = (
+        '{"$$x":[{"$decimal":"1.10"},{"$timedelta":[0,3,0]},'
+        '{"$uuid":"00000000-0000-0000-0000-000000000001"}],"blob":{"$memoryview":"AP8="},'
+        '"cards":[{"$dataclass":["tests.core.test_canonical:Card",{"holder":"Ann","number":CARD}]}],'
+        '"level":{"$enum":["tests.core.test_canonical:Level",1]},'
+        '"login":{"$model":["tests.core.test_canonical:_Login",{"user":"ann"},{"password":"p"}]},'
+        '"m":{"$map":[["a",1],[2,"b"]]},'
+        '"pos":{"$namedtuple":["tests.core.test_canonical:_Point",[1,2]]},'
+        '"tags":{"$set":[{"$tuple":["a",2]},{"$tuple":["b",1]}]},'
+        '"when":{"$datetime":["2024-05-01T12:00:00+02:00","Europe/Paris"]}}'
+    )
+    assert canon.key_material == shared.replace("CARD", '{"$redacted":"' + card + '"}')
+    assert canon.display == shared.replace("CARD", '"***"')

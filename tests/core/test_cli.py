@@ -385,6 +385,21 @@ def test_migrate(target: Any, cli: Cli) -> None:
     assert cli(target, "doubt") == (0, "No actions in doubt.\n", "")
 
 
+def test_migrate_and_doctor_refuse_a_development_ledger(sqlite_target: Any, cli: Cli) -> None:
+    from call4agents.storage.tables import schema_version
+
+    with sqlite_target.open() as ledger, ledger.engine.begin() as conn:
+        conn.execute(schema_version.update().values(version=12))
+    code, _, err = cli(sqlite_target, "migrate")
+    assert code == 2
+    assert "development build" in one_error_line(err)
+    assert "was not changed" in err
+    checks = json.loads(cli(sqlite_target, "doctor", "--json")[1])["checks"]
+    [schema] = [c for c in checks if c["name"] == "schema"]
+    assert schema["status"] == "FAIL"
+    assert "schema version 12, written by a development build" in schema["detail"]
+
+
 def test_reading_commands_do_not_create_or_migrate(sqlite_target: Any, cli: Cli) -> None:
     code, _, err = cli(sqlite_target, "doubt")
     assert code == 2

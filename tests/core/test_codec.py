@@ -357,3 +357,67 @@ def test_size_limit_counts_utf8_bytes() -> None:
 def test_size_limit_applies_to_tagged_results() -> None:
     with pytest.raises(ResultEncodingError, match="over the 10-byte limit"):
         encode_result((1, 2, 3), max_bytes=10)
+
+
+def test_tagged_encodings_are_pinned() -> None:
+    # Pinned: stored results are read back by later versions, so a tag never changes its form.
+    zoneinfo = pytest.importorskip("zoneinfo")
+    paris = dt.datetime(2024, 5, 1, 12, tzinfo=zoneinfo.ZoneInfo("Europe/Paris"))
+    value = {
+        "b": (1, Pos(1, 2)),
+        "a": {2: b"\x00", "$k": frozenset({3})},
+        "at": paris,
+        "naive": dt.datetime(2024, 1, 2, 3),  # noqa: DTZ001 - results may be naive
+        "big": 2**2001,
+        "nan": math.nan,
+        "p": pathlib.PurePosixPath("/x"),
+        "mv": memoryview(b"ab"),
+        "level": Level.LOW,
+        "point": Point(1, 2.5),
+        "d": [decimal.Decimal("1.10"), dt.timedelta(seconds=3), uuid.UUID(int=1), {"$x": None}],
+    }
+    assert encode_result(value, max_bytes=LIMIT) == (
+        '{"$tagged":{"b":{"$tuple":[1,{"$namedtuple":["tests.core.test_codec:Pos",[1,2]]}]},'
+        '"a":{"$map":[[2,{"$bytes":"AA=="}],["$k",{"$frozenset":[3]}]]},'
+        '"at":{"$datetime":["2024-05-01T12:00:00+02:00","Europe/Paris"]},'
+        '"naive":{"$datetime":"2024-01-02T03:00:00"},'
+        '"big":{"$int":"2' + "0" * 500 + '"},"nan":{"$float":"nan"},'
+        '"p":{"$path":["pathlib:PurePosixPath","/x"]},"mv":{"$bytes":"YWI="},'
+        '"level":{"$enum":["tests.core.test_codec:Level",1]},'
+        '"point":{"$dataclass":["tests.core.test_codec:Point",{"x":1,"y":2.5}]},'
+        '"d":[{"$decimal":"1.10"},{"$timedelta":[0,3,0]},'
+        '{"$uuid":"00000000-0000-0000-0000-000000000001"},{"$$x":null}]}}'
+    )
+
+
+@pytest.mark.skipif(pydantic is None, reason="needs pydantic")
+def test_tagged_model_encoding_is_pinned() -> None:
+    order = Order(
+        id=uuid.UUID(int=9),
+        customer=Customer(name="Ann", since=dt.date(2020, 1, 1)),
+        placed_at=dt.datetime(2024, 1, 2, 3, 4, tzinfo=UTC),
+        items=[Item(sku="a", qty=2)],
+        total=decimal.Decimal("9.90"),
+        gift=(1, 2),
+    )
+    assert encode_result(order, max_bytes=LIMIT) == (
+        '{"$tagged":{"$model":["tests.core.test_codec:Order",'
+        '{"id":{"$uuid":"00000000-0000-0000-0000-000000000009"},'
+        '"customer":{"$model":["tests.core.test_codec:Customer",'
+        '{"name":"Ann","since":{"$date":"2020-01-01"}},["name","since"]]},'
+        '"placed_at":{"$datetime":"2024-01-02T03:04:00+00:00"},'
+        '"items":[{"$model":["tests.core.test_codec:Item",{"sku":"a","qty":2},["qty","sku"]]}],'
+        '"total":{"$decimal":"9.90"},"note":null,"gift":{"$tuple":[1,2]}},'
+        '["customer","gift","id","items","placed_at","total"]]}}'
+    )
+
+
+def test_paths_through_maps_and_sets() -> None:
+    with socket.socket() as sock:
+        for value, path in (({1: "x", "a": sock}, "result['a']"), ([{sock}], "result[0][0]")):
+            with pytest.raises(ResultEncodingError) as info:
+                encode_result(value, max_bytes=LIMIT)
+            assert (
+                info.value.why
+                == f"result contains a socket object at {path}, which cannot be stored"
+            )

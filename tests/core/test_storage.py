@@ -18,9 +18,9 @@ from sqlalchemy import select, text
 
 import call4agents as c4a
 from call4agents.facade import _children
-from call4agents.storage import _db, urls
+from call4agents.storage import _db
 from call4agents.storage.migrations import CURRENT
-from call4agents.storage.tables import meta, schema_version
+from call4agents.storage.tables import effects, schema_version
 from tests.conftest import Target
 
 
@@ -43,31 +43,57 @@ def test_migrate_is_safe_to_repeat(target: Any) -> None:
     assert migrate(ledger.engine, schema=target.schema) == (CURRENT, CURRENT)
 
 
-def test_a_ledger_from_before_argument_digests_is_brought_up_to_date(target: Any) -> None:
-    # As version 4 made it: no args_digest column. Opening it adds the column; the action
-    # already there keeps no digest (and is still served), a new one gets one.
+def test_a_ledger_of_a_development_build_is_refused_and_left_alone(target: Any) -> None:
+    # Versions before the baseline were never released: no upgrade reads them, and nothing
+    # touches them, neither an open nor `migrate`.
+    from call4agents.storage import migrations
+
     ledger = target.open()
-    send = c4a.effect(name="mail.send", ledger=ledger)(lambda to: {"to": to})
     with c4a.run("old"):
-        send("a@x")
-    table = f'"{target.schema}".c4a_effects' if target.schema else "c4a_effects"
+        c4a.effect(name="mail.send", ledger=ledger)(lambda to: to)("a@x")
     with ledger.engine.begin() as conn:
-        conn.execute(text(f"ALTER TABLE {table} DROP COLUMN args_digest"))
-        conn.execute(schema_version.update().values(version=4))
+        conn.execute(schema_version.update().values(version=12))
+    engine = ledger.engine
+    refused = r"schema version 12, written by a development build .* The ledger was not changed"
+    with pytest.raises(c4a.LedgerError, match=refused):
+        target.open()
+    with pytest.raises(c4a.LedgerError, match=refused):
+        target.open(auto_migrate=False)
+    with pytest.raises(c4a.LedgerError, match=refused):
+        migrations.migrate(engine, schema=target.schema)
+    with engine.connect() as conn:
+        assert conn.execute(select(schema_version.c.version)).scalar() == 12
+        assert conn.execute(select(effects.c.run_id)).scalars().all() == ["old"]
+
+
+def test_a_migration_appended_after_the_baseline_brings_a_ledger_up_once(target: Any) -> None:
+    # The next change to the schema is an entry in MIGRATIONS: the first open after it runs the
+    # entry and records its version in one transaction; the ledger's rows stay.
+    from call4agents.storage import migrations
+    from call4agents.storage.dialects import qualified
+
+    ledger = target.open()
+    with c4a.run("before"):
+        c4a.effect(name="mail.send", ledger=ledger)(lambda to: to)("a@x")
     ledger.close()
-    reopened = target.open()
-    resend = c4a.effect(name="mail.send", ledger=reopened)(lambda to: {"to": "again"})
-    with c4a.run("old"):
-        assert resend("a@x") == {"to": "a@x"}  # the recorded result
-        resend("b@x")
-    digests = {r.args["to"]: reopened.store.stored_args(r.key) for r in reopened.effects("old")}
-    assert digests["a@x"] is not None
-    assert digests["b@x"] is not None
-    digests = {to: stored.digest for to, stored in digests.items() if stored is not None}
-    assert digests["a@x"] is None
-    assert len(digests["b@x"] or "") == 64
-    with reopened.engine.connect() as conn:
-        assert conn.execute(select(schema_version.c.version)).scalar() == CURRENT
+    ran: list[int] = []
+
+    def add_notes(conn: Any) -> None:
+        ran.append(1)
+        conn.execute(text(f"CREATE TABLE {qualified(conn, 'c4a_test_notes')} (note TEXT)"))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(migrations, "MIGRATIONS", [add_notes])
+        patch.setattr(migrations, "CURRENT", migrations.BASELINE + 1)
+        with target.open() as upgraded:
+            assert [r.run_id for r in upgraded.effects()] == ["before"]
+            after = (migrations.BASELINE + 1,) * 2
+            assert migrations.migrate(upgraded.engine, schema=target.schema) == after
+            with upgraded.engine.connect() as conn:
+                assert conn.execute(select(schema_version.c.version)).scalar() == after[0]
+                notes = qualified(conn, "c4a_test_notes")
+                assert conn.execute(text(f"SELECT count(*) FROM {notes}")).scalar() == 0
+    assert ran == [1]
 
 
 def test_threads_making_the_secret_at_once_all_get_the_same_one(tmp_path: Path) -> None:
@@ -341,64 +367,6 @@ def _ask(wire: Any, run_id: str, amount: int) -> c4a.ApprovalRequest:
     return request
 
 
-def test_a_version_7_ledger_gets_who_asked_and_the_kind_on_new_tickets_only(
-    target: Any,
-) -> None:
-    # As version 7 made it: tickets without asked_by and kind (and, on PostgreSQL, no news
-    # triggers). Opening it adds both; the old ticket still verifies and can be decided.
-    from call4agents.engine import approvals
-    from call4agents.storage import news
-    from call4agents.storage.tables import approvals as approvals_table
-
-    ledger = target.open()
-    old = _ask(_wire(ledger, approval=True), "old", 10)
-    table = f'"{target.schema}".c4a_approvals' if target.schema else "c4a_approvals"
-    with ledger.engine.begin() as conn:
-        row = dict(conn.execute(select(approvals_table)).mappings().one())
-        as_v7 = {**row, "asked_by": None, "kind": None}
-        signature = ledger.signer().sign(approvals._fields(as_v7))
-        conn.execute(approvals_table.update().values(asked_by=None, kind=None, signature=signature))
-        conn.execute(text(f"ALTER TABLE {table} DROP COLUMN asked_by"))
-        conn.execute(text(f"ALTER TABLE {table} DROP COLUMN kind"))
-        if target.backend == "postgres":
-            news.drop_triggers(conn)
-        conn.execute(schema_version.update().values(version=7))
-    ledger.close()
-
-    reopened = target.open()
-    with reopened.engine.connect() as conn:
-        assert conn.execute(select(schema_version.c.version)).scalar() == CURRENT
-    found = reopened.approval(old.ticket)
-    assert found is not None
-    assert (found.asked_by, found.kind) == (None, None)
-    assert reopened.approve(old.ticket, by="ann").state == "approved"  # still verifies
-    feed = reopened.listen()
-    try:
-        new = _ask(_wire(reopened, approval=lambda amount: amount > 100), "new", 500)
-        assert new.kind == "irreversible"
-        assert new.asked_by is not None
-        assert "rule approval=" in new.asked_by
-        stored = reopened.approval(new.ticket)
-        assert stored is not None
-        assert (stored.asked_by, stored.kind) == (new.asked_by, "irreversible")
-        if target.backend == "postgres":  # the upgrade made the news triggers
-            assert feed is not None
-            assert news.News("ticket", new.ticket) in feed.wait(10.0)
-        else:
-            assert feed is None
-    finally:
-        if feed is not None:
-            feed.close()
-    # One version on, this code refuses the ledger with the clear error, and leaves it alone.
-    with reopened.engine.begin() as conn:
-        conn.execute(schema_version.update().values(version=CURRENT + 1))
-    reopened.close()
-    with pytest.raises(
-        c4a.LedgerError, match=rf"newer Call4Agents \(schema version {CURRENT + 1};"
-    ):
-        target.open()
-
-
 def test_who_asked_names_the_ledgers_policy_or_the_tools_own_yes(target: Any) -> None:
     ledger = target.open(approval_for=("irreversible",))
     by_policy = _ask(_wire(ledger), "p", 1)
@@ -416,71 +384,3 @@ def test_who_asked_names_the_ledgers_policy_or_the_tools_own_yes(target: Any) ->
         )
     with pytest.raises(c4a.LedgerError, match="signature check"):
         ledger.approve(by_tool.ticket, by="ann")
-
-
-def _shape(ledger: c4a.Ledger) -> dict[str, list[tuple[Any, ...]]]:
-    """Every table, column, index, trigger and function of a ledger, as the database states
-    them, with the schema's own name taken out (two ledgers on one server differ in it)."""
-    queries = {
-        "sqlite": {
-            "objects": "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'",
-        },
-        "postgresql": {
-            "columns": "SELECT table_name, ordinal_position, column_name, data_type, "
-            "character_maximum_length, collation_name, is_nullable, column_default "
-            "FROM information_schema.columns WHERE table_schema = :schema",
-            "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes "
-            "WHERE schemaname = :schema",
-            "triggers": "SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t "
-            "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = :schema AND NOT t.tgisinternal",
-            "functions": "SELECT p.proname, p.prosrc FROM pg_proc p "
-            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = :schema",
-        },
-    }[ledger.dialect]
-    found: dict[str, list[tuple[Any, ...]]] = {}
-    with ledger.engine.connect() as conn:
-        for name, query in queries.items():
-            rows = conn.execute(text(query), {"schema": ledger.schema}).all()
-            found[name] = sorted(
-                tuple(
-                    " ".join(v.replace(ledger.schema or "\0", "SCHEMA").split())
-                    if isinstance(v, str)
-                    else v
-                    for v in row
-                )
-                for row in rows
-            )
-        found["meta"] = [tuple(r) for r in conn.execute(select(meta.c.name)).all()]
-    return found
-
-
-@pytest.mark.new_schema  # what the open makes is the point
-def test_a_new_ledger_is_what_every_migration_from_nothing_makes(
-    target: Any, tmp_path: Path
-) -> None:
-    """A brand-new ledger is made in one pass (migrations.create_current); an old ledger is
-    brought up by the numbered migrations. Both must end as the same schema, or a ledger's
-    behaviour would depend on the version it was first made by."""
-    import contextlib
-
-    from call4agents.storage.migrations import migrate
-    from tests.conftest import make_target
-
-    made = target.open()
-    with contextlib.contextmanager(make_target)(target.backend, tmp_path / "b") as other:
-        (tmp_path / "b").mkdir(exist_ok=True)
-        engine = _db.make_engine(
-            urls.parse_url(other.url),
-            durability="power",
-            schema=other.schema,
-            busy_timeout=5.0,
-            allow_network_fs=False,
-        )
-        try:
-            assert migrate(engine, schema=other.schema, target=CURRENT - 1) == (0, CURRENT - 1)
-            assert migrate(engine, schema=other.schema) == (CURRENT - 1, CURRENT)
-            stepwise = other.open()
-            assert _shape(made) == _shape(stepwise)
-        finally:
-            engine.dispose()

@@ -1,6 +1,6 @@
 """Figures over time come from the timeline (the tallies by minute and by hour): a window's
-figures equal a count of its actions row by row, open doubt has a history, and a ledger from
-before the timeline gains one when it upgrades. On both backends."""
+figures equal a count of its actions row by row and open doubt has a history. On
+both backends."""
 
 from __future__ import annotations
 
@@ -10,15 +10,11 @@ from sqlalchemy import update
 import call4agents as c4a
 from call4agents.controls import stats
 from call4agents.storage import tally
-from call4agents.storage.migrations import CURRENT, migrate
 from call4agents.storage.run_rows import COMPLETED_AT, ENTERED_AT
-from call4agents.storage.tables import changes, effects, run_counters, runs, schema_version
-from tests.conftest import Target
+from call4agents.storage.tables import changes, effects, run_counters, runs
 from tests.otel.test_stats_tallies import (
-    as_version_15_left_it,
     assert_tallies_match,
     counted_row_by_row,
-    mixed_work,
 )
 
 HOUR = 3600.0
@@ -193,20 +189,3 @@ def test_an_entry_written_late_never_picks_up_its_own_escalation(ledger: c4a.Led
     with c4a.run("late"):  # a person picks it up
         pass
     assert stats.open_figures(ledger).escalations_open == 0
-
-
-def test_a_ledger_of_version_8_gains_the_timeline(target: Target) -> None:
-    ledger = c4a.init(target.open())
-    mixed_work(ledger)
-    stats.compute(ledger)
-    as_version_15_left_it(ledger, {})
-    with ledger.engine.begin() as conn:
-        conn.execute(schema_version.update().values(version=8))
-    assert migrate(ledger.engine, schema=target.schema) == (8, CURRENT)
-    expected = assert_tallies_match(ledger)
-    assert expected["actions"] > 0
-    # And it keeps counting: more work after the upgrade.
-    work(ledger)
-    assert assert_tallies_match(ledger)["actions"] > expected["actions"]
-    month = stats.series(ledger, 30 * 86400, 30)  # the oldest run is 200 hours old
-    assert sum(b.executions for b in month.buckets) == stats.compute(ledger).executions

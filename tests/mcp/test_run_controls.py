@@ -26,9 +26,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import update
 
 import call4agents as c4a
-from call4agents.engine import run_notes
 from call4agents.engine.undos import undo_for
 from call4agents.facade.cli import main as cli_main
+from call4agents.storage import run_rows
 from call4agents.storage.tables import run_counters
 from call4agents_mcp import KEY_META, OnceOnly, call_tool, ending_of, process_tool_call
 from tests import forked
@@ -603,7 +603,7 @@ def test_trigger_is_recorded_as_the_server_enters_a_run(
         default=c4a.EffectOptions(kind="read"),
     )
     call_all(pay_server(world, reads), ("charge", {"amount": 9}, "charge-9"))
-    assert run_notes.triggers(ledger, "mcp:job-r") == ["schedule"]
+    assert run_rows.triggers(ledger.store, "mcp:job-r") == ["schedule"]
     assert ledger.effects("mcp:job-r") == []  # nothing recorded but the entry
 
     # A restarted server (a new OnceOnly, same ledger) enters a run that has acted: a retry.

@@ -7,7 +7,8 @@ import pytest
 from opentelemetry import trace
 
 import call4agents as c4a
-from call4agents.engine.run_notes import run_text, triggers
+from call4agents.engine.run_notes import run_text
+from call4agents.storage import run_rows
 from tests.conftest import Target
 from tests.otel.conftest import Telemetry
 
@@ -53,7 +54,7 @@ def test_trigger_and_retry_on_the_span_and_in_the_ledger(
     assert float(again["call4agents.budget.wall_clock_ms"]) >= float(  # type: ignore[arg-type]
         first["call4agents.budget.wall_clock_ms"]  # type: ignore[arg-type]
     )
-    assert triggers(ledger, "t-1") == ["webhook", "retry"]
+    assert run_rows.triggers(ledger.store, "t-1") == ["webhook", "retry"]
     text = run_text(ledger, "t-1")
     assert text is not None
     assert "trigger webhook then retry" in text

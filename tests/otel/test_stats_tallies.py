@@ -1,8 +1,8 @@
 """`call4agents stats`, the console's health and the alerts count from one mechanism: a change
 log the triggers and the repeat counter append to, folded into tallies all time, by minute and
-by hour, and per run. After any mix of work, including a worker killed mid-way and an upgrade
-from the tables versions 7 to 15 kept, the tallies equal a recount of every action and every
-counter, and the figures equal the actions counted row by row."""
+by hour, and per run. After any mix of work, including a worker killed mid-way, the tallies
+equal a recount of every action and every counter, and the figures equal the actions counted
+row by row."""
 
 from __future__ import annotations
 
@@ -274,106 +274,6 @@ def test_tallies_equal_a_recount_after_mixed_work(target: Target) -> None:
     assert after_gc["runs_by_state"]["done"] == 2  # c and e lost their failures to gc
 
 
-def test_a_ledger_from_before_tallies_is_seeded(target: Target) -> None:
-    ledger = c4a.init(target.open())
-    mixed_work(ledger)
-    from call4agents.storage.migrations import migrate
-    from call4agents.storage.tables import schema_version
-
-    with ledger.engine.begin() as conn:
-        conn.execute(schema_version.update().values(version=6))
-    assert migrate(ledger.engine, schema=target.schema)[0] == 6
-    assert_tallies_match(ledger)
-
-
-# The tables and triggers versions 7 to 15 kept the figures in, as they left them (columns the
-# upgrade reads, and triggers named as they named them, which must not outlive it).
-OLD_TABLES = {
-    "c4a_changes": "id INTEGER PRIMARY KEY, run_id TEXT, kind TEXT, old_state TEXT, "
-    "old_attempt INTEGER, new_state TEXT, new_attempt INTEGER, created_at FLOAT, at FLOAT",
-    "c4a_tallies": "name VARCHAR(64) PRIMARY KEY, value BIGINT",
-    "c4a_run_tallies": "run_id TEXT PRIMARY KEY, actions BIGINT, failed BIGINT, "
-    "irreversible BIGINT, last_at FLOAT",
-    "c4a_timeline": "step INTEGER, at BIGINT, name VARCHAR(64), value BIGINT",
-    "c4a_run_changes": "id INTEGER PRIMARY KEY, run_id TEXT, name TEXT, old_value FLOAT, "
-    "new_value FLOAT",
-    "c4a_run_marks": "run_id TEXT PRIMARY KEY, completed BIGINT, has_read BIGINT",
-    "c4a_dedup_hits": "tool TEXT, minute BIGINT, hits BIGINT, PRIMARY KEY (tool, minute)",
-}
-OLD_LOG = (
-    "INSERT INTO {log} (run_id, kind, new_state, new_attempt) VALUES ({r}.run_id, 'x', 'x', 1)"
-)
-
-
-def as_version_15_left_it(ledger: c4a.Ledger, repeats: dict[str, list[tuple[int, int]]]) -> None:
-    """The figures' tables and triggers as versions 7 to 15 made them (stale figures in them),
-    with ``repeats`` (tool: [(minute, hits)]) in c4a_dedup_hits."""
-    prefix = f'"{ledger.schema}".' if ledger.schema else ""
-    pg = ledger.dialect == "postgresql"
-    with ledger.engine.begin() as conn:
-        tally.drop_triggers(conn)
-        for name, columns in OLD_TABLES.items():
-            conn.execute(text(f"DROP TABLE IF EXISTS {prefix}{name}"))
-            conn.execute(text(f"CREATE TABLE {prefix}{name} ({columns})"))
-        conn.execute(text(f"INSERT INTO {prefix}c4a_tallies VALUES ('executions', 12345)"))
-        for tool, counted in repeats.items():
-            for minute, hits in counted:
-                conn.execute(
-                    text(f"INSERT INTO {prefix}c4a_dedup_hits VALUES (:t, :m, :h)"),
-                    {"t": tool, "m": minute, "h": hits},
-                )
-        log = OLD_LOG.format(log=prefix + "c4a_changes", r="NEW")
-        # Their names: on PostgreSQL a function per table and its triggers, on SQLite one
-        # trigger per table and operation.
-        old = {"c4a_effects": ("c4a_effects_tally", "c4a_effects_tally_update")}
-        old["c4a_run_counters"] = ("c4a_run_counters_tally_insert",)
-        for table, names in old.items():
-            if pg:
-                function = f"{prefix}{table}_tally()"
-                conn.execute(
-                    text(
-                        f"CREATE FUNCTION {function} RETURNS trigger LANGUAGE plpgsql AS "
-                        f"$$ BEGIN {log}; RETURN NULL; END $$"
-                    )
-                )
-            body = f"EXECUTE FUNCTION {function}" if pg else f"BEGIN {log}; END"
-            for name in names if pg else (table + "_tally_insert",):
-                conn.execute(
-                    text(
-                        f"CREATE TRIGGER {name} AFTER INSERT ON {prefix}{table} FOR EACH ROW {body}"
-                    )
-                )
-        conn.execute(text(f"UPDATE {prefix}c4a_schema SET version = 15"))
-
-
-@pytest.mark.parametrize("version", [8, 9, 10, 15])
-def test_a_ledger_from_before_one_log_is_counted_afresh(target: Target, version: int) -> None:
-    """Upgrading from the tables versions 7 to 15 kept: every action and counter is counted
-    again, the repeats they counted are kept by minute, and the old triggers are gone (an
-    action written after the upgrade is counted once)."""
-    from call4agents.storage.migrations import CURRENT, migrate
-    from call4agents.storage.tables import schema_version
-
-    ledger = c4a.init(target.open())
-    mixed_work(ledger)
-    budgeted_work(ledger)
-    expected = assert_tallies_match(ledger)
-    minute = int(ledger.store.now() // 60)
-    as_version_15_left_it(ledger, {"send": [(minute - 3, 2), (minute, 1)], "wire": [(minute, 4)]})
-    with ledger.engine.begin() as conn:
-        conn.execute(schema_version.update().values(version=version))
-    assert migrate(ledger.engine, schema=target.schema) == (version, CURRENT)
-    found = assert_tallies_match(ledger)
-    assert found["deduped"] == 7  # the counts the old table held, not the ones folded before
-    assert {k: v for k, v in found.items() if "dedup" not in k} == {
-        k: v for k, v in expected.items() if "dedup" not in k
-    }
-    assert stats.compute(ledger, 120).deduped == 5  # filed under their own minutes
-    with c4a.run("after"):
-        c4a.effect(name="later")(lambda: 1)()
-    assert assert_tallies_match(ledger)["actions"] == expected["actions"] + 1
-
-
 CHILD = """
 import os, sys, time
 import call4agents as c4a
@@ -589,25 +489,3 @@ def test_figures_read_by_name_hold_where_the_database_sorts_by_language(
     assert figures.triggers == {"retry": 5, "schedule": 8, "user": 4}
     assert tally.quantile(figures.costs, 0.99) is not None
     assert tally.quantile(figures.calls, 0.95) is not None
-
-
-@pytest.mark.postgres
-def test_a_ledger_read_by_language_before_version_11_gets_its_run_figures_back(
-    pg_by_language: Target,
-) -> None:
-    """A ledger of version 10 in such a database had its counter names in the database's order;
-    the upgrade puts them in byte order and counts the run figures afresh."""
-    from call4agents.storage.migrations import CURRENT, migrate
-    from call4agents.storage.tables import schema_version
-
-    ledger = c4a.init(pg_by_language.open())
-    budgeted_work(ledger)
-    as_version_15_left_it(ledger, {})
-    with ledger.store.tx() as conn:  # as version 10 left it: names in the database's order
-        conn.execute(
-            text('ALTER TABLE c4a_run_counters ALTER COLUMN name TYPE text COLLATE "default"')
-        )
-        conn.execute(schema_version.update().values(version=10))
-    assert migrate(ledger.engine, schema=pg_by_language.schema) == (10, CURRENT)
-    assert stats._every_run(ledger).triggers == {"retry": 5, "schedule": 8, "user": 4}
-    assert_tallies_match(ledger)

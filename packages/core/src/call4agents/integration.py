@@ -24,7 +24,7 @@ from .engine import observe, run_notes
 from .engine.action import Action, EffectOptions, prepare
 from .engine.approvals import ApprovalRequest, first_shown
 from .engine.budgets import Budget, count_model_request, record_model_usage
-from .engine.context import RunContext, Trigger, check_run_id, current_run, idempotency_key
+from .engine.context import RunContext, Trigger, check_run_id, current_run, idempotency_key, soon
 from .engine.context import uncovered as uncovered_call
 from .engine.effect import aperform, perform
 from .engine.endings import (
@@ -137,7 +137,7 @@ def run_continues(
         return
     notes = run_notes.enter(run_id, ledger, check_trigger(trigger), by_steps=True)
     if notes is not None:
-        run_notes.enter_soon(notes)
+        soon(run_notes.look_back, notes)
 
 
 def run_finished(run_id: str, exc: BaseException | None = None) -> None:

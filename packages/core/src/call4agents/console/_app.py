@@ -26,21 +26,21 @@ def create_app(ledger: Ledger, settings: ConsoleSettings) -> Starlette:
     """The console's app; ``call4agents console`` serves it with uvicorn."""
     hub = LiveHub(ledger)
 
-    def route(path: str, page: Page, *, post: bool = False, decides: bool = False) -> Route:
-        handler = endpoint(settings, partial(page, ledger), decides=decides)
+    def route(path: str, page: Page, *, post: bool = False) -> Route:
+        handler = endpoint(settings, partial(page, ledger))
         return Route(path, handler, methods=["POST"] if post else ["GET"])
 
     routes = [
         route("/", _inbox.inbox),
-        route("/approvals/bulk", _inbox.bulk_decide, post=True, decides=True),
+        route("/approvals/bulk", _inbox.bulk_decide, post=True),
         route("/approvals/{ticket}", _tickets.ticket_page),
-        route("/approvals/{ticket}", _tickets.decide, post=True, decides=True),
+        route("/approvals/{ticket}", _tickets.decide, post=True),
         route("/doubt", _doubt.queue),
-        route("/doubt/{key}", _doubt.settle, post=True, decides=True),
+        route("/doubt/{key}", _doubt.settle, post=True),
         route("/runs", _runs.runs_list),
         route("/run", _runs.run_page),
         route("/run/undo", _runs.undo_confirm),
-        route("/run/undo", _runs.undo, post=True, decides=True),
+        route("/run/undo", _runs.undo, post=True),
         route("/audit", _audit.audit),
         route("/health", _health.health),
         route("/api/live", _health.live),

@@ -32,9 +32,8 @@ from starlette.requests import Request
 from call4agents.model.errors import ConfigurationError
 
 COOKIE = "c4a_console"
-LOOPBACK_NAMES = ("localhost",)
 READ_ONLY_ROLES = frozenset(("read-only", "readonly", "viewer"))
-# The names a console on loopback always answers to.
+# The names a console on loopback always answers to, and that count as loopback to listen on.
 LOCAL_HOSTS = frozenset(("127.0.0.1", "localhost", "::1"))
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -155,7 +154,7 @@ class Refused(Exception):
 
 
 def is_loopback(host: str) -> bool:
-    if host in LOOPBACK_NAMES:
+    if host in LOCAL_HOSTS:
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback

@@ -15,19 +15,19 @@ from ._auth import Refused
 from ._format import clock
 from ._listing import (
     AGE_WORDS,
+    QUEUE_PAGE,
     address,
     age_name,
     age_of,
     in_use,
     kept,
-    keyset_links,
     local_address,
+    queue_pages,
     run_address,
     with_param,
 )
 from ._web import Ask, decision_form, page, redirect
 
-SHOWN = 25  # actions to a page, those in doubt longest first
 FILTERS = ("tool", "run", "why", "age")
 
 
@@ -63,10 +63,9 @@ def where_of(query: dict[str, str]) -> DoubtFilter:
 
 def queue(ledger: Ledger, ask: Ask) -> Response:
     where, after = where_of(ask.query), ask.query.get("after") or None
-    found, total = ledger.in_doubt_page(where, after=after, limit=SHOWN)
+    found, total = ledger.in_doubt_page(where, after=after, limit=QUEUE_PAGE)
     filtered = where != DoubtFilter() or after is not None
     now = time.time()
-    more = len(found) == SHOWN and total > SHOWN
     here = address("/doubt", ask.query, (*FILTERS, "after"))  # to come back to after settling
     # Live updates only on the first page unfiltered, as in the inbox.
     return page(
@@ -84,13 +83,8 @@ def queue(ledger: Ledger, ask: Ask) -> Response:
         total=total,
         cards=[card(r, now, run_address(r.run_id, here)) for r in found],
         form=decision_form(ask, here),
-        pages=keyset_links(
-            "/doubt",
-            kept(ask.query, FILTERS),
-            after={"after": found[-1].key} if more else None,
-            paged=after is not None,
-        ),
-        size=SHOWN,
+        pages=queue_pages("/doubt", ask.query, FILTERS, [r.key for r in found], total),
+        size=QUEUE_PAGE,
     )
 
 

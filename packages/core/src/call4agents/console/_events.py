@@ -21,7 +21,7 @@ from starlette.responses import Response, StreamingResponse
 from call4agents import Ledger, LedgerError
 from call4agents.storage.news import News
 
-from ._web import SECURITY_HEADERS, Ask
+from ._web import NO_STORE, Ask
 
 READY = News("ready", "")  # the feed listens: a page checks once for what it may have missed
 LOST = News("lost", "")  # the feed stopped listening: a page polls until it is back
@@ -123,12 +123,10 @@ class LiveHub:
 
 def events(hub: LiveHub, ledger: Ledger, ask: Ask) -> Response:
     """``/api/events``: the news as server-sent events; 204 where the ledger cannot push."""
-    headers = {**SECURITY_HEADERS, "Cache-Control": "no-store"}
     if not hub.available:
-        return Response(status_code=204, headers=headers)
-    return StreamingResponse(
-        _stream(hub), media_type="text/event-stream", headers={**headers, "X-Accel-Buffering": "no"}
-    )
+        return Response(status_code=204, headers=NO_STORE)
+    streamed = {**NO_STORE, "X-Accel-Buffering": "no"}  # a proxy must not hold events back
+    return StreamingResponse(_stream(hub), media_type="text/event-stream", headers=streamed)
 
 
 async def _stream(hub: LiveHub) -> AsyncIterator[str]:

@@ -1,5 +1,5 @@
-"""Values as the pages word them: ages, times, JSON, redacted values. Text only: markup is the
-templates' (``templates/``), and every value reaches a page escaped."""
+"""Values as the pages word them: times, JSON, redacted values (ages are ``model.ages``'). Text
+only: markup is the templates' (``templates/``), and every value reaches a page escaped."""
 
 from __future__ import annotations
 
@@ -9,19 +9,6 @@ from typing import Any
 
 REDACTED = "***"  # how the ledger stores a redacted value in what it shows
 REDACTED_JSON = json.dumps(REDACTED)
-
-
-def ago(then: float | None, now: float | None = None) -> str:
-    if then is None:
-        return ""
-    seconds = max(0.0, (now if now is not None else time.time()) - then)
-    if seconds < 90:
-        return f"{seconds:.0f}s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def clock(at: float | None) -> str:
@@ -43,13 +30,3 @@ def json_parts(value: Any) -> list[str]:
     (``"***"`` is masked: the tool gets the real value)."""
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
     return text.split(REDACTED_JSON)
-
-
-def age(seconds: float | None) -> str:
-    """A span as the health figures say it: 3.2 h, 1.5 d, 40s."""
-    if seconds is None:
-        return ""
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f} {unit}"
-    return f"{seconds:.0f}s"

@@ -10,17 +10,14 @@ from starlette.responses import Response
 
 from call4agents import Ledger
 from call4agents.controls import stats
+from call4agents.model.ages import age
 from call4agents.storage import dead_letters
 
-from ._doubt import SHOWN as SHOWN_DOUBT
-from ._format import age as _age
 from ._format import clock
-from ._listing import pick
-from ._ticket_filters import SHOWN
+from ._listing import QUEUE_PAGE, WINDOWS, pick
 from ._web import Ask, json_response, page
 
-# Windows a person can pick; the figures of actions started in it (open items: whatever age).
-WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
+# The figures of actions started in the window picked (open items: whatever age).
 DEFAULT_WINDOW = "24h"  # the page costs what the window holds: a week of a busy ledger is slow
 # Buckets of each window's charts; "all" charts the last 7 days (a chart of every day ever
 # recorded would read every action).
@@ -48,11 +45,11 @@ def health(ledger: Ledger, ask: Ask) -> Response:
             "",
         ),
         ("Open in doubt", figures.in_doubt, ""),
-        ("Oldest in doubt", _age(figures.in_doubt_oldest_age), ""),
+        ("Oldest in doubt", age(figures.in_doubt_oldest_age), ""),
         ("Approvals waiting", figures.approvals_waiting, ""),
-        ("Oldest approval waiting", _age(figures.approvals_oldest_age), ""),
+        ("Oldest approval waiting", age(figures.approvals_oldest_age), ""),
         ("Escalations nobody picked up", opened.escalations_open, ""),
-        ("Oldest of them", _age(opened.escalations_oldest_age), ""),
+        ("Oldest of them", age(opened.escalations_oldest_age), ""),
         ("Webhook events given up", figures.webhooks_dead, "dead"),
     ]
     charted = "the last 7 days" if since is None else f"the last {window}"
@@ -66,7 +63,7 @@ def health(ledger: Ledger, ask: Ask) -> Response:
         letters=_dead_letters(ledger) if figures.webhooks_dead else [],
         charted=charted[0].upper() + charted[1:],
         buckets=len(over_time.buckets),
-        bucket=_age(over_time.bucket_seconds),
+        bucket=age(over_time.bucket_seconds),
         charts=_charts(over_time),
         runs=bars(figures.runs_by_state, "Runs by state"),
         actions=bars(figures.actions_by_state, "Actions by state"),
@@ -91,12 +88,12 @@ def _charts(over_time: stats.Series) -> list[Columns]:
         ("dedup", "Repeat (dedup) rate", [x.dedup_rate for x in b], _pct),
         ("in-doubt", "Open in doubt", [x.in_doubt_open for x in b], _n),
         ("waiting", "Approvals waiting", [x.approvals_waiting for x in b], _n),
-        ("waiting-age", "Oldest approval's wait", [x.approvals_oldest_age for x in b], _age),
+        ("waiting-age", "Oldest approval's wait", [x.approvals_oldest_age for x in b], age),
         (
             "escalation-age",
             "Escalation backlog: the oldest's age",
             [x.escalations_oldest_age for x in b],
-            _age,
+            age,
         ),
         *(
             (f"ended-{r}", f"Runs ended: {r}", [x.runs_ended.get(r, 0) for x in b], _n)
@@ -202,9 +199,9 @@ def bars(counts: dict[str, int], title: str) -> Bars | None:
 def live(ledger: Ledger, ask: Ask) -> Response:
     """What the pages poll: the open tickets and in-doubt actions, to show new ones at once."""
     figures = stats.open_figures(ledger)
-    tickets = [r.ticket for r in ledger.waiting(limit=SHOWN)]
+    tickets = [r.ticket for r in ledger.waiting(limit=QUEUE_PAGE)]
     # The queue's first page, in its order, read as the page reads it (not every action in doubt).
-    doubt = [r.key for r in ledger.in_doubt_page(limit=SHOWN_DOUBT)[0]]
+    doubt = [r.key for r in ledger.in_doubt_page(limit=QUEUE_PAGE)[0]]
     return json_response(
         {
             "approvals_waiting": figures.approvals_waiting,

@@ -7,7 +7,6 @@ import json
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode
 
 from starlette.responses import Response
 
@@ -15,8 +14,8 @@ from call4agents import Ledger, WaitingFilter
 from call4agents.engine.approvals import ApprovalRequest, superseded
 
 from ._auth import Refused
-from ._listing import address, kept, local_address, pick, with_param
-from ._ticket_filters import FILTERS, SHOWN, filters, pages, where_of
+from ._listing import QUEUE_PAGE, address, local_address, pick, queue_pages, with_param
+from ._ticket_filters import FILTERS, filters, where_of
 from ._tickets import (
     DECISIONS,
     LIST_KEYS,
@@ -66,12 +65,11 @@ class Outcome:
 def inbox(ledger: Ledger, ask: Ask) -> Response:
     where, after = where_of(ask.query), ask.query.get("after") or None
     view = pick(ask.query, "view", VIEWS, default="list")
-    live, total = ledger.waiting_page(where, after=after, limit=SHOWN)
+    live, total = ledger.waiting_page(where, after=after, limit=QUEUE_PAGE)
     filtered = where != WaitingFilter() or after is not None
     now = time.time()
     stale = superseded(ledger, live) if live else set()
     back = address("/", ask.query, (*LIST_KEYS, "after"))  # to come back to after a decision
-    opened = urlencode(kept(ask.query, LIST_KEYS))
     # Live updates only on the first page unfiltered: elsewhere news would replace what a
     # person is paging through.
     return page(
@@ -87,26 +85,23 @@ def inbox(ledger: Ledger, ask: Ask) -> Response:
         total=total,
         view=view,
         other=_other_view(ask.query, view),
-        can_decide=ask.who.can_decide,
-        csrf=ask.csrf,
-        back=back,
-        opened="?" + opened if opened else "",
+        opened=address("", ask.query, LIST_KEYS),
         lines=[_line(r, now, r.ticket in stale) for r in live] if view == "list" else [],
         cards=[card(ledger, r, now, stale=r.ticket in stale) for r in live]
         if view == "cards"
         else [],
         form=decision_form(ask, back, pick=True),
-        pages=pages(ask.query, live, total, after),
-        size=SHOWN,
+        pages=queue_pages("/", ask.query, (*FILTERS, "view"), [r.ticket for r in live], total),
+        size=QUEUE_PAGE,
     )
 
 
 def _other_view(query: dict[str, str], view: str) -> dict[str, str]:
     """A link to the other way of showing the same tickets."""
     other = "cards" if view == "list" else "list"
-    q = urlencode({**kept(query, (*FILTERS, "after")), "view": other})
+    href = address("/", {**query, "view": other}, (*FILTERS, "after", "view"))
     said = "Show each ticket's full card" if other == "cards" else "Show one line a ticket"
-    return {"href": f"/?{q}", "said": said}
+    return {"href": href, "said": said}
 
 
 def _line(request: ApprovalRequest, now: float, stale: bool) -> Line:

@@ -19,7 +19,9 @@ LISTS = {
     "/audit": "the audit",
 }
 AGES = {"": None, "5m": 300.0, "1h": 3600.0, "24h": 86400.0}
+WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}  # spans a page looks back
 AGE_WORDS = {"": "any time", "5m": "5 minutes", "1h": "1 hour", "24h": "24 hours"}
+QUEUE_PAGE = 25  # tickets to a page of the inbox, and actions to a page of the in-doubt queue
 
 
 def pick(
@@ -82,6 +84,16 @@ def keyset_links(
         first=f"{path}?{urlencode(filters)}" if paged else None,
         next=f"{path}?{urlencode({**filters, **after})}" if after else None,
     )
+
+
+def queue_pages(
+    path: str, query: dict[str, str], names: Iterable[str], ids: list[str], total: int
+) -> Pages:
+    """The links under a queue (the inbox, the in-doubt queue) showing ``ids`` of the ``total``
+    that match: the next page starts ``after`` the last of them, while more match."""
+    more = len(ids) == QUEUE_PAGE and total > QUEUE_PAGE
+    after = {"after": ids[-1]} if more else None
+    return keyset_links(path, kept(query, names), after=after, paged=bool(query.get("after")))
 
 
 def local_address(value: str | None, default: str) -> str:

@@ -19,8 +19,10 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from jinja2.ext import Extension
 from jinja2.lexer import TOKEN_DATA, TOKEN_VARIABLE_BEGIN, TOKEN_VARIABLE_END, Token, TokenStream
 
+from call4agents.model.ages import age, ago
+
 from ._auth import shown_name
-from ._format import ago, clock, json_parts
+from ._format import clock, json_parts
 
 NAV = (
     ("/", "Approvals"),
@@ -83,6 +85,7 @@ ENV = Environment(
     auto_reload=False,  # the templates ship with the package: read each once
 )
 ENV.filters.update(
+    age=age,
     ago=ago,
     clock=clock,
     json_parts=json_parts,

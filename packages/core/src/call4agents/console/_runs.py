@@ -11,28 +11,23 @@ from starlette.responses import Response
 from call4agents import AuditEntry, EffectRecord, Ledger, RunSummary
 from call4agents.controls import stats
 from call4agents.engine.budgets import spending_text
+from call4agents.engine.records import STATE_WORDS
 from call4agents.engine.undos import undo_for
+from call4agents.model.ages import ago
 from call4agents.storage import run_controls
 
 from ._auth import Refused
 from ._doubt import card, settled_notice
-from ._format import ago, clock
-from ._listing import Pages, address, kept, keyset_links, list_back, pick, run_address
+from ._format import clock
+from ._listing import WINDOWS, Pages, address, kept, keyset_links, list_back, pick, run_address
 from ._web import Ask, decision_form, page
 
 STATES = stats.RUN_STATES
 LISTED = 100  # runs to a page
 FILTERS = ("state", "tool", "q", "active")
 # How recently a listed run was active; counting every run ever recorded is slow on a large ledger.
-WINDOWS = {"1h": 3600.0, "24h": 86400.0, "7d": 604800.0, "all": None}
 DEFAULT_WINDOW = "7d"
 SETTLEMENTS_READ = 1000
-STATE_WORDS = {
-    "succeeded": "done",
-    "failed": "failed",
-    "in_doubt": "in doubt",
-    "started": "running",
-}
 
 
 def runs_list(ledger: Ledger, ask: Ask) -> Response:
@@ -63,7 +58,7 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
         )
         if state and derived != state:
             continue
-        href, active = run_address(r.run_id, here), ago(r.last_at, now) + " ago"
+        href, active = run_address(r.run_id, here), ago(r.last_at, now)
         rows.append(Listed(r, href, derived.replace("_", " "), waiting[r.run_id], active))
     return page(
         "runs.html",
@@ -177,7 +172,6 @@ def run_page(ledger: Ledger, ask: Ask) -> Response:
         handoff=None if handoff is None else handoff.text(),
         finished=bool(done),
         undoable=len(_undoable(actions)),
-        can_decide=ask.who.can_decide,
     )
 
 
@@ -250,8 +244,7 @@ def undo_confirm(ledger: Ledger, ask: Ask) -> Response:
         ask.who,
         run_id=run_id,
         undoable=list(reversed(undoable)),
-        csrf=ask.csrf,
-        back=back[0] if back else "",
+        form=decision_form(ask, back[0] if back else ""),
         run_href=run_address(run_id, back[0] if back else None),
     )
 

@@ -1,16 +1,13 @@
-"""The inbox's list: which waiting tickets a person asked for (filters, search, order) and the
-keyset links from one page of them to the next."""
+"""The inbox's list: which waiting tickets a person asked for (filters, search, order)."""
 
 from __future__ import annotations
 
 from call4agents import WaitingFilter
-from call4agents.engine.approvals import ApprovalRequest
 from call4agents.model.kinds import KINDS
 from call4agents.storage.approval_rows import SORTS
 
-from ._listing import AGE_WORDS, Pages, age_name, age_of, in_use, kept, keyset_links, pick
+from ._listing import AGE_WORDS, age_name, age_of, in_use, kept, pick
 
-SHOWN = 25  # tickets to a page, the oldest first unless sorted otherwise
 FILTERS = ("tool", "run", "kind", "asked", "q", "waited", "sort")
 SORT_WORDS = {"oldest": "oldest first", "newest": "newest first", "expiring": "expiring first"}
 
@@ -39,16 +36,3 @@ def filters(where: WaitingFilter, query: dict[str, str]) -> dict[str, object]:
         "view": query.get("view") or "",
         "said": in_use(kept(query, FILTERS)),
     }
-
-
-def pages(
-    query: dict[str, str], shown: list[ApprovalRequest], total: int, after: str | None
-) -> Pages:
-    """Keyset links: the next page starts after this page's last ticket."""
-    more = len(shown) == SHOWN and total > SHOWN
-    return keyset_links(
-        "/",
-        kept(query, (*FILTERS, "view")),
-        after={"after": shown[-1].ticket} if more else None,
-        paged=after is not None,
-    )

@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl
 
 from starlette.responses import Response
 
 from call4agents import EffectRecord, Ledger
 from call4agents.engine.approvals import ApprovalRequest, superseded
+from call4agents.model.ages import ago
 
 from ._auth import Refused
-from ._changes import Comparison, changes
-from ._format import ago, count_redacted
-from ._listing import address, kept, local_address, with_param
+from ._changes import APPROVED, Comparison, changes
+from ._format import count_redacted
+from ._listing import address, local_address, with_param
 from ._ticket_filters import FILTERS, where_of
 from ._web import Ask, decision_form, fingerprint, page, redirect
 
@@ -114,19 +115,19 @@ def decide(ledger: Ledger, ask: Ask) -> Response:
     decide_one(ledger, ticket, ask.form.get("fingerprint"), wanted, ask.who.name, reason)
     back = local_address(ask.form.get("back"), "/")
     if ask.form.get("then") == "next":
-        return after_decision(ledger, back, "decided", ticket)
+        return after_decision(ledger, back, ticket)
     return redirect(with_param(back, "decided", ticket))
 
 
-def after_decision(ledger: Ledger, back: str, name: str, value: str) -> Response:
+def after_decision(ledger: Ledger, back: str, ticket: str) -> Response:
     """Decided on a ticket's own card: the next ticket of the same filter comes up, on its
     card (the inbox as filtered when none is left), saying what was just decided."""
     query = dict(parse_qsl(back.partition("?")[2]))
     upcoming, _ = ledger.waiting_page(where_of(query), limit=1)
     if upcoming:
-        filters_q = urlencode({**kept(query, LIST_KEYS), name: value})
-        return redirect(f"/approvals/{upcoming[0].ticket}?{filters_q}")
-    return redirect(with_param(back, name, value))
+        card_page = f"/approvals/{upcoming[0].ticket}"
+        return redirect(address(card_page, {**query, "decided": ticket}, (*LIST_KEYS, "decided")))
+    return redirect(with_param(back, "decided", ticket))
 
 
 def decide_one(
@@ -141,7 +142,7 @@ def decide_one(
     if request.expires_at <= now:
         raise Refused(
             409,
-            f"ticket {ticket} expired {ago(request.expires_at, now)} ago: nothing was decided; "
+            f"ticket {ticket} expired {ago(request.expires_at, now)}: nothing was decided; "
             "the agent's next call opens a new ticket",
         )
     act = ledger.approve if wanted == "approved" else ledger.deny
@@ -160,8 +161,7 @@ def moved_text(ticket: str) -> str:
 
 def too_late(request: ApprovalRequest, wanted: str, me: str, now: float) -> str:
     if request.decided_by == me and request.state in (wanted, "spent"):
-        verb = "approved" if request.state in ("approved", "spent") else "denied"
-        return f"you already {verb} ticket {request.ticket}"
+        return f"you already {verb(request).lower()} ticket {request.ticket}"
     return f"{settled_text(request, now)}: your decision was not recorded"
 
 
@@ -175,7 +175,7 @@ def settled_text(request: ApprovalRequest, now: float) -> str:
     if request.state == "spent":
         return f"ticket {t} was approved by {by}{why} and the action has run"
     if request.expires_at <= now:
-        return f"ticket {t} expired {ago(request.expires_at, now)} ago without a decision"
+        return f"ticket {t} expired {ago(request.expires_at, now)} without a decision"
     return f"ticket {t} is {request.state}"
 
 
@@ -193,7 +193,7 @@ def missing_text(ticket: str) -> str:
 
 
 def verb(request: ApprovalRequest) -> str:
-    return "Approved" if request.state in ("approved", "spent") else "Denied"
+    return "Approved" if request.state in APPROVED else "Denied"
 
 
 def decided_notice(ledger: Ledger, ask: Ask) -> Decided | None:

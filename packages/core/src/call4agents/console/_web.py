@@ -16,8 +16,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 
 from call4agents.engine.approvals import ApprovalRequest
 from call4agents.model.errors import Call4AgentsError
-from call4agents.storage._db import DatabaseFault
-from call4agents.storage.store import short_error
+from call4agents.storage._db import DatabaseFault, database_failed
 
 from ._auth import (
     COOKIE,
@@ -44,6 +43,8 @@ SECURITY_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
+# No page or answer is cached: most show arguments, and all show who may decide what.
+NO_STORE = {**SECURITY_HEADERS, "Cache-Control": "no-store"}
 MAX_FORM_BYTES = 1_000_000
 # Characters a filter in the address may hold: a run id, a tool name or a search fits many times
 # over, and SQLite refuses a LIKE pattern past 50,000 bytes (it read as the ledger failing).
@@ -78,8 +79,8 @@ def fingerprint(request: ApprovalRequest) -> str:
 def decision_form(
     ask: Ask, back: str, *, then_next: bool = False, pick: bool = False
 ) -> dict[str, object]:
-    """What a form deciding a ticket (or settling an action in doubt) needs besides its subject:
-    who decides, and where to go back to."""
+    """What a form that changes something (a decision, a settlement, an undo) needs besides its
+    subject: who decides, the CSRF token, and where to go back to; the one source of each."""
     return {
         "can_decide": ask.who.can_decide,
         "csrf": ask.csrf,
@@ -88,12 +89,6 @@ def decision_form(
         "then_next": then_next,
         "pick": pick,
     }
-
-
-def html(body: str, status: int = 200, *, headers: dict[str, str] | None = None) -> Response:
-    # No page is cached: most show arguments, and all show who may decide what.
-    merged = {**SECURITY_HEADERS, "Cache-Control": "no-store", **(headers or {})}
-    return HTMLResponse(body, status_code=status, headers=merged)
 
 
 def page(
@@ -115,7 +110,7 @@ def page(
         here=here,
         **context,
     )
-    return html(body, status)
+    return HTMLResponse(body, status_code=status, headers=NO_STORE)
 
 
 TITLES = {
@@ -149,9 +144,9 @@ async def not_routed(request: Request, exc: Exception) -> Response:
 
 
 def endpoint(
-    settings: ConsoleSettings, handler: Handler, *, decides: bool = False
+    settings: ConsoleSettings, handler: Handler
 ) -> Callable[[Request], Awaitable[Response]]:
-    """Wrap a page: sign-in, CSRF and role for POSTs, ledger errors as a clear page."""
+    """Wrap a page: sign-in, role and CSRF for POSTs (every one decides), errors as a page."""
 
     async def serve(request: Request) -> Response:
         who: Viewer | None = None
@@ -161,8 +156,7 @@ def endpoint(
             who = viewer(request, settings)
             form = await _form(request) if request.method == "POST" else {}
             if request.method == "POST":
-                if decides:  # a read-only user is told so, whatever the form holds
-                    require_decider(who)
+                require_decider(who)  # a read-only user is told so, whatever the form holds
                 check_csrf(form.get("csrf"), who, settings)
             ask = Ask(
                 who=who,
@@ -179,7 +173,7 @@ def endpoint(
                 return error_page(503, f"{exc}; nothing was changed", who)
             return error_page(409, f"{exc} (nothing else was changed)", who)
         except DatabaseFault as exc:
-            return error_page(503, f"the ledger database failed: {short_error(exc)}", who)
+            return error_page(503, str(database_failed(exc)), who)
 
     return serve
 
@@ -207,7 +201,7 @@ def _sign_in(request: Request, settings: ConsoleSettings) -> Response:
         )
     rest = [(k, v) for k, v in parse_qsl(request.url.query) if k != "token"]
     target = request.url.path + ("?" + urlencode(rest) if rest else "")
-    response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
+    response = redirect(target)
     response.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/")
     return response
 
@@ -250,7 +244,7 @@ async def static(request: Request) -> Response:
 
 
 def json_response(value: Any) -> Response:
-    return JSONResponse(value, headers={**SECURITY_HEADERS, "Cache-Control": "no-store"})
+    return JSONResponse(value, headers=NO_STORE)
 
 
 def redirect(target: str) -> Response:

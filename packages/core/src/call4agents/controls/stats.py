@@ -20,6 +20,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from call4agents.model.ages import age
 from call4agents.storage import dead_letters, stat_rows, tally
 from call4agents.storage.run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from call4agents.storage.store import Conn
@@ -84,10 +85,10 @@ def open_figures(ledger: LedgerCore) -> OpenFigures:
         ledger.store
     )
 
-    def age(since: Any) -> float | None:
+    def waited(since: Any) -> float | None:
         return None if since is None else max(0.0, now - float(since))
 
-    return OpenFigures(doubt, age(doubt_since), waiting, age(asked), escalated, age(made))
+    return OpenFigures(doubt, waited(doubt_since), waiting, waited(asked), escalated, waited(made))
 
 
 def window_start(now: float, since: float) -> float:
@@ -214,7 +215,7 @@ def run_state(open_states: Collection[str], *, waiting: bool, failed: bool) -> s
 
 def render(stats: Stats) -> str:
     """The figures as a few readable lines."""
-    window = "all time" if stats.since_seconds is None else f"last {_age(stats.since_seconds)}"
+    window = "all time" if stats.since_seconds is None else f"last {age(stats.since_seconds)}"
     by_state = ", ".join(f"{n} {s}" for s, n in sorted(stats.actions_by_state.items())) or "none"
     per_run = ", ".join(f"{run}: {n}" for run, n in sorted(stats.irreversible_per_run.items()))
     runs = ", ".join(f"{n} {s}" for s, n in stats.runs_by_state.items()) or "none"
@@ -249,15 +250,8 @@ def _rate(stats: Stats) -> str:
     )
 
 
-def _oldest(age: float | None) -> str:
-    return "" if age is None else f", oldest {_age(age)}"
-
-
-def _age(seconds: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.0f}s"
+def _oldest(seconds: float | None) -> str:
+    return "" if seconds is None else f", oldest {age(seconds)}"
 
 
 # -- figures the shipped alerts watch (alerts/call4agents.rules.yml) -----------------------------

@@ -8,7 +8,6 @@ each model request and ``record_model_usage`` after it. A run past a limit ends 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import weakref
 from collections.abc import Mapping, Sequence
@@ -16,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from call4agents.engine.context import RunContext, current_run
+from call4agents.engine.context import RunContext, current_run, soon
 from call4agents.engine.default import default_ledger, default_or_none
 from call4agents.engine.endings import record_status_in
 from call4agents.engine.run_notes import note_spent
@@ -27,6 +26,7 @@ from call4agents.model.errors import (
     LedgerError,
 )
 from call4agents.storage import run_controls
+from call4agents.storage.run_rows import COST
 from call4agents.storage.store import Conn, Gate
 
 log = logging.getLogger("call4agents")
@@ -40,7 +40,6 @@ BUDGET = "budget"
 DEADLINE = "deadline"
 _CALLS = "tool_calls"
 _REQUESTS = "model_requests"
-_COST = "cost"
 _TOKENS_IN = "input_tokens"
 _TOKENS_OUT = "output_tokens"
 _STARTED = run_controls.STARTED
@@ -186,8 +185,8 @@ def spending_text(ledger: LedgerCore, run_id: str) -> str | None:
     if _TOKENS_IN in values or _TOKENS_OUT in values:
         tokens_in, tokens_out = int(values.get(_TOKENS_IN, 0)), int(values.get(_TOKENS_OUT, 0))
         parts.append(f"{tokens_in} input / {tokens_out} output tokens")
-    if values.get(_COST):
-        parts.append(f"cost {values[_COST]:.4g}")
+    if values.get(COST):
+        parts.append(f"cost {values[COST]:.4g}")
     return "Budget spent: " + ", ".join(parts)
 
 
@@ -208,7 +207,7 @@ def _usage(run_id: str, values: dict[str, float], now: float, budget: Budget) ->
         elapsed=None if started is None else now - started,
         budget=budget,
         model_requests=int(values.get(_REQUESTS, 0)),
-        cost=values.get(_COST, 0.0),
+        cost=values.get(COST, 0.0),
         input_tokens=int(values.get(_TOKENS_IN, 0)),
         output_tokens=int(values.get(_TOKENS_OUT, 0)),
     )
@@ -273,35 +272,22 @@ def start_clock(run_id: str, ledger: LedgerCore | None) -> None:
     ledger = ledger or default_or_none()
     if ledger is None or run_id in _clock_started.get(ledger, ()):
         return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        try:
-            _write_start(ledger, run_id)
-        except LedgerError as exc:
-            _not_started(exc)
-        return
-    loop.run_in_executor(None, _write_start, ledger, run_id).add_done_callback(_log_failure)
+    soon(_write_start, ledger, run_id)
 
 
 def _write_start(ledger: LedgerCore, run_id: str) -> None:
-    with ledger.store.tx() as conn:
-        run_controls.start(conn, ledger.store.dialect, run_id)
+    try:
+        with ledger.store.tx() as conn:
+            run_controls.start(conn, ledger.store.dialect, run_id)
+    except LedgerError as exc:
+        # Not lost: the run's first counted step records the start in its claim instead, so a
+        # database fault surfaces there (or at the first effect), never on entering the run.
+        log.warning("could not record a run's start yet: %s", exc)
+        return
     seen = _clock_started.setdefault(ledger, set())
     if len(seen) >= _CLOCKS_KEPT:
         seen.clear()  # forgetting only costs one more write that changes nothing
     seen.add(run_id)
-
-
-def _log_failure(done: asyncio.Future[None]) -> None:
-    if not done.cancelled() and done.exception() is not None:
-        _not_started(done.exception())
-
-
-def _not_started(exc: BaseException | None) -> None:
-    # Not lost: the run's first counted step records the start in its claim instead, so a
-    # database fault surfaces there (or at the first effect), never on entering the run.
-    log.warning("could not record a run's start yet: %s", exc)
 
 
 # The runs whose clock this process has started, by ledger: entering them again writes nothing.
@@ -381,7 +367,7 @@ def record_model_usage(
                 conn,
                 ledger.store.dialect,
                 name,
-                {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, _COST: spent},
+                {_TOKENS_IN: input_tokens, _TOKENS_OUT: output_tokens, COST: spent},
             )
     for name, _ in run.budgets:
         note_spent(name)  # its span gets the new total as its entry ends
@@ -399,8 +385,8 @@ def _over_budget(
     deadline = budget.deadline_seconds
     if deadline is not None and elapsed >= deadline:
         return {"reason": DEADLINE, "detail": f"{deadline:g}s after the run started"}
-    if budget.max_cost is not None and values.get(_COST, 0.0) >= budget.max_cost:
-        spent = values.get(_COST, 0.0)
+    if budget.max_cost is not None and values.get(COST, 0.0) >= budget.max_cost:
+        spent = values.get(COST, 0.0)
         return {"reason": BUDGET, "detail": f"spent {spent:.4g} of {budget.max_cost:g}"}
     return None
 

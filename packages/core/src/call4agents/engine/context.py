@@ -6,6 +6,7 @@ Both live in ``contextvars``: asyncio tasks inherit them, and so does code run t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import functools
@@ -13,7 +14,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from call4agents.model.errors import Call4AgentsError, ConfigurationError
 
@@ -166,3 +167,15 @@ def bind(fn: Callable[P, T]) -> Callable[P, T]:
         return captured.copy().run(fn, *args, **kwargs)
 
     return wrapper
+
+
+def soon(work: Callable[..., T], *args: Any) -> T | None:
+    """``work(*args)`` now, giving what it returns; or, called on a running event loop's thread
+    (a plain ``with`` inside a coroutine, a framework's hook), in a worker thread not waited
+    for, giving None: the event loop never waits on the database."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return work(*args)
+    loop.run_in_executor(None, work, *args)
+    return None

@@ -103,11 +103,7 @@ def _on_doubt(action: Action, row: Row) -> Any:
         settled = apply_verdict(action, row, verdict)
         if settled is not None:
             return settled
-    return _take_over_or_raise(action, row)
-
-
-def _take_over_or_raise(action: Action, row: Row, owner: str | None = None) -> Any:
-    return owning(owner, _take_over, action, row)
+    return owning(None, _take_over, action, row)
 
 
 def _take_over(action: Action, row: Row, owner: str) -> Any:
@@ -237,7 +233,7 @@ async def _aon_doubt(action: Action, row: Row) -> Any:
         settled = await asyncio.to_thread(apply_verdict, action, row, verdict)
         if settled is not None:
             return settled
-    return await _in_thread(lambda owner: _take_over_or_raise(action, row, owner))
+    return await _in_thread(lambda owner: owning(owner, _take_over, action, row))
 
 
 async def _in_thread(claim: Callable[[str], T]) -> T:

@@ -29,7 +29,7 @@ from call4agents.storage import approval_rows as tickets
 from call4agents.storage._db import cannot_open, outage, outage_error, refuse_read_only
 from call4agents.storage._hits import DedupCounter
 from call4agents.storage.approval_rows import SORTS, WaitingFilter
-from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_newer
+from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_unknown
 from call4agents.storage.reads import DoubtFilter
 from call4agents.storage.store import Store
 
@@ -357,7 +357,7 @@ class LedgerCore:
         else:
             with self.engine.connect() as conn:
                 version = current_version(conn, self.schema)
-            refuse_newer(version)
+            refuse_unknown(version)
             if version == 0:
                 raise LedgerError(
                     f"there is no Call4Agents ledger at {self.url}"

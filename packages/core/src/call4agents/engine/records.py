@@ -9,6 +9,14 @@ from typing import Any
 from call4agents.engine import _owner
 from call4agents.engine.context import idempotency_key
 
+# An action's state as the CLI's tables and the console's pages word it.
+STATE_WORDS = {
+    "succeeded": "done",
+    "failed": "failed",
+    "in_doubt": "in doubt",
+    "started": "running",
+}
+
 
 @dataclass(frozen=True)
 class EffectRecord:

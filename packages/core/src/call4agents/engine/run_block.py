@@ -13,19 +13,17 @@ from typing import TYPE_CHECKING
 
 from call4agents.engine import observe
 from call4agents.engine.budgets import start_clock
-from call4agents.engine.context import RunContext, Trigger, _run, check_run_id
+from call4agents.engine.context import RunContext, Trigger, _run, check_run_id, soon
 from call4agents.engine.endings import Escalated
 from call4agents.engine.run_notes import (
     afinish,
     check_trigger,
     ending_of,
     enter,
-    enter_soon,
     finish,
     leave,
     leave_steps,
     look_back,
-    settle,
 )
 from call4agents.model.errors import BudgetExceeded
 
@@ -75,7 +73,7 @@ class run:
         self._start_clock()
         notes = self._note_entry()
         if notes is not None:
-            enter_soon(notes)
+            soon(look_back, notes)
         return self._push()
 
     def _note_entry(self) -> Notes | None:
@@ -116,15 +114,7 @@ class run:
     ) -> None:
         notes = self._pop(exc)
         if notes is not None:
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                finish(notes, exc)
-                return
-            # A plain `with` inside a coroutine: the write goes to a worker thread, and the span
-            # gets what is known in memory (the ledger's retry verdict is in the record).
-            loop.run_in_executor(None, settle, notes, exc)
-            finish(notes, exc, write=False)
+            finish(notes, exc, off_loop=True)
 
     def _pop(self, exc: BaseException | None) -> Notes | None:
         """Leave the block: the outer run is current again, an ending is marked, and the notes

@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from call4agents.engine import observe
+from call4agents.engine.context import soon
 from call4agents.engine.default import default_or_none
 from call4agents.model.errors import ApprovalRequired, ConfigurationError, LedgerError
 from call4agents.storage import run_rows
 from call4agents.storage.run_rows import (
     COMPLETED_AT,
+    COST,
     ENTERED_AT,
     READS,
     TOOL_CALLS,
@@ -123,7 +125,8 @@ def enter(
 def look_back(notes: Notes) -> None:
     """Read whether the run had been here before (then this entry is a retry), when the entry
     began and what escalation it may pick up. One indexed read per run entered; a database
-    fault leaves it unknown rather than failing the run."""
+    fault leaves it unknown rather than failing the run. Sent to a worker thread from a running
+    event loop (``context.soon``), its answer is used by the exit if it has come by then."""
 
     ledger = notes.ledger or default_or_none()
     if ledger is None:
@@ -136,17 +139,6 @@ def look_back(notes: Notes) -> None:
             ledger.recent.wrote_intent(notes.run_id)
     except LedgerError as fault:
         log.warning("could not read the history of run %r: %s", notes.run_id, fault)
-
-
-def enter_soon(notes: Notes) -> None:
-    """``look_back`` without blocking a running event loop (a plain ``with`` in a coroutine):
-    the read goes to a worker thread, and the exit uses it if it has finished by then."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        look_back(notes)
-        return
-    loop.run_in_executor(None, look_back, notes)
 
 
 def is_open(run_id: str) -> bool:
@@ -208,9 +200,13 @@ def ending_of(exc: BaseException | None) -> tuple[str | None, str | None]:
     return ERROR, None
 
 
-def finish(notes: Notes, exc: BaseException | None, *, write: bool = True) -> RunSummary:
-    """Record the entry in the ledger (one statement) and tell telemetry."""
-    summary = settle(notes, exc) if write else _summary(notes, exc)
+def finish(notes: Notes, exc: BaseException | None, *, off_loop: bool = False) -> RunSummary:
+    """Record the entry in the ledger (one statement) and tell telemetry. ``off_loop``: on a
+    running event loop's thread (a plain ``with`` inside a coroutine) the write goes to a worker
+    thread, and telemetry gets what is known in memory (the ledger's retry verdict is in the
+    record)."""
+    written = soon(settle, notes, exc) if off_loop else settle(notes, exc)
+    summary = written or _summary(notes, exc)
     observe.telemetry().run_left(summary)
     return summary
 
@@ -293,11 +289,6 @@ def record_entry(ledger: LedgerCore | None, run_id: str, trigger: str) -> str | 
         return None
 
 
-def triggers(ledger: LedgerCore, run_id: str) -> list[str]:
-    """The triggers a run was entered with, oldest first (for ``call4agents show``)."""
-    return run_rows.triggers(ledger.store, run_id)
-
-
 def run_document(ledger: LedgerCore, run_id: str) -> dict[str, Any] | None:
     """The run's own record for ``call4agents show --json``; None if it was never recorded."""
     values = run_rows.counters(ledger.store, run_id)
@@ -305,13 +296,13 @@ def run_document(ledger: LedgerCore, run_id: str) -> dict[str, Any] | None:
         return None
     completed = COMPLETED_AT in values
     return {
-        "triggers": triggers(ledger, run_id),
+        "triggers": run_rows.triggers(ledger.store, run_id),
         "wall_clock_ms": values.get(WALL_CLOCK_MS, 0.0),
         "tool_calls": int(values.get(TOOL_CALLS, 0)),
         "reads": int(values.get(READS, 0)),
         "completed": completed,
         "completed_without_read": completed and not values.get(READS),
-        "cost_spent": values.get("cost"),
+        "cost_spent": values.get(COST),
     }
 
 
@@ -320,7 +311,7 @@ def run_text(ledger: LedgerCore, run_id: str) -> str | None:
     values = run_rows.counters(ledger.store, run_id)
     if ENTERED_AT not in values:
         return None
-    found = triggers(ledger, run_id)
+    found = run_rows.triggers(ledger.store, run_id)
     parts = [f"trigger {' then '.join(found) if found else 'not given'}"]
     parts.append(f"{values.get(WALL_CLOCK_MS, 0.0):.0f} ms inside the run")
     parts.append(f"{int(values.get(TOOL_CALLS, 0))} tool calls, {int(values.get(READS, 0))} reads")

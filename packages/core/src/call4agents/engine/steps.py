@@ -133,7 +133,7 @@ def _claim(action: Action, wait: bool, owner: str) -> Go | Found:
                 return Go(row.attempt, owner)
             if row.state == "succeeded":
                 ledger.recent.recall_run(action.run_id)  # a resume: its next repeats are near
-            return Found(_wait_while_live(action, row) if wait else row)
+            return Found(owner_wait.wait_while_live(action, row) if wait else row)
 
 
 def _adopted(action: Action, row: Row, owner: str) -> bool:
@@ -161,15 +161,6 @@ def _gate(action: Action) -> Gate:
     options = action.options
     ttl = options.approval_ttl or action.ledger.approval_ttl
     return Gate(action.ledger, action, action.needs_approval, options.max_per_run, ttl)
-
-
-def _wait_while_live(action: Action, row: Row) -> Row:
-    """Wait (bounded) while another live worker runs the action; a dead one's lease is doubt.
-
-    Woken by the outcome on PostgreSQL, polling otherwise: see owner_wait (which also has the
-    async form, ``await_while_live``).
-    """
-    return owner_wait.wait_while_live(action, row)
 
 
 def settle_found(action: Action, row: Row) -> Any:

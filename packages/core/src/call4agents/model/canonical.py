@@ -6,9 +6,8 @@ with no stable form (NaN, a naive datetime, an object printed by memory address,
 refused with the path of the offending field instead of silently producing a key that changes
 between runs.
 
-Non-JSON types are written as single-key objects whose key starts with ``$``, such as
-``{"$tuple": [...]}``; a user's own keys starting with ``$`` get one more ``$`` so they can never
-pass for such a tag.
+The value is walked as a stored result is (:mod:`.walk`, where non-JSON types get their ``$``
+tags); what this module adds is the refusals, the order of sets and maps, and ignore/redact.
 """
 
 from __future__ import annotations
@@ -16,32 +15,25 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
-import decimal
-import enum
 import json
 import math
-import pathlib
 import re
 import urllib.parse
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from .errors import ConfigurationError, UnstableArguments
 from .paths import (
-    EACH,
-    IGNORE,
-    REDACT,
     Node,
     Refusal,
     class_ref,
-    escape,
     is_model_type,
     parse_paths,
     plan_for,
     type_name,
     unknown_reason,
 )
+from .walk import Handler, Walker
 
 __all__ = ["CanonicalArgs", "canonical_args", "canonical_json", "parse_paths", "scrub"]
 
@@ -143,66 +135,24 @@ _write_display: Final = json_writer(sort_keys=True, default=_as_display)
 
 # --- The encoder ----------------------------------------------------------------------------------
 
-_Handler = Callable[["_Encoder", Any, int, "Node | None"], Any]
-# Handler per concrete type, filled on first sight: what a type needs depends only on the type.
-_HANDLERS: dict[type, _Handler] = {}
-_MAX_HANDLERS: Final = 4096
+_HANDLERS: Final[dict[type, Handler]] = {}  # shared by every argument walk
 
 
-class _Encoder:
-    """Turns values into JSON-ready trees; one instance per call, never shared."""
+class _Encoder(Walker):
+    """The walk of a tool's arguments; one instance per call, never shared."""
 
-    __slots__ = ("digest", "fast", "redactions", "secrets", "strict")
+    __slots__ = ("digest", "redactions", "secrets")
 
     def __init__(
         self, *, strict: bool = False, digest: Callable[[bytes], str] | None = None
     ) -> None:
-        self.strict = strict
         self.fast = _FAST_STRICT if strict else _FAST
+        self.handlers = _HANDLERS
+        self.max_depth = MAX_DEPTH
+        self.strict = strict
         self.digest = digest
         self.redactions = 0
         self.secrets: list[str] = []
-
-    def value(self, v: Any, depth: int, node: Node | None) -> Any:
-        tp = type(v)
-        if tp in self.fast:
-            return v
-        handler = _HANDLERS.get(tp)
-        if handler is None:
-            handler = _resolve(tp)
-        return handler(self, v, depth, node)
-
-    def fields(
-        self, items: Iterable[tuple[str, Any]], depth: int, node: Node | None
-    ) -> dict[str, Any]:
-        """Encode str-keyed fields (a dict, a dataclass, a model dump) honouring ignore/redact."""
-        out: dict[str, Any] = {}
-        fast = self.fast
-        rules = node.children if node is not None else None
-        key = ""
-        item: Any = None
-        try:
-            if not rules:
-                for key, item in items:
-                    if key.startswith("$"):
-                        out["$" + key] = self.value(item, depth, None)
-                    else:
-                        out[key] = item if type(item) in fast else self.value(item, depth, None)
-                return out
-            for key, item in items:
-                rule = rules.get(key)
-                if rule is None:
-                    out[escape(key)] = self.value(item, depth, None)
-                elif rule.action == IGNORE:
-                    continue
-                elif rule.action == REDACT:
-                    out[escape(key)] = self.redacted(item, depth, rule)
-                else:
-                    out[escape(key)] = self.value(item, depth, rule)
-        except Refusal as refusal:
-            refusal.add(item, ("attr", key))
-            raise
-        return out
 
     def redacted(self, v: Any, depth: int, node: Node) -> _Redacted:
         try:
@@ -232,32 +182,86 @@ class _Encoder:
         self.secrets.extend(_printed_forms(v))
         return _Redacted(self.digest(data))
 
-    def container(self, v: Any, depth: int) -> int:
-        """The depth of v's children, refusing v if it is itself too deep."""
-        if depth > MAX_DEPTH:
-            raise Refusal(f"is nested deeper than {MAX_DEPTH} levels", too_deep=True)
-        return depth + 1
+    def pairs(self, v: dict[Any, Any], depth: int, node: Node | None) -> list[list[Any]]:
+        # A dict's order is no part of its value: the pairs go in the order of their keys' text.
+        return sorted(super().pairs(v, depth, node), key=lambda pair: _write(pair[0]))
 
-    def items(self, v: Iterable[Any], depth: int, node: Node | None) -> list[Any]:
-        each = node.children.get(EACH) if node is not None else None
-        out: list[Any] = []
-        fast = self.fast
-        item: Any = None
+    def on_set(self, v: Any, depth: int, node: Node | None) -> Any:
+        inner = self.container(depth)
+        # Nor is a set's order: its members go in the order of their text.
+        members: list[tuple[str, Any]] = []
+        for item in v:
+            try:
+                tree = self.value(item, inner, None)
+            except Refusal as refusal:
+                refusal.add(item, ("key", item))
+                raise
+            members.append((_write(tree), tree))
+        members.sort(key=lambda member: member[0])
+        return {"$frozenset" if isinstance(v, frozenset) else "$set": [t for _, t in members]}
+
+    # The types written otherwise than a stored result writes them (see walk.Walker).
+
+    def on_float(self, v: Any, depth: int, node: Node | None) -> Any:
+        number = float.__float__(v)
+        if math.isfinite(number):
+            return number
+        if math.isnan(number):
+            raise Refusal("is NaN, which has no stable form")
+        raise Refusal("is infinite, which has no stable form")
+
+    def on_bytes(self, v: Any, depth: int, node: Node | None) -> Any:
+        # bytes, bytearray (mutable) and memoryview are three types a tool may tell apart.
+        tag = (
+            "$bytearray"
+            if isinstance(v, bytearray)
+            else "$memoryview"
+            if isinstance(v, memoryview)
+            else "$bytes"
+        )
+        return {tag: base64.b64encode(bytes(v)).decode("ascii")}
+
+    def on_datetime(self, v: Any, depth: int, node: Node | None) -> Any:
+        if v.utcoffset() is None:
+            raise Refusal("is a naive datetime; attach a timezone (datetime.now(timezone.utc))")
+        if isinstance(v.tzinfo, dt.timezone):
+            return {"$datetime": v.isoformat()}
+        # A named zone (ZoneInfo("Europe/Paris")) moves its offset with the seasons where a fixed
+        # offset does not: the same instant in each is two values a tool may treat differently.
+        return {"$datetime": [v.isoformat(), _zone_name(v.tzinfo)]}
+
+    def on_decimal(self, v: Any, depth: int, node: Node | None) -> Any:
+        if v.is_nan():
+            raise Refusal("is a Decimal NaN, which has no stable form")
+        if v.is_infinite():
+            raise Refusal("is an infinite Decimal, which has no stable form")
+        return super().on_decimal(v, depth, node)
+
+    def on_path(self, v: Any, depth: int, node: Node | None) -> Any:
+        return {"$path": str(v)}
+
+    def on_model(self, v: Any, depth: int, node: Node | None) -> Any:
+        self.container(depth)  # a model too deep is refused before model_dump() walks it all
         try:
-            if each is None:
-                for item in v:
-                    out.append(item if type(item) in fast else self.value(item, depth, None))
-            elif each.action == REDACT:
-                for item in v:
-                    out.append(self.redacted(item, depth, each))
-            elif each.action != IGNORE:
-                for item in v:
-                    out.append(self.value(item, depth, each))
-        except Refusal as refusal:
-            # Every earlier element was appended, so the failing one's index is len(out).
-            refusal.add(item, ("index", len(out)))
-            raise
-        return out
+            dump = v.model_dump(mode="python")
+        except Exception as exc:  # noqa: BLE001 - any failure means no stable form; say which
+            # The exception text is left out: it may quote a field that is meant to be redacted.
+            raise Refusal(
+                f"is a {type_name(type(v))} whose model_dump() failed ({type(exc).__name__})"
+            ) from None
+        if type(dump) is not dict:
+            raise Refusal(f"is a {type_name(type(v))} whose model_dump() is not a dict")
+        # The dump stands in the model's place, at its depth.
+        tree = [class_ref(type(v)), self.on_dict(dump, depth, node)]
+        hidden = _excluded(v)
+        if hidden:
+            # Fields with exclude=True are left out of model_dump(), yet the tool reads them: two
+            # models that differ only there are two actions. (Unchanged when a model has none.)
+            tree.append(self.value(hidden, depth + 1, None))
+        return {"$model": tree}
+
+    def on_unknown(self, v: Any, depth: int, node: Node | None) -> Any:
+        raise Refusal(unknown_reason(type(v)))
 
 
 def _printed_forms(v: Any) -> list[str]:
@@ -281,188 +285,9 @@ def _printed_forms(v: Any) -> list[str]:
     return found
 
 
-# Handlers: (encoder, value, depth, node) -> JSON-ready tree.
-
-
-def _h_str(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    text = str.__str__(v)
-    if enc.strict:
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise Refusal(
-                "contains a lone surrogate character, which is not valid Unicode text"
-            ) from None
-    return text
-
-
-def _h_int(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    number = int.__int__(v)
-    # 2000 bits is below the smallest digit limit Python can be set to; only then can str() fail.
-    if enc.strict and number.bit_length() > 2000:
-        try:
-            str(number)
-        except ValueError:
-            raise Refusal(
-                "is an integer too long to write in decimal in this process "
-                "(see sys.set_int_max_str_digits)"
-            ) from None
-    return number
-
-
-def _h_float(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    number = float.__float__(v)
-    if math.isfinite(number):
-        return number
-    if math.isnan(number):
-        raise Refusal("is NaN, which has no stable form")
-    raise Refusal("is infinite, which has no stable form")
-
-
-def _h_dict(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    inner = enc.container(v, depth)
-    if not all(type(k) is str for k in v):
-        return _encode_map(enc, v, inner, node)
-    if enc.strict:
-        for k in v:
-            try:
-                _h_str(enc, k, inner, None)
-            except Refusal as refusal:
-                refusal.add(k, ("key", k))
-                raise
-    return enc.fields(v.items(), inner, node)
-
-
-def _encode_map(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    rules = node.children if node is not None else {}
-    pairs: list[tuple[str, Any, Any]] = []
-    for k, item in v.items():
-        try:
-            key_tree = enc.value(k, depth, None)
-        except Refusal as refusal:
-            refusal.add(k, ("key", k))
-            raise
-        rule = rules.get(k) if type(k) is str else None
-        try:
-            if rule is None:
-                item_tree = enc.value(item, depth, None)
-            elif rule.action == IGNORE:
-                continue
-            elif rule.action == REDACT:
-                item_tree = enc.redacted(item, depth, rule)
-            else:
-                item_tree = enc.value(item, depth, rule)
-        except Refusal as refusal:
-            refusal.add(item, ("attr" if type(k) is str else "key", k))
-            raise
-        pairs.append((_write(key_tree), key_tree, item_tree))
-    pairs.sort(key=lambda pair: pair[0])
-    return {"$map": [[key_tree, item_tree] for _, key_tree, item_tree in pairs]}
-
-
-def _h_list(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    return enc.items(v, enc.container(v, depth), node)
-
-
-def _h_tuple(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    if hasattr(type(v), "_fields"):  # a namedtuple: a tool may read it by name, a tuple cannot be
-        return {"$namedtuple": [class_ref(type(v)), enc.items(v, enc.container(v, depth), node)]}
-    return {"$tuple": enc.items(v, enc.container(v, depth), node)}
-
-
-def _h_set(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    inner = enc.container(v, depth)
-    members: list[tuple[str, Any]] = []
-    for item in v:
-        try:
-            tree = enc.value(item, inner, None)
-        except Refusal as refusal:
-            refusal.add(item, ("key", item))
-            raise
-        members.append((_write(tree), tree))
-    members.sort(key=lambda member: member[0])
-    # A frozenset is hashable and immutable where a set is not: a tool may tell them apart.
-    return {"$frozenset" if isinstance(v, frozenset) else "$set": [tree for _, tree in members]}
-
-
-def _h_bytes(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    # bytes, bytearray (mutable) and memoryview are three types a tool may tell apart.
-    tag = (
-        "$bytearray"
-        if isinstance(v, bytearray)
-        else "$memoryview"
-        if isinstance(v, memoryview)
-        else "$bytes"
-    )
-    return {tag: base64.b64encode(bytes(v)).decode("ascii")}
-
-
-def _h_datetime(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    if v.utcoffset() is None:
-        raise Refusal("is a naive datetime; attach a timezone (datetime.now(timezone.utc))")
-    if isinstance(v.tzinfo, dt.timezone):
-        return {"$datetime": v.isoformat()}
-    # A named zone (ZoneInfo("Europe/Paris")) moves its offset with the seasons where a fixed
-    # offset does not: the same instant in each is two values a tool may treat differently.
-    return {"$datetime": [v.isoformat(), _zone_name(v.tzinfo)]}
-
-
 def _zone_name(tz: dt.tzinfo) -> str:
     name = getattr(tz, "key", None) or getattr(tz, "zone", None)  # zoneinfo, pytz
     return str(name) if name else f"{class_ref(type(tz))}:{tz!r}"
-
-
-def _h_date(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    return {"$date": v.isoformat()}
-
-
-def _h_time(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    return {"$time": v.isoformat()}
-
-
-def _h_timedelta(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    return {"$timedelta": [v.days, v.seconds, v.microseconds]}
-
-
-def _h_decimal(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    if v.is_nan():
-        raise Refusal("is a Decimal NaN, which has no stable form")
-    if v.is_infinite():
-        raise Refusal("is an infinite Decimal, which has no stable form")
-    return {"$decimal": str(v)}
-
-
-def _h_uuid(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    return {"$uuid": str(v)}
-
-
-def _h_path(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    return {"$path": str(v)}
-
-
-def _h_enum(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    inner = enc.container(v, depth)
-    return {"$enum": [class_ref(type(v)), enc.value(v.value, inner, None)]}
-
-
-def _h_model(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    inner = enc.container(v, depth)
-    try:
-        dump = v.model_dump(mode="python")
-    except Exception as exc:  # noqa: BLE001 - any failure means no stable form; say which
-        # The exception text is left out: it may quote a field that is meant to be redacted.
-        raise Refusal(
-            f"is a {type_name(type(v))} whose model_dump() failed ({type(exc).__name__})"
-        ) from None
-    if type(dump) is not dict:
-        raise Refusal(f"is a {type_name(type(v))} whose model_dump() is not a dict")
-    tree = [class_ref(type(v)), _model_fields(enc, dump, inner, node)]
-    hidden = _excluded(v)
-    if hidden:
-        # Fields with exclude=True are left out of model_dump(), yet the tool reads them: two
-        # models that differ only there are two actions. (Unchanged when a model has none.)
-        tree.append(enc.value(hidden, inner, None))
-    return {"$model": tree}
 
 
 def _excluded(model: Any) -> dict[str, Any]:
@@ -477,63 +302,6 @@ def _excluded(model: Any) -> dict[str, Any]:
             if inner:
                 found[name] = inner
     return found
-
-
-def _model_fields(enc: _Encoder, dump: dict[Any, Any], depth: int, node: Node | None) -> Any:
-    if all(type(k) is str for k in dump):
-        return enc.fields(dump.items(), depth, node)
-    return _encode_map(enc, dump, depth, node)
-
-
-def _h_dataclass(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    inner = enc.container(v, depth)
-    items = ((field.name, getattr(v, field.name)) for field in dataclasses.fields(v))
-    return {"$dataclass": [class_ref(type(v)), enc.fields(items, inner, node)]}
-
-
-def _h_unknown(enc: _Encoder, v: Any, depth: int, node: Node | None) -> Any:
-    raise Refusal(unknown_reason(type(v)))
-
-
-# Checked in order, so that the most specific base wins (datetime is a date, bool an int).
-_BY_BASE: Final[tuple[tuple[type, _Handler], ...]] = (
-    (str, _h_str),
-    (int, _h_int),
-    (float, _h_float),
-    (dict, _h_dict),
-    (list, _h_list),
-    (tuple, _h_tuple),
-    (set, _h_set),
-    (frozenset, _h_set),
-    (bytes, _h_bytes),
-    (bytearray, _h_bytes),
-    (memoryview, _h_bytes),
-    (dt.datetime, _h_datetime),
-    (dt.date, _h_date),
-    (dt.time, _h_time),
-    (dt.timedelta, _h_timedelta),
-    (decimal.Decimal, _h_decimal),
-    (uuid.UUID, _h_uuid),
-    (pathlib.PurePath, _h_path),
-)
-
-
-def _resolve(tp: type) -> _Handler:
-    handler: _Handler
-    # Enums first: an IntEnum is an int and a StrEnum a str, but a tool may tell them apart.
-    if issubclass(tp, enum.Enum):
-        handler = _h_enum
-    elif is_model_type(tp):
-        handler = _h_model
-    elif dataclasses.is_dataclass(tp):
-        handler = _h_dataclass
-    else:
-        handler = next((h for base, h in _BY_BASE if issubclass(tp, base)), _h_unknown)
-    if len(_HANDLERS) >= _MAX_HANDLERS:
-        # Classes made on the fly (one per call) must not pile up here forever.
-        _HANDLERS.clear()
-    _HANDLERS[tp] = handler
-    return handler
 
 
 # --- Public functions -----------------------------------------------------------------------------

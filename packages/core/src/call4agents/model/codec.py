@@ -25,11 +25,12 @@ import json
 import math
 import pathlib
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Final
 
 from .canonical import json_writer
-from .paths import CYCLE, Refusal, class_ref, is_model_type
+from .paths import CYCLE, Node, Refusal, class_ref, is_model_type
+from .walk import Walker
 
 __all__ = ["MAX_DEPTH", "ResultEncodingError", "decode_result", "encode_result"]
 
@@ -38,8 +39,6 @@ MAX_DEPTH: Final = 100
 
 _ENVELOPE: Final = "$tagged"
 _TAGGED_PREFIX: Final = '{"$'
-# Ints this long are stored in hex: the process's digit limit could make decimal fail to write.
-_BIG_INT_BITS: Final = 2000
 
 _NoneType = type(None)
 # Floats count as plain here: a NaN or infinity makes the (allow_nan=False) writer raise, and the
@@ -116,7 +115,7 @@ def _is_plain(value: Any, depth: int) -> bool:
 
 def _tag_root(value: Any) -> Any:
     try:
-        return _tag(value, 1)
+        return _TAGGER.value(value, 1, None)
     except Refusal as refusal:
         refusal.add(value, ("attr", "result"))  # so a cycle back to the root is seen as one
         refusal.settle()
@@ -134,208 +133,58 @@ def _why(refusal: Refusal) -> str:
     return f"result contains {refusal.reason} at {refusal.path()}, which cannot be stored"
 
 
-def _tag(value: Any, depth: int) -> Any:
-    tp = type(value)
-    if tp in _FAST:
-        return value
-    handler = _TAGGERS.get(tp)
-    if handler is None:
-        handler = _resolve(tp)
-    return handler(value, depth)
+class _Tagger(Walker):
+    """The walk of a result, for what decodes back to the same type; Walker writes the rest."""
+
+    __slots__ = ()
+    str_key_step = "key"  # as result paths have always shown them
+
+    def __init__(self) -> None:
+        self.fast = _FAST
+        self.handlers = {}
+        self.max_depth = MAX_DEPTH
+        self.strict = False  # what json cannot write is stored tagged (ints) or escaped (text)
+
+    def long_int(self, number: int) -> Any:
+        return {"$int": format(number, "x")}  # hex has no digit limit
+
+    def on_float(self, v: Any, depth: int, node: Node | None) -> Any:
+        number = float.__float__(v)
+        if math.isfinite(number):
+            return number
+        return {"$float": "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")}
+
+    def on_bytes(self, v: Any, depth: int, node: Node | None) -> Any:
+        tag = "$bytearray" if isinstance(v, bytearray) else "$bytes"
+        return {tag: base64.b64encode(bytes(v)).decode("ascii")}
+
+    def on_datetime(self, v: Any, depth: int, node: Node | None) -> Any:
+        zone = getattr(v.tzinfo, "key", None)
+        if isinstance(zone, str) and type(v.tzinfo).__name__ == "ZoneInfo":
+            # isoformat keeps only the offset; the zone name lets later arithmetic follow DST.
+            return {"$datetime": [v.isoformat(), zone]}
+        return {"$datetime": v.isoformat()}
+
+    def on_path(self, v: Any, depth: int, node: Node | None) -> Any:
+        return {"$path": [class_ref(type(v)), str(v)]}
+
+    def on_model(self, v: Any, depth: int, node: Node | None) -> Any:
+        tp = type(v)
+        inner = self.container(depth)
+        # Field by field rather than model_dump(), so nested models, datetimes and tuples keep
+        # their types and come back as they were.
+        items: list[tuple[str, Any]] = [(name, getattr(v, name)) for name in tp.model_fields]
+        extra = getattr(v, "model_extra", None)
+        if isinstance(extra, dict):
+            items.extend(extra.items())
+        fields_set = sorted(getattr(v, "model_fields_set", ()))
+        return {"$model": [class_ref(tp), self.fields(items, inner, None), fields_set]}
+
+    def on_unknown(self, v: Any, depth: int, node: Node | None) -> Any:
+        raise Refusal(f"a {type(v).__qualname__} object")
 
 
-def _inner(depth: int) -> int:
-    if depth > MAX_DEPTH:
-        raise Refusal(f"is nested deeper than {MAX_DEPTH} levels", too_deep=True)
-    return depth + 1
-
-
-def _tag_fields(items: Iterable[tuple[str, Any]], depth: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    key = ""
-    item: Any = None
-    try:
-        for key, item in items:
-            out["$" + key if key.startswith("$") else key] = _tag(item, depth)
-    except Refusal as refusal:
-        refusal.add(item, ("attr", key))
-        raise
-    return out
-
-
-def _tag_items(values: Iterable[Any], depth: int) -> list[Any]:
-    out: list[Any] = []
-    item: Any = None
-    try:
-        for item in values:
-            out.append(_tag(item, depth))
-    except Refusal as refusal:
-        refusal.add(item, ("index", len(out)))
-        raise
-    return out
-
-
-# Taggers: (value, depth) -> JSON-ready tree.
-
-
-def _t_str(value: Any, depth: int) -> Any:
-    return str.__str__(value)  # a str subclass comes back as a plain str
-
-
-def _t_int(value: Any, depth: int) -> Any:
-    number = int.__int__(value)
-    if number.bit_length() > _BIG_INT_BITS:
-        return {"$int": format(number, "x")}
-    return number
-
-
-def _t_float(value: Any, depth: int) -> Any:
-    number = float.__float__(value)
-    if math.isfinite(number):
-        return number
-    return {"$float": "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")}
-
-
-def _t_dict(value: Any, depth: int) -> Any:
-    inner = _inner(depth)
-    if all(type(key) is str for key in value):
-        return _tag_fields(value.items(), inner)
-    pairs: list[list[Any]] = []
-    for key, item in value.items():
-        try:
-            key_tree = _tag(key, inner)
-        except Refusal as refusal:
-            refusal.add(key, ("key", key))
-            raise
-        try:
-            pairs.append([key_tree, _tag(item, inner)])
-        except Refusal as refusal:
-            refusal.add(item, ("key", key))
-            raise
-    return {"$map": pairs}
-
-
-def _t_list(value: Any, depth: int) -> Any:
-    return _tag_items(value, _inner(depth))
-
-
-def _t_tuple(value: Any, depth: int) -> Any:
-    items = _tag_items(value, _inner(depth))
-    if hasattr(type(value), "_fields"):  # a named tuple
-        return {"$namedtuple": [class_ref(type(value)), items]}
-    return {"$tuple": items}
-
-
-def _t_set(value: Any, depth: int) -> Any:
-    tag = "$frozenset" if isinstance(value, frozenset) else "$set"
-    return {tag: _tag_items(value, _inner(depth))}
-
-
-def _t_bytes(value: Any, depth: int) -> Any:
-    tag = "$bytearray" if isinstance(value, bytearray) else "$bytes"
-    return {tag: base64.b64encode(bytes(value)).decode("ascii")}
-
-
-def _t_datetime(value: Any, depth: int) -> Any:
-    zone = getattr(value.tzinfo, "key", None)
-    if isinstance(zone, str) and type(value.tzinfo).__name__ == "ZoneInfo":
-        # isoformat keeps only the offset; the zone name lets later arithmetic follow DST.
-        return {"$datetime": [value.isoformat(), zone]}
-    return {"$datetime": value.isoformat()}
-
-
-def _t_date(value: Any, depth: int) -> Any:
-    return {"$date": value.isoformat()}
-
-
-def _t_time(value: Any, depth: int) -> Any:
-    return {"$time": value.isoformat()}
-
-
-def _t_timedelta(value: Any, depth: int) -> Any:
-    return {"$timedelta": [value.days, value.seconds, value.microseconds]}
-
-
-def _t_decimal(value: Any, depth: int) -> Any:
-    return {"$decimal": str(value)}
-
-
-def _t_uuid(value: Any, depth: int) -> Any:
-    return {"$uuid": str(value)}
-
-
-def _t_path(value: Any, depth: int) -> Any:
-    return {"$path": [class_ref(type(value)), str(value)]}
-
-
-def _t_enum(value: Any, depth: int) -> Any:
-    return {"$enum": [class_ref(type(value)), _tag(value.value, _inner(depth))]}
-
-
-def _t_model(value: Any, depth: int) -> Any:
-    tp = type(value)
-    inner = _inner(depth)
-    # Field by field rather than model_dump(), so nested models, datetimes and tuples keep their
-    # types and come back as they were.
-    items: list[tuple[str, Any]] = [(name, getattr(value, name)) for name in tp.model_fields]
-    extra = getattr(value, "model_extra", None)
-    if isinstance(extra, dict):
-        items.extend(extra.items())
-    fields_set = sorted(getattr(value, "model_fields_set", ()))
-    return {"$model": [class_ref(tp), _tag_fields(items, inner), fields_set]}
-
-
-def _t_dataclass(value: Any, depth: int) -> Any:
-    inner = _inner(depth)
-    items = ((field.name, getattr(value, field.name)) for field in dataclasses.fields(value))
-    return {"$dataclass": [class_ref(type(value)), _tag_fields(items, inner)]}
-
-
-def _t_unknown(value: Any, depth: int) -> Any:
-    raise Refusal(f"a {type(value).__qualname__} object")
-
-
-_Tagger = Callable[[Any, int], Any]
-# Most specific base first: datetime is a date, bool an int.
-_BY_BASE: Final[tuple[tuple[type, _Tagger], ...]] = (
-    (str, _t_str),
-    (int, _t_int),
-    (float, _t_float),
-    (dict, _t_dict),
-    (list, _t_list),
-    (tuple, _t_tuple),
-    (set, _t_set),
-    (frozenset, _t_set),
-    (bytes, _t_bytes),
-    (bytearray, _t_bytes),
-    (memoryview, _t_bytes),
-    (dt.datetime, _t_datetime),
-    (dt.date, _t_date),
-    (dt.time, _t_time),
-    (dt.timedelta, _t_timedelta),
-    (decimal.Decimal, _t_decimal),
-    (uuid.UUID, _t_uuid),
-    (pathlib.PurePath, _t_path),
-)
-# What a value needs depends only on its type, so the choice is cached per type.
-_TAGGERS: dict[type, _Tagger] = {}
-_MAX_TAGGERS: Final = 4096
-
-
-def _resolve(tp: type) -> _Tagger:
-    tagger: _Tagger
-    if issubclass(tp, enum.Enum):  # before int and str: IntEnum, StrEnum
-        tagger = _t_enum
-    elif is_model_type(tp):
-        tagger = _t_model
-    elif dataclasses.is_dataclass(tp):
-        tagger = _t_dataclass
-    else:
-        tagger = next((t for base, t in _BY_BASE if issubclass(tp, base)), _t_unknown)
-    if len(_TAGGERS) >= _MAX_TAGGERS:
-        _TAGGERS.clear()  # classes made on the fly must not pile up here forever
-    _TAGGERS[tp] = tagger
-    return tagger
+_TAGGER: Final = _Tagger()  # it keeps nothing between values, so one serves every call
 
 
 # --- Decoding -------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 
 from .dialects import dialect_of
-from .store import Conn, Store, now_sql
+from .store import Conn, Store
 from .tables import approvals, effects
 
 Ticket = dict[str, Any]  # a row of c4a_approvals (and "now", the database clock, where read so)
@@ -51,7 +51,7 @@ def action_state(conn: Conn, key: str) -> tuple[str, int] | None:
 def for_attempt(conn: Conn, key: str, attempt: int) -> list[Ticket]:
     """The tickets of one attempt of an action, newest first, with the database clock."""
     stmt = (
-        select(approvals, now_sql(conn.dialect.name).label("now"))
+        select(approvals, dialect_of(conn.dialect.name).now().label("now"))
         .where(approvals.c.key == key, approvals.c.for_attempt == attempt)
         .order_by(approvals.c.requested_at.desc(), approvals.c.ticket)
     )
@@ -61,7 +61,7 @@ def for_attempt(conn: Conn, key: str, attempt: int) -> list[Ticket]:
 def for_call(conn: Conn, run_id: str, call_id: str) -> list[Ticket]:
     """The tickets opened for a framework's call id in a run, oldest first, with the clock."""
     stmt = (
-        select(approvals, now_sql(conn.dialect.name).label("now"))
+        select(approvals, dialect_of(conn.dialect.name).now().label("now"))
         .where(approvals.c.run_id == run_id, approvals.c.call_id == call_id)
         .order_by(approvals.c.requested_at, approvals.c.ticket)
     )
@@ -77,7 +77,7 @@ def spend(conn: Conn, ticket: str, signature: str) -> None:
     conn.execute(
         update(approvals)
         .where(approvals.c.ticket == ticket, approvals.c.state == "approved")
-        .values(state="spent", spent_at=now_sql(conn.dialect.name), signature=signature)
+        .values(state="spent", spent_at=dialect_of(conn.dialect.name).now(), signature=signature)
     )
 
 
@@ -99,7 +99,7 @@ def decide(
         .values(
             state=state,
             decided_by=by,
-            decided_at=now_sql(conn.dialect.name),
+            decided_at=dialect_of(conn.dialect.name).now(),
             reason=reason,
             signature=signature,
         )
@@ -137,7 +137,7 @@ SORTS = ("oldest", "newest", "expiring")
 
 
 def _waiting_conds(store: Store, f: WaitingFilter) -> list[ColumnElement[bool]]:
-    now = now_sql(store.dialect)
+    now = dialect_of(store.dialect).now()
     c = approvals.c
     conds: list[ColumnElement[bool]] = [c.state == "pending", c.expires_at > now]
     if f.tool:
@@ -188,7 +188,7 @@ def waiting_counts(store: Store, run_ids: Sequence[str]) -> dict[str, int]:
         .where(
             approvals.c.run_id.in_(list(run_ids)),
             approvals.c.state == "pending",
-            approvals.c.expires_at > now_sql(store.dialect),
+            approvals.c.expires_at > dialect_of(store.dialect).now(),
         )
         .group_by(approvals.c.run_id)
     )

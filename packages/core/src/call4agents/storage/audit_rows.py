@@ -13,15 +13,17 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import or_, select
 
 from call4agents.model.errors import ConfigurationError
 
 from .dialects import dialect_of
-from .store import Conn, Store, now_sql
 from .tables import approvals, audit, effects
+
+if TYPE_CHECKING:
+    from .store import Conn, Store
 
 ACTIONS = ("approved", "denied", "happened", "did_not_happen")
 
@@ -51,7 +53,7 @@ _FIELDS = [audit.c[f.name] for f in fields(AuditEntry)]
 def write(conn: Conn, **values: Any) -> None:
     """Record one decision inside the transaction that makes it."""
     assert values["action"] in ACTIONS, values["action"]
-    conn.execute(audit.insert().values(at=now_sql(conn.dialect.name), **values))
+    conn.execute(audit.insert().values(at=dialect_of(conn.dialect.name).now(), **values))
 
 
 def entries(

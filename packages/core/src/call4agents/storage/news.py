@@ -1,10 +1,10 @@
 """News for the people watching a ledger: a ticket opened, an action fell in doubt.
 
-On PostgreSQL, triggers (schema version 8) NOTIFY a channel of the ledger's own when either
-happens, in the writer's own transaction, so a watcher hears of it as it commits. A notifying
-commit takes a lock shared by the whole server (see ``_pg``); these triggers fire only on those
-two changes, both rare (each needs a person), so an ordinary action never notifies. SQLite has
-nothing like it: there a watcher polls.
+On PostgreSQL, triggers NOTIFY a channel of the ledger's own when either happens, in the writer's
+own transaction, so a watcher hears of it as it commits. A notifying commit takes a lock shared
+by the whole server (see ``_pg``); these triggers fire only on those two changes, both rare (each
+needs a person), so an ordinary action never notifies. SQLite has nothing like it: there a
+watcher polls.
 """
 
 from __future__ import annotations

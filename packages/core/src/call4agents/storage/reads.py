@@ -14,7 +14,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, delete, func, or_, select, tuple_, update
 from sqlalchemy.engine import Connection, RowMapping
 
-from .store import Store, now_sql
+from .dialects import dialect_of
+from .store import Store
 from .tables import approvals, effects, in_doubt_only, in_open_state, meta
 from .tables import runs as runs_table
 
@@ -100,7 +101,7 @@ def _doubt_conds(store: Store, f: DoubtFilter) -> list[ColumnElement[bool]]:
     if f.reason:
         conds.append(or_(*(col.contains(f.reason, autoescape=True) for col in (c.note, c.error))))
     if f.older_than is not None:
-        conds.append(c.updated_at <= now_sql(store.dialect) - f.older_than)
+        conds.append(c.updated_at <= dialect_of(store.dialect).now() - f.older_than)
     return conds
 
 
@@ -131,7 +132,7 @@ def in_doubt_total(store: Store, f: DoubtFilter) -> int:
 def started(store: Store) -> list[Any]:
     """Every started action: key, attempt, owner, and whether its lease lapsed by the database
     clock (the sweep judges each by its owner, then by the lapse)."""
-    now = now_sql(store.dialect)
+    now = dialect_of(store.dialect).now()
     with store.read() as conn:
         return list(
             conn.execute(
@@ -323,7 +324,7 @@ def _gc_batches(
                         args_digest=None,  # a digest would let guesses be tested
                         result=None,
                         evidence=None,
-                        pruned_at=now_sql(store.dialect),
+                        pruned_at=dialect_of(store.dialect).now(),
                     )
                 )
             else:

@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 
 from .dialects import dialect_of
 from .run_rows import counters_in
-from .store import Conn, Store, clock, dialect_insert, now_sql
+from .store import Conn, Store, clock
 from .tables import run_counters, runs
 
 STARTED = "started_at"  # when the run's clock started; its row is the run's budget lock
@@ -26,8 +26,8 @@ def write_status(
     conn: Conn, dialect: str, run_id: str, status: str, reason: str | None, section: str, data: Any
 ) -> None:
     """Set the run's ending and one section of its details, keeping the other sections."""
-    now = now_sql(dialect)
-    insert = dialect_insert(dialect)
+    now = dialect_of(dialect).now()
+    insert = dialect_of(dialect).insert
     # Make sure the row exists, then update it under the row lock: two controls at once
     # (an undo while escalating) each keep the other's section.
     conn.execute(
@@ -83,10 +83,10 @@ def counted(store: Store, run_ids: list[str]) -> tuple[dict[str, dict[str, float
 
 def start(conn: Conn, dialect: str, run_id: str) -> None:
     """Start the run's clock, unless it started before (a resume keeps the first start)."""
-    insert = dialect_insert(dialect)
+    insert = dialect_of(dialect).insert
     conn.execute(
         insert(run_counters)
-        .values(run_id=run_id, name=STARTED, value=now_sql(dialect))
+        .values(run_id=run_id, name=STARTED, value=dialect_of(dialect).now())
         .on_conflict_do_nothing(index_elements=["run_id", "name"])
     )
 
@@ -113,7 +113,7 @@ def locked(conn: Conn, dialect: str, run_id: str) -> tuple[dict[str, float], flo
 
 def add(conn: Conn, dialect: str, run_id: str, amounts: Mapping[str, float]) -> None:
     """Add to the run's counters (each created at 0 when first counted)."""
-    insert = dialect_insert(dialect)
+    insert = dialect_of(dialect).insert
     for name, amount in amounts.items():
         conn.execute(
             insert(run_counters)

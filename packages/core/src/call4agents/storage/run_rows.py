@@ -17,20 +17,19 @@ from sqlalchemy import (
     Connection,
     Float,
     Select,
-    String,
     Text,
     bindparam,
     case,
     delete,
     exists,
     func,
-    literal_column,
     or_,
     select,
 )
 
-from .store import Store, dialect_insert, now_sql
-from .tables import effects, run_counters, runs
+from .dialects import dialect_of
+from .store import Store
+from .tables import effects, fixed, run_counters, runs
 
 PREFIX = "run."
 TRIGGER = "run.trigger:"  # one row per trigger seen, valued the database time it was first seen
@@ -86,15 +85,15 @@ def _read_history(dialect: str) -> Select[Any]:
     c, run_id = run_counters.c, bindparam("run", type_=Text)
 
     def counter(name: str) -> Any:
-        return select(c.value).where(c.run_id == run_id, c.name == _named(name)).scalar_subquery()
+        return select(c.value).where(c.run_id == run_id, c.name == fixed(name)).scalar_subquery()
 
     acted = select(effects.c.key).where(effects.c.run_id == run_id)
     escalated = select(runs.c.updated_at).where(
-        runs.c.run_id == run_id, runs.c.status == _named("escalated")
+        runs.c.run_id == run_id, runs.c.status == fixed("escalated")
     )
     return select(
         or_(exists(acted), counter(COMPLETED_AT).is_not(None)),
-        now_sql(dialect),
+        dialect_of(dialect).now(),
         escalated.scalar_subquery(),
         counter(PICKED_UP_AT),
         counter(WALL_CLOCK_MS),
@@ -235,30 +234,25 @@ def _write(conn: Connection, store: Store, run_id: str, rows: dict[str, float | 
     conn.exec_driver_sql(sql, params)
 
 
-def _named(name: str) -> Any:
-    """A counter's name written into the statement, not sent as a parameter."""
-    return literal_column(f"'{name}'", String)
-
-
 def _upsert(dialect: str, n: int) -> Any:
     """The statement of ``_write`` for ``n`` rows: parameters ``run``, then ``n0``, ``v0`` (the
     first row's name and value, NULL for the database's time now) and so on."""
-    c, now = run_counters.c, now_sql(dialect)
-    stmt = dialect_insert(dialect)(run_counters).values(
+    c, sql = run_counters.c, dialect_of(dialect)
+    stmt = sql.insert(run_counters).values(
         [
             {
                 "run_id": bindparam("run"),
                 "name": bindparam(f"n{i}"),
-                "value": func.coalesce(bindparam(f"v{i}", type_=Float), now),
+                "value": func.coalesce(bindparam(f"v{i}", type_=Float), sql.now()),
             }
             for i in range(n)
         ]
     )
     given = stmt.excluded.value
-    summed = c.name.in_([_named(name) for name in _SUMMED])
+    summed = c.name.in_([fixed(name) for name in _SUMMED])
     return stmt.on_conflict_do_update(
         index_elements=["run_id", "name"],
         set_={"value": case((summed, c.value + given), else_=given)},
         # A trigger keeps the time it was first seen.
-        where=~c.name.startswith(_named(TRIGGER)),
+        where=~c.name.startswith(fixed(TRIGGER)),
     )

@@ -29,7 +29,6 @@ from sqlalchemy import (
     Float,
     Integer,
     Select,
-    Table,
     and_,
     bindparam,
     case,
@@ -46,13 +45,12 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from call4agents.model.errors import Call4AgentsError, LedgerError
 
-from . import _pg
+from . import _pg, audit_rows
 from ._db import SYNC_OFF, database_failed
-from ._db import short_error as short_error  # callers import it from here
 from ._kept import Kept, Transaction
 from .dialects import dialect_of
 from .sqlite_tx import reading
-from .tables import audit, effects
+from .tables import effects, fixed
 
 OPEN_STATES = ("started", "in_doubt")
 
@@ -65,11 +63,6 @@ def _sqlite_named() -> Any:
     from sqlalchemy.dialects import sqlite
 
     return sqlite.dialect(paramstyle="named")
-
-
-def _text(value: str) -> ColumnElement[Any]:
-    """A fixed SQL string written into a statement, not sent as a parameter."""
-    return literal_column(f"'{value}'")
 
 
 def _held(key: str, attempt: int, owner: str) -> ColumnElement[bool]:
@@ -85,19 +78,9 @@ def _held(key: str, attempt: int, owner: str) -> ColumnElement[bool]:
 Conn = Connection  # a transaction the caller holds (``Store.tx()``, ``Store.read()``, a gate's)
 
 
-def dialect_insert(dialect: str) -> Callable[[Table], Any]:
-    """The database's INSERT that can skip a conflict (see ``dialects``)."""
-    return dialect_of(dialect).insert
-
-
-def now_sql(dialect: str) -> ColumnElement[float]:
-    """The database's clock in epoch seconds (see ``dialects``)."""
-    return dialect_of(dialect).now()
-
-
 def clock(conn: Conn) -> float:
     """The database's clock now, read on ``conn`` (inside its transaction, where it has one)."""
-    return float(conn.execute(select(now_sql(conn.dialect.name))).scalar_one())
+    return float(conn.execute(select(dialect_of(conn.dialect.name).now())).scalar_one())
 
 
 class StoredArgs(NamedTuple):
@@ -231,7 +214,7 @@ class Store:
             # What a repeat needs of a finished action: its result, nothing else to load.
             select(effects.c.result).where(
                 effects.c.key == bindparam("k"),
-                effects.c.state == _text("succeeded"),
+                effects.c.state == fixed("succeeded"),
                 effects.c.pruned_at.is_(None),
                 effects.c.result.is_not(None),
             )
@@ -260,7 +243,7 @@ class Store:
             .values(
                 {
                     **{name: bindparam(name) for name in given},
-                    "state": _text("started"),
+                    "state": fixed("started"),
                     "attempt": literal_column("1"),
                     "lease_expires_at": self._now + bindparam("ttl", type_=Float),
                     "created_at": self._now,
@@ -537,7 +520,7 @@ class Store:
             .where(
                 effects.c.key == bindparam("k"),
                 effects.c.attempt == bindparam("a"),
-                or_(*(effects.c.state == _text(s) for s in OPEN_STATES)),
+                or_(*(effects.c.state == fixed(s) for s in OPEN_STATES)),
             )
             .values(
                 state=bindparam("st"),
@@ -561,7 +544,7 @@ class Store:
         quiet = func.pg_try_advisory_xact_lock(
             literal_column(str(_pg.LOCK_CLASS)), bindparam("lock_id", type_=Integer)
         )
-        channel = _text(_pg.channel_for(self._schema))
+        channel = fixed(_pg.channel_for(self._schema))
         notify = func.pg_notify(channel, bindparam("k"))
         sent: Select[Any] = select(literal_column("1")).select_from(notify)
         return case((quiet, literal_column("0")), else_=sent.scalar_subquery())
@@ -715,17 +698,15 @@ class Store:
                 return False
             # In the same transaction: a settlement that committed is always in the audit,
             # whatever the action's row says after its next attempt.
-            conn.execute(
-                audit.insert().values(
-                    at=self._now,
-                    actor=by,
-                    action="happened" if happened else "did_not_happen",
-                    run_id=done.run_id,
-                    tool=done.tool,
-                    key=key,
-                    attempt=done.attempt,
-                    reason=note if reason is None else (reason or None),
-                )
+            audit_rows.write(
+                conn,
+                actor=by,
+                action="happened" if happened else "did_not_happen",
+                run_id=done.run_id,
+                tool=done.tool,
+                key=key,
+                attempt=done.attempt,
+                reason=note if reason is None else (reason or None),
             )
             self._announce(conn, key)
             return True

@@ -1,7 +1,8 @@
 """Every table of the ledger, in one ``MetaData``: both dialects' DDL comes from here.
 
 Times are seconds since the epoch as floats, always taken from the database's clock (see
-``store.now_sql``), so that one clock judges every lease however far apart the workers' clocks are.
+``dialects.Dialect.now``), so that one clock judges every lease however far apart the workers'
+clocks are.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ _Id = BigInteger().with_variant(Integer(), "sqlite")
 # database's collation: a language's (an ICU or glibc en_US, say) passes over punctuation, and
 # schema versions 10 to 15 read names by prefix as a range of their index.
 _ByteName = Text().with_variant(Text(collation="C"), "postgresql")
+
+
+def fixed(text: str) -> ColumnElement[str]:
+    """``text`` written into a statement as an SQL string, not sent as a parameter: the statement
+    stays one text for every call, and SQLite matches it to a partial index (see open_states).
+    Only for the code's own constants: ``text`` is not escaped."""
+    return literal_column(f"'{text}'", String)
+
 
 schema_version = Table(
     "c4a_schema",
@@ -81,7 +90,7 @@ Index("c4a_effects_doubt", effects.c.updated_at, effects.c.seq)
 # of every command's start-up, for DDL that only `migrate` sends.
 _PARTIAL: dict[str, ColumnElement[bool]] = {
     "c4a_effects_open": effects.c.state.in_(("started", "in_doubt")),
-    "c4a_effects_doubt": effects.c.state == literal_column("'in_doubt'", String),
+    "c4a_effects_doubt": effects.c.state == fixed("in_doubt"),
 }
 
 
@@ -101,13 +110,13 @@ def open_states() -> ColumnElement[bool]:
     same literal values (a bound parameter does not count): without it every `doubt` and lease
     sweep read the whole table.
     """
-    return effects.c.state.in_([literal_column(f"'{s}'", String) for s in ("started", "in_doubt")])
+    return effects.c.state.in_([fixed(s) for s in ("started", "in_doubt")])
 
 
 def in_doubt_only() -> ColumnElement[bool]:
     """``state = 'in_doubt'`` with the literal ``c4a_effects_doubt`` names: SQLite uses a
     partial index only when the query repeats its condition as written (see open_states)."""
-    return effects.c.state == literal_column("'in_doubt'", String)
+    return effects.c.state == fixed("in_doubt")
 
 
 def in_open_state(state: str) -> ColumnElement[bool]:

@@ -1,4 +1,4 @@
-"""The one way the ledger counts: a change log, a fold, and the tallies it fills (schema 16).
+"""The one way the ledger counts: a change log, a fold, and the tallies it fills.
 
 Three writers append to ``c4a_changes``, and nothing else does: a trigger on ``c4a_effects`` (an
 action inserted, deleted, or changing state or attempt), a trigger on ``c4a_run_counters`` (a
@@ -12,8 +12,8 @@ those with a time, by minute and by hour (so a window is read as a few hundred r
 ``c4a_run_tallies``, the per-run figures; it deletes them as it reads them, one fold at a time.
 Whoever reads the figures folds first (``after_folding``). Every move is a difference (what a
 row adds now, less what it added before), so changes folded in any order, as PostgreSQL may
-commit them, add up to the same figures. Rows already in a ledger are counted by logging each as
-inserted (``log_everything``): the upgrade to schema version 16 does that.
+commit them, add up to the same figures. Rows written with the triggers off (a bulk load) are
+counted by logging each as inserted (``log_everything``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from call4agents.model.errors import LedgerError
 from .dialects import dialect_of, qualified
 from .run_rows import COMPLETED_AT, READS, TOOL_CALLS, TRIGGER
 from .run_rows import COST as COST  # a budget's counter: what the run spent
-from .store import Store, now_sql
+from .store import Store
 from .tables import changes, effects, run_counters, run_tallies, tallies
 
 T = TypeVar("T")
@@ -196,7 +196,7 @@ def create_triggers(conn: Connection) -> None:
 
 
 def drop_triggers(conn: Connection) -> None:
-    """The log's triggers, also as schema versions 7 to 15 named them."""
+    """The log's triggers, for a bulk load that logs its rows itself (``log_everything``)."""
     for table, logged in _LOGGED.items():
         if conn.dialect.name == "postgresql":  # the function goes with every trigger calling it
             conn.execute(
@@ -211,14 +211,14 @@ def log_repeats(conn: Connection, hits: int) -> None:
     """Repeats served from the record, now: the fold files them as ``deduped``."""
     conn.execute(
         insert(changes).values(
-            run_id="", name=DEDUPED, new_value=hits, created_at=now_sql(conn.dialect.name)
+            run_id="", name=DEDUPED, new_value=hits, created_at=dialect_of(conn.dialect.name).now()
         )
     )
 
 
 def log_everything(conn: Connection) -> None:
     """Log every action and every counter the figures read as just inserted, so the next folds
-    count them (the upgrade to schema version 16, or a bulk load made with the triggers off)."""
+    count them (after a bulk load made with the triggers off)."""
     columns = ["run_id", "name", "new_state", "new_value", "created_at", "at"]
     e, c = effects.c, run_counters.c
     watched = or_(

@@ -33,10 +33,9 @@ from ._base import (
     EXIT_OK,
     PROG,
     UsageError,
+    _db,
     _Parser,
-    _sqlalchemy_error,
     parse_age,
-    short_error,
     urls,
 )
 from ._commands import (
@@ -421,8 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         return _fail(str(exc), argv)
     # Last: naming it loads SQLAlchemy, which --help and --version do not need.
-    except _sqlalchemy_error() as exc:
-        return _fail(f"the ledger database failed: {short_error(exc)}", argv)
+    except _db.DatabaseFault as exc:
+        return _fail(str(_db.database_failed(exc)), argv)
 
 
 if __name__ == "__main__":

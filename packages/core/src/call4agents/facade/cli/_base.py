@@ -10,7 +10,6 @@ import json
 import os
 import re
 import sys
-import time
 import types
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,18 +42,6 @@ def _lazy_module(name: str) -> types.ModuleType:
     return module
 
 
-def _sqlalchemy_error() -> type[Exception]:
-    """What a database call raises when the database fails, for an ``except`` clause (evaluated
-    only when one is raised)."""
-    return _db.DatabaseFault
-
-
-def short_error(exc: BaseException) -> str:
-    from call4agents.storage.store import short_error as first_line
-
-    return first_line(exc)
-
-
 if not TYPE_CHECKING:
     _db = _lazy_module("call4agents.storage._db")
     migrations = _lazy_module("call4agents.storage.migrations")
@@ -66,12 +53,6 @@ PROG = "call4agents"
 EXIT_OK, EXIT_FAILED, EXIT_ERROR, EXIT_IN_DOUBT = 0, 1, 2, 3
 CLOCK_SKEW_WARN = 5.0
 CONSOLE_PORT = 8470  # fixed, so a bookmark keeps working
-STATE_WORDS = {
-    "succeeded": "done",
-    "failed": "failed",
-    "in_doubt": "in doubt",
-    "started": "running",
-}
 _AGE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smhdw]?)\s*", re.IGNORECASE)
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -111,16 +92,6 @@ def _trim(value: str | None, width: int) -> str:
         return ""
     flat = " ".join(value.split())
     return flat if len(flat) <= width else flat[: width - 3] + "..."
-
-
-def _ago(then: float, now: float | None = None) -> str:
-    seconds = (time.time() if now is None else now) - then
-    if seconds < 1:
-        return "just now"
-    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit} ago"
-    return f"{int(seconds)}s ago"
 
 
 def _compact(value: Any) -> str:

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from call4agents.engine.records import STATE_WORDS
+from call4agents.model.ages import ago
 from call4agents.model.errors import ConfigurationError, LedgerError
 
 from ._base import (
@@ -22,21 +24,18 @@ from ._base import (
     EXIT_IN_DOUBT,
     EXIT_OK,
     PROG,
-    STATE_WORDS,
-    _ago,
     _compact,
+    _db,
     _engine,
     _open,
     _print_json,
     _schema,
-    _sqlalchemy_error,
     _table,
     _trim,
     _url,
     migrations,
     parse_age,
     run_notes,
-    short_error,
     urls,
 )
 
@@ -80,7 +79,7 @@ def cmd_doubt(args: argparse.Namespace) -> int:
                 r.run_id,
                 r.tool,
                 str(r.attempt),
-                _ago(r.updated_at, now),
+                ago(r.updated_at, now),
                 _trim(_why(r), 60),
             ]
             for r in found
@@ -140,9 +139,9 @@ def cmd_decide(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(request.as_dict())
     else:
-        args_text = json.dumps(request.args, separators=(",", ":"))
+        args_text = _trim(_compact(request.args), 80)
         verb = "Approved" if approve else "Denied"
-        print(f"{verb} {request.tool}({_trim(args_text, 80)}) in run {request.run_id} (by {by})")
+        print(f"{verb} {request.tool}({args_text}) in run {request.run_id} (by {by})")
     return EXIT_OK
 
 
@@ -161,9 +160,9 @@ def cmd_approvals(args: argparse.Namespace) -> int:
                 r.ticket,
                 r.run_id,
                 r.tool,
-                _trim(json.dumps(r.args, separators=(",", ":")), 60),
+                _trim(_compact(r.args), 60),
                 r.state,
-                _ago(r.requested_at, now),
+                ago(r.requested_at, now),
             ]
             for r in found
         ]
@@ -199,7 +198,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 str(r.in_doubt),
                 str(r.started),
                 str(waiting[r.run_id]),
-                _ago(r.last_at, now),
+                ago(r.last_at, now),
             ]
             for r in found
         ]
@@ -489,9 +488,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     engine = _engine(url, _schema(args))
     try:
         before, after = migrations.migrate(engine, schema=_schema(args))
-    except _sqlalchemy_error() as exc:
+    except _db.DatabaseFault as exc:
         raise LedgerError(
-            f"cannot migrate the ledger at {urls.safe_url(url)}: {short_error(exc)}"
+            f"cannot migrate the ledger at {urls.safe_url(url)}: {_db.short_error(exc)}"
         ) from exc
     finally:
         engine.dispose()
@@ -529,8 +528,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
     elif not found:
         print("No decisions or settlements recorded" + (" that match." if _filtered(args) else "."))
     else:
+        now = time.time()
         rows = [
-            [str(e.id), _ago(e.at), e.actor, e.action, e.run_id, e.tool, e.ticket or e.key[:12]]
+            [str(e.id), ago(e.at, now), e.actor, e.action, e.run_id, e.tool, e.ticket or e.key[:12]]
             for e in found
         ]
         below = {i: [f"reason: {_trim(e.reason, 90)}"] for i, e in enumerate(found) if e.reason}

@@ -16,26 +16,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from call4agents.model import platform
-from call4agents.model.errors import Call4AgentsError, ConfigurationError
+from call4agents.model.ages import ago
+from call4agents.model.errors import Call4AgentsError, ConfigurationError, LedgerError
 
 from ._base import (
     CLOCK_SKEW_WARN,
     EXIT_FAILED,
     EXIT_OK,
     PROG,
-    _ago,
     _db,
     _engine,
     _open,
     _print_json,
     _schema,
-    _sqlalchemy_error,
     _sqlite_path,
     _table,
     _url,
     diagnose,
     migrations,
-    short_error,
     urls,
 )
 
@@ -193,17 +191,14 @@ def _schema_check(version: int) -> Check:
             "FAIL",
             f"no ledger tables here: check --url/--schema, or create them with `{PROG} migrate`",
         )
-    if version < migrations.CURRENT:
-        return Check(
-            "schema",
-            "FAIL",
-            f"version {version}, this call4agents needs {migrations.CURRENT}: run `{PROG} migrate`",
-        )
+    try:
+        migrations.refuse_unknown(version)  # newer, or a development build's
+    except LedgerError as exc:
+        return Check("schema", "FAIL", str(exc))
     return Check(
         "schema",
         "FAIL",
-        f"version {version} is newer than this call4agents knows "
-        f"({migrations.CURRENT}): upgrade call4agents",
+        f"version {version}, this call4agents needs {migrations.CURRENT}: run `{PROG} migrate`",
     )
 
 
@@ -285,13 +280,13 @@ def _doctor_checks(args: argparse.Namespace) -> list[Check]:
             checks += [
                 Check(name, "SKIP", "needs the current schema") for name in ("actions", "secret")
             ]
-    except (_sqlalchemy_error(), OSError) as exc:
+    except (_db.DatabaseFault, OSError) as exc:
         hint = f"; {_RECOVER}" if path is not None and _damaged(exc) else ""
         refused = _db.statement_mode_refusal(exc)
         checks.append(
             Check("pooler", "FAIL", str(refused))
             if refused
-            else Check("database", "FAIL", f"cannot use the database: {short_error(exc)}{hint}")
+            else Check("database", "FAIL", f"cannot use the database: {_db.short_error(exc)}{hint}")
         )
     except Call4AgentsError as exc:
         checks.append(Check("database", "FAIL", str(exc)))
@@ -376,7 +371,8 @@ def cmd_webhooks(args: argparse.Namespace) -> int:
             elif not letters:
                 print("No webhook events given up on.")
             else:
-                rows = [[str(d.id), _ago(d.created_at), d.receiver, d.error] for d in letters]
+                now = time.time()
+                rows = [[str(d.id), ago(d.created_at, now), d.receiver, d.error] for d in letters]
                 print(_table(["id", "given up", "receiver", "why"], rows))
             return EXIT_OK
         if args.to:
