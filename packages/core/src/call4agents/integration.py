@@ -31,7 +31,6 @@ from .engine.endings import (
     Escalated,
     check_escalate_on,
     escalate_by_policy,
-    external_ids,
     handoff,
 )
 from .engine.ledger_core import LedgerCore
@@ -42,6 +41,7 @@ from .engine.observe import (
     StepFigures,
     Watch,
     external_id,
+    external_ids,
     outcome_of,
     register_tool_payload,
     register_tool_payload_shape,
@@ -161,7 +161,7 @@ def step(run_id: str | None, index: int | None, span: object = None) -> Step:
     ``span``: an instrumentation's own OpenTelemetry span of the step, still open, that gets
     the step's attributes and figures instead of a second span (it is not ended here).
     A shared no-op while no OpenTelemetry SDK records anything."""
-    return observe.step(run_id, index, span)
+    return observe.telemetry().step(run_id, index, span)
 
 
 def run_entered(run_id: str, *, ledger: LedgerCore | None = None, trigger: Trigger) -> str | None:
@@ -172,7 +172,7 @@ def run_entered(run_id: str, *, ledger: LedgerCore | None = None, trigger: Trigg
     Returns the trigger recorded (None if the ledger could not be written)."""
     found = run_notes.record_entry(ledger, run_id, trigger)
     if found is not None:
-        observe.run_entered(run_id, found)
+        observe.telemetry().run_entered(run_id, found)
     return found
 
 

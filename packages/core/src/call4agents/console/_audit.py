@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from urllib.parse import urlencode
 
@@ -10,7 +9,7 @@ from starlette.responses import Response
 
 from call4agents import AuditEntry, Ledger
 from call4agents.model.errors import ConfigurationError
-from call4agents.storage.audit_rows import ACTIONS, arguments, as_csv
+from call4agents.storage.audit_rows import ACTIONS, arguments, as_csv, as_records
 
 from ._auth import Refused
 from ._listing import address, kept, keyset_links, pick, run_address
@@ -44,7 +43,7 @@ def audit(ledger: Ledger, ask: Ask) -> Response:
     if export:  # with the arguments decided on, redacted as the card showed them
         args = arguments(ledger.store, found)
         if export == "json":
-            return json_response([_exported(e, args.get(e.id)) for e in found])
+            return json_response(as_records(found, args))
         headers = {**SECURITY_HEADERS, "Content-Disposition": 'attachment; filename="audit.csv"'}
         return Response(as_csv(found, args), media_type="text/csv", headers=headers)
     return _page(ask, chosen, found)
@@ -72,10 +71,6 @@ def _page(ask: Ask, chosen: dict[str, str], found: list[AuditEntry]) -> Response
             paged=bool(before),
         ),
     )
-
-
-def _exported(entry: AuditEntry, args: str | None) -> dict[str, object]:
-    return {**entry.as_dict(), "args": None if args is None else json.loads(args)}
 
 
 def _before(raw: str) -> int | None:

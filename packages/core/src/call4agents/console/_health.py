@@ -99,8 +99,8 @@ def _charts(over_time: stats.Series) -> list[Columns]:
             (f"ended-{r}", f"Runs ended: {r}", [x.runs_ended.get(r, 0) for x in b], _n)
             for r in endings
         ),
-        ("cost-p95", "Cost per run, p95", [x.cost_per_run_p95 for x in b], _num),
-        ("cost-p99", "Cost per run, p99", [x.cost_per_run_p99 for x in b], _num),
+        ("cost-p95", "Cost per run, p95", [x.cost_per_run_p95 for x in b], stats.number),
+        ("cost-p99", "Cost per run, p99", [x.cost_per_run_p99 for x in b], stats.number),
     ]
     if not endings:
         charts.insert(7, ("ended", "Runs ended (by reason)", [0 for _ in b], _n))
@@ -114,10 +114,6 @@ def _n(value: float) -> str:
 
 def _pct(value: float) -> str:
     return f"{value:.1%}"
-
-
-def _num(value: float) -> str:
-    return f"{value:.4g}"
 
 
 @dataclass(frozen=True)

@@ -133,7 +133,7 @@ class OtelLayer(Layer):
         if span.is_recording():
             span.set_attributes(_run_attributes(summary))
 
-    def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
+    def run_ended(self, run_id: str, reason: str, *, count: bool = True) -> None:
         span = trace.get_current_span()
         if span.is_recording():
             span.set_attribute(sc.RUN_ID, run_id)

@@ -359,11 +359,6 @@ def _endings_by_status(ledger: LedgerCore, since: float | None) -> Counter[str]:
         return Counter(status for _, status, _ in stat_rows.endings(conn, start))
 
 
-def _quantile(values: Sequence[float], q: float) -> float | None:
-    """The nearest-rank quantile of ``values``."""
-    return tally.quantile(Counter(values), q)
-
-
 def render_alerts(figures: AlertFigures) -> str:
     """The alerts' figures as readable lines, under ``render``'s."""
     share = figures.without_read_share
@@ -373,9 +368,9 @@ def render_alerts(figures: AlertFigures) -> str:
         f"Completed without a read: {figures.runs_completed_without_read} of "
         f"{figures.runs_completed} completed runs"
         + ("" if share is None else f" ({share:.1%}; claims without evidence?)"),
-        f"Cost per run:             p95 {_num(figures.cost_per_run_p95)}, "
-        f"p99 {_num(figures.cost_per_run_p99)} (runs with a budget)",
-        f"Tool calls per run:       p95 {_num(figures.tool_calls_per_run_p95)}",
+        f"Cost per run:             p95 {number(figures.cost_per_run_p95)}, "
+        f"p99 {number(figures.cost_per_run_p99)} (runs with a budget)",
+        f"Tool calls per run:       p95 {number(figures.tool_calls_per_run_p95)}",
         "Runs by trigger:          "
         + (", ".join(f"{n} {t}" for t, n in figures.runs_by_trigger.items()) or "none given"),
         "Runs by ending:           "
@@ -384,7 +379,8 @@ def render_alerts(figures: AlertFigures) -> str:
     return "\n".join(lines)
 
 
-def _num(value: float | None) -> str:
+def number(value: float | None) -> str:
+    """A figure such as a cost per run, as ``stats`` and the console's charts say it."""
     return "n/a" if value is None else f"{value:.4g}"
 
 
@@ -502,11 +498,11 @@ def _over_time(
     completions = stat_rows.completions_since(conn, start)
     for i, k in slots([at for at, _ in completions]).items():
         ended[i]["completed"] += k
-    costs: list[list[float]] = [[] for _ in range(n)]
+    # Counted as the alert figures count them (runs by two-figure cost), for tally.quantile.
+    costs: list[Counter[float]] = [Counter() for _ in range(n)]
     priced = [(at, cost) for at, cost in completions if cost is not None]
     for at, cost in priced + stat_rows.acting_costs_since(conn, start):
-        i = int((at - start) // width)
-        costs[i if 0 <= i < n else min(n - 1, max(0, i))].append(tally.two_figures(cost))
+        costs[slot(at)][tally.two_figures(cost)] += 1
     waiting_at = _waiting_at(stat_rows.waiting_groups(conn, start, ends), len(ends))
     escalated = stat_rows.escalations_made(conn)
     # Open doubt at a bucket's end: open now, less what fell in doubt after it, plus what left.
@@ -534,8 +530,8 @@ def _over_time(
                 escalations_open=len(open_esc),
                 escalations_oldest_age=end - min(open_esc) if open_esc else None,
                 runs_ended=dict(sorted(ended[i].items())),
-                cost_per_run_p95=_quantile(costs[i], 0.95),
-                cost_per_run_p99=_quantile(costs[i], 0.99),
+                cost_per_run_p95=tally.quantile(costs[i], 0.95),
+                cost_per_run_p99=tally.quantile(costs[i], 0.99),
             )
         )
     return found

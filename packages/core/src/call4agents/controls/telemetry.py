@@ -8,13 +8,14 @@ The package imports this module, so the automatic default is in place before the
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from call4agents.engine.observe import AInner, Inner, Layer, install, installed
+from call4agents.engine.observe import PASS_THROUGH, AInner, Inner, Layer, install, installed
 from call4agents.model.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -24,22 +25,13 @@ T = TypeVar("T")
 _lazy_lock = threading.Lock()
 
 
+@functools.cache
 def otel_available() -> bool:
     """Whether the OpenTelemetry API can be imported (looked up once per process)."""
-    if _available is None:
-        _set_available()
-    return bool(_available)
-
-
-_available: bool | None = None
-
-
-def _set_available() -> None:
-    global _available
     try:
-        _available = importlib.util.find_spec("opentelemetry") is not None
+        return importlib.util.find_spec("opentelemetry") is not None
     except (ImportError, ValueError):
-        _available = False
+        return False
 
 
 def configure(
@@ -89,9 +81,9 @@ class _Lazy(Layer):
                 except ImportError:  # found but broken: stay out of the way
                     install("otel", None)
         # None: OpenTelemetry is off; the base layer passes everything straight through.
-        return installed("otel") or _THROUGH
+        return installed("otel") or PASS_THROUGH
 
-    # The run and step events reach the real layer through ``resolved`` (see observe).
+    # The run and step events reach the real layer through ``resolved`` (observe.telemetry).
     def perform(self, action: Action, call: Callable[[], T], inner: Inner[T]) -> T:
         return self.resolved().perform(action, call, inner)
 
@@ -99,9 +91,6 @@ class _Lazy(Layer):
         self, action: Action, call: Callable[[], Awaitable[T]], inner: AInner[T]
     ) -> T:
         return await self.resolved().aperform(action, call, inner)
-
-
-_THROUGH = Layer()
 
 
 def _auto() -> None:

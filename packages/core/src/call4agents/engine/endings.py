@@ -23,6 +23,7 @@ from call4agents.storage import run_controls
 from call4agents.storage.store import Conn
 
 from . import observe
+from .observe import external_ids
 
 log = logging.getLogger("call4agents")
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 ESCALATED = "escalated"
 UNDONE = "undone"
 PARTLY_UNDONE = "partly_undone"
-_ID_FIELDS = ("id", "external_id")
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def record_status_in(
 ) -> None:
     """``record_status`` inside a transaction the caller holds (the claim's, for budgets)."""
     run_controls.write_status(conn, run_id, status, reason, section, data)
-    observe.run_ended(run_id, status)
+    observe.telemetry().run_ended(run_id, status)
 
 
 def run_status(ledger: LedgerCore, run_id: str) -> RunStatus | None:
@@ -323,18 +323,3 @@ def _sort_actions(
         else:
             failed.append({**base, "why": r.error or r.note or ""})
     return done, doubt, failed
-
-
-def external_ids(result: Any) -> dict[str, Any]:
-    """Ids a tool reported in its result: ``id``, ``external_id`` and ``*_id`` fields of a dict."""
-    result = observe.tool_payload(result)
-    if not isinstance(result, Mapping):
-        return {}
-    return {
-        str(k): v
-        for k, v in result.items()
-        if isinstance(k, str)
-        and (k in _ID_FIELDS or k.endswith("_id"))
-        and isinstance(v, (str, int))
-        and not isinstance(v, bool)  # a flag such as {"is_id": true} is not an id
-    }

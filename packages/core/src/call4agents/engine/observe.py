@@ -61,18 +61,27 @@ class Layer:
     ) -> T:
         return await inner(action, call)
 
-    def run_ended(self, run_id: str, reason: str, *, count: bool) -> None:
-        """A run control ended run ``run_id``; ``count`` once per ending, not per span marked."""
+    def run_ended(self, run_id: str, reason: str, *, count: bool = True) -> None:
+        """A run control ended run ``run_id`` (escalated, a budget limit, undone).
+
+        Told when the ending is recorded (``count=True``: the runs-ended metric) and again as the
+        ending leaves ``c4a.run(...)`` (``count=False``), so the span around the run carries it too.
+        """
 
     def run_left(self, summary: RunSummary) -> None:
-        """The outermost ``c4a.run`` block of a run left (see ``run_notes``)."""
+        """What one entry of a run did, as its outermost ``c4a.run`` block leaves (see
+        ``run_notes``)."""
 
     def step(self, run_id: str | None, index: int | None, span: object = None) -> Step:
-        """A span for one step of the agent loop (see :func:`step`)."""
+        """A span for one turn of the agent loop, current while it is open (the framework's own
+        model span nests under it). ``span``: an instrumentation's own open span of this step,
+        which gets the step's attributes instead (no second span). The same cheap no-op object
+        while no SDK records anything."""
         return _NO_STEP
 
     def run_entered(self, run_id: str, trigger: str) -> None:
-        """A run whose end is never seen here was entered (see :func:`run_entered`)."""
+        """A run was entered with ``trigger``, where its end is never seen (an MCP server's
+        run): the current span, the one of the call that entered it, gets the trigger."""
 
     def resolved(self) -> Layer:
         """The layer that takes the run and step events: itself, unless it stands in for one
@@ -130,20 +139,14 @@ def installed(name: str) -> Layer | None:
     return _layers.get(name)
 
 
-def _otel() -> Layer | None:
+# What stands in for telemetry that is off: every run and step event passes through it.
+PASS_THROUGH = Layer()
+
+
+def telemetry() -> Layer:
+    """The layer that takes the run and step events: OpenTelemetry's, else ``PASS_THROUGH``."""
     layer = _layers.get("otel")
-    return None if layer is None else layer.resolved()
-
-
-def run_ended(run_id: str, reason: str, *, count: bool = True) -> None:
-    """Tell telemetry a run ended by a run control (escalated, a budget limit, undone).
-
-    Called when the ending is recorded (``count=True``: the runs-ended metric) and again as the
-    ending leaves ``c4a.run(...)`` (``count=False``), so the span around the run carries it too.
-    """
-    layer = _otel()
-    if layer is not None:
-        layer.run_ended(run_id, reason, count=count)
+    return PASS_THROUGH if layer is None else layer.resolved()
 
 
 @dataclass(frozen=True)
@@ -174,30 +177,6 @@ class Step:
 
 
 _NO_STEP = Step()
-
-
-def step(run_id: str | None, index: int | None, span: object = None) -> Step:
-    """A span for one turn of the agent loop, current while it is open (the framework's own
-    model span nests under it). ``span``: an instrumentation's own open span of this step,
-    which gets the step's attributes instead (no second span). The same cheap no-op object
-    while no SDK records anything."""
-    layer = _otel()
-    return _NO_STEP if layer is None else layer.step(run_id, index, span)
-
-
-def run_entered(run_id: str, trigger: str) -> None:
-    """Tell telemetry a run was entered with ``trigger``, where its end is never seen (an MCP
-    server's run): the current span, the one of the call that entered it, gets the trigger."""
-    layer = _otel()
-    if layer is not None:
-        layer.run_entered(run_id, trigger)
-
-
-def run_left(summary: RunSummary) -> None:
-    """Tell telemetry what one entry of a run did, as its outermost block leaves."""
-    layer = _otel()
-    if layer is not None:
-        layer.run_left(summary)
 
 
 # -- what one action did ----------------------------------------------------------------------
@@ -357,18 +336,29 @@ def _as_is(result: Any) -> Any:
     return result
 
 
-def external_id(result: Any) -> str | None:
-    """The id a provider gave what the tool made: a mapping result's ``id``, else ``external_id``.
+_ID_FIELDS = ("id", "external_id")
 
-    Only a str or int value counts (the same fields ``runs.external_ids`` reports first).
-    """
+
+def external_ids(result: Any) -> dict[str, Any]:
+    """Ids a tool reported in its result: ``id``, ``external_id`` and ``*_id`` fields of a dict."""
     result = tool_payload(result)
-    if isinstance(result, Mapping):
-        for name in ("id", "external_id"):
-            found = result.get(name)
-            if isinstance(found, (str, int)) and not isinstance(found, bool):
-                return str(found)
-    return None
+    if not isinstance(result, Mapping):
+        return {}
+    return {
+        str(k): v
+        for k, v in result.items()
+        if isinstance(k, str)
+        and (k in _ID_FIELDS or k.endswith("_id"))
+        and isinstance(v, (str, int))
+        and not isinstance(v, bool)  # a flag such as {"is_id": true} is not an id
+    }
+
+
+def external_id(result: Any) -> str | None:
+    """The id a provider gave what the tool made: of its ``external_ids``, ``id``, else
+    ``external_id``."""
+    found = external_ids(result)
+    return next((str(found[name]) for name in _ID_FIELDS if name in found), None)
 
 
 def approval_of(action: Action, outcome: Outcome, exc: BaseException | None) -> tuple[str, str]:

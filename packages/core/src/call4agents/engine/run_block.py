@@ -165,6 +165,6 @@ def _mark_ending(run_id: str, exc: BaseException) -> None:
     """An escalation or a budget cut leaving the run: the span around the run carries it too."""
 
     if isinstance(exc, Escalated):
-        observe.run_ended(exc.run_id, "escalated", count=False)
+        observe.telemetry().run_ended(exc.run_id, "escalated", count=False)
     elif isinstance(exc, BudgetExceeded):
-        observe.run_ended(exc.run_id, exc.reason, count=False)
+        observe.telemetry().run_ended(exc.run_id, exc.reason, count=False)

@@ -207,14 +207,14 @@ def finish(notes: Notes, exc: BaseException | None, *, off_loop: bool = False) -
     record)."""
     written = soon(settle, notes, exc) if off_loop else settle(notes, exc)
     summary = written or _summary(notes, exc)
-    observe.run_left(summary)
+    observe.telemetry().run_left(summary)
     return summary
 
 
 async def afinish(notes: Notes, exc: BaseException | None) -> RunSummary:
     """``finish`` with its write off the event loop's thread."""
     summary = await asyncio.to_thread(settle, notes, exc)
-    observe.run_left(summary)
+    observe.telemetry().run_left(summary)
     return summary
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
@@ -113,6 +114,11 @@ def arguments(store: Store, found: list[AuditEntry]) -> dict[int, str | None]:
             for key, args in conn.execute(acted_on.where(where))
         }
     return {e.id: asked.get(e.ticket) if e.ticket is not None else acted.get(e.key) for e in found}
+
+
+def as_records(found: list[AuditEntry], args: Mapping[int, str | None]) -> list[dict[str, Any]]:
+    """The entries as JSON-ready dicts, each with the arguments decided on (see ``arguments``)."""
+    return [{**e.as_dict(), "args": json.loads(args.get(e.id) or "null")} for e in found]
 
 
 def as_csv(found: list[AuditEntry], args: Mapping[int, str | None] | None = None) -> str:

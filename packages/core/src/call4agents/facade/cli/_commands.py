@@ -498,13 +498,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _with_args(entry: dict[str, Any], args: str | None) -> dict[str, Any]:
-    return {**entry, "args": None if args is None else json.loads(args)}
-
-
 def cmd_audit(args: argparse.Namespace) -> int:
     """Every decision and settlement, newest first; ``--csv`` for a spreadsheet."""
-    from call4agents.storage.audit_rows import arguments, as_csv
+    from call4agents.storage.audit_rows import arguments, as_csv, as_records
 
     since = time.time() - parse_age(args.since) if args.since else None
     with _open(args) as ledger:
@@ -522,7 +518,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if args.csv:
         print(as_csv(found, shown), end="")
     elif args.json:
-        _print_json([_with_args(entry.as_dict(), shown.get(entry.id)) for entry in found])
+        _print_json(as_records(found, shown))
     elif not found:
         print("No decisions or settlements recorded" + (" that match." if _filtered(args) else "."))
     else:
