@@ -51,7 +51,7 @@ class ApprovalRequest:
     decided_by: str | None = None
     reason: str | None = None
     for_attempt: int = 1  # the one attempt of the action this ticket may start
-    args_digest: str | None = None  # of the arguments asked about; None before schema version 5
+    args_digest: str | None = None  # of the arguments asked about (see Action.args_digest)
     # Which policy asked, and the tool's side-effect kind, when the ticket was opened; None on
     # tickets from before schema version 8.
     asked_by: str | None = None
@@ -64,7 +64,7 @@ class ApprovalRequest:
         """Whether this ticket asked about exactly this call's arguments. One action key can
         stand for calls with other arguments (``key=``, an MCP client key); a yes covers only
         what it showed, a redacted value included (by its digest)."""
-        return action.same_args(self.args_digest, self.args)
+        return action.same_args(self.args_digest)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -147,7 +147,7 @@ def _fields(row: Mapping[str, Any]) -> list[Any]:
 
 def _covers(row: Mapping[str, Any], action: Action) -> bool:
     """ApprovalRequest.covers, for a ticket row."""
-    return action.same_args(row.get("args_digest"), json.loads(row["args"]))
+    return action.same_args(row["args_digest"])
 
 
 def request_of(row: Mapping[str, Any]) -> ApprovalRequest:
