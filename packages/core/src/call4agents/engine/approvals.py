@@ -52,8 +52,7 @@ class ApprovalRequest:
     reason: str | None = None
     for_attempt: int = 1  # the one attempt of the action this ticket may start
     args_digest: str | None = None  # of the arguments asked about (see Action.args_digest)
-    # Which policy asked, and the tool's side-effect kind, when the ticket was opened; None on
-    # tickets from before schema version 8.
+    # Which policy asked, and the tool's side-effect kind, when the ticket was opened.
     asked_by: str | None = None
     kind: str | None = None
     # Per argument holding a redacted value, a digest of it (never the value); None when nothing
@@ -132,15 +131,13 @@ def _fields(row: Mapping[str, Any]) -> list[Any]:
     digest, call_id = row.get("args_digest"), row.get("call_id")
     asked_by, kind = row.get("asked_by"), row.get("kind")
     marks = row.get("redacted_marks")
-    # Signed when present; a ticket from before digests (or call ids, or who asked) keeps the
-    # fields it was signed with. What the inbox shows of who asked, or of whether a masked value
-    # changed, cannot be edited unseen.
+    # The call id and the marks are signed when the ticket has them. What the inbox shows of
+    # who asked, or of whether a masked value changed, cannot be edited unseen.
     return (
         [row[name] for name in _SIGNED]
-        + ([digest] if digest is not None else [])
+        + [digest]
         + ([f"call:{call_id}"] if call_id is not None else [])
-        + ([f"asked:{asked_by}"] if asked_by is not None else [])
-        + ([f"kind:{kind}"] if kind is not None else [])
+        + [f"asked:{asked_by}", f"kind:{kind}"]
         + ([f"marks:{marks}"] if marks is not None else [])
     )
 

@@ -152,8 +152,8 @@ approvals = Table(
     # where none was known): the first ticket of a call id holds the arguments first shown.
     Column("call_id", Text),
     # Why the ticket was opened and the tool's side-effect kind, as the gate saw them (schema
-    # version 8; NULL on older tickets, shown as "not recorded"): the inbox shows both before the
-    # tool has ever run, when there is no action row to read the kind from.
+    # version 8): the inbox shows both before the tool has ever run, when there is no action row
+    # to read the kind from.
     Column("asked_by", Text),
     Column("kind", String(16)),
     # Schema version 13: for each argument holding a redacted value, a digest of its key
