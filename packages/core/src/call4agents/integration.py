@@ -313,15 +313,14 @@ def recorded_with_other_args(action: Action, row: Row | None) -> bool:
     """Whether ``row`` (the action's row, just read) was recorded for other arguments.
 
     Compared by the digest of the arguments' key material, in which a redacted value counts by
-    its HMAC; an action written before the ledger kept digests is compared on the stored display
-    form instead, where a redacted value is "***".
+    its HMAC.
     """
     if row is None:
         return False
     stored = action.ledger.store.stored_args(action.key)  # one read: gc may run between two
     if stored is None or stored.pruned:
         return False  # gc removed the arguments; the tombstone still answers the key
-    return not action.same_args(stored.digest, json.loads(stored.args))
+    return not action.same_args(stored.digest)
 
 
 def open_ticket(action: Action) -> ApprovalRequest | None:

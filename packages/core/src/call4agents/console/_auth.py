@@ -106,7 +106,6 @@ class ConsoleSettings:
     read_only: bool = False  # nobody decides
     read_only_users: frozenset[str] = frozenset()  # compared folded (see ``fold``)
     csrf_key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
-    undo_modules: tuple[str, ...] = ()
     # Header mode believes the user header only from the proxy: its shared secret in this
     # header, or a connection from one of these networks.
     proxy_secret_header: str | None = None

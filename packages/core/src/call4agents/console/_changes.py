@@ -96,7 +96,7 @@ def _verdict(request: ApprovalRequest, other: ApprovalRequest, name: str) -> Ver
         return Verdict("moved", value=_shown(mine), old=_shown(theirs))
     marks = [(t.redacted_marks or {}).get(name) for t in (request, other)]
     if not (_masked(mine) and _masked(theirs)) or None in marks:
-        # A ticket from before the ledger kept digests, or a value masked on one side only.
+        # A value masked on one side only, or one that reads *** without being redacted (no mark).
         return Verdict("unknown")
     return Verdict("same-redacted" if marks[0] == marks[1] else "differs-redacted")
 

@@ -203,23 +203,23 @@ class Notifier:
 
 def _endings(s: RunStatus, url: str | None) -> list[dict[str, Any]]:
     """The escalation and the budget cut a run's ending records, each known by when it was
-    recorded (rows written before sections carried their time: by the row's, while it holds)."""
+    recorded (``run_controls.write_status`` stamps every section)."""
     found = []
     escalation, budget = s.details.get("escalation"), s.details.get("budget")
-    if isinstance(escalation, dict) and ("at" in escalation or s.status == "escalated"):
+    if isinstance(escalation, dict):
         found.append(
             {
-                "id": f"e:{s.run_id}:{escalation.get('at', s.updated_at)}",
+                "id": f"e:{s.run_id}:{escalation['at']}",
                 "event": "run.escalated",
                 "run_id": s.run_id,
                 "reason": escalation.get("reason", s.reason),
                 "url": url,
             }
         )
-    if isinstance(budget, dict) and ("at" in budget or s.status == budget.get("reason")):
+    if isinstance(budget, dict):
         found.append(
             {
-                "id": f"b:{s.run_id}:{budget.get('at', s.updated_at)}",
+                "id": f"b:{s.run_id}:{budget['at']}",
                 "event": "run.budget_exceeded",
                 "run_id": s.run_id,
                 "reason": budget.get("reason"),

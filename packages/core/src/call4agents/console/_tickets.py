@@ -23,7 +23,6 @@ from ._web import Ask, decision_form, fingerprint, page, redirect
 LIST_KEYS = (*FILTERS, "view")  # what a ticket's page keeps of the list it was opened from
 SHOWN_ACTIONS = 20  # of the run's finished actions beside a ticket
 DECISIONS = {"approve": "approved", "deny": "denied"}
-NOT_RECORDED = "not recorded (a ticket opened before the ledger kept it)"
 
 
 @dataclass(frozen=True)
@@ -40,8 +39,6 @@ class Card:
     """A ticket as its card shows it (``_tickets.html``)."""
 
     request: ApprovalRequest
-    kind: str
-    policy: str
     masked: int  # values redacted in its arguments
     stale: bool  # its run has asked about the same tool again since
     changes: Comparison | None
@@ -61,13 +58,8 @@ class Decided:
 def card(ledger: Ledger, request: ApprovalRequest, now: float, *, stale: bool) -> Card:
     # One read per ticket: the run's actions, this one among them once it has run (or failed).
     actions = ledger.effects(request.run_id, limit=SHOWN_ACTIONS * 5)
-    # Tickets opened before schema version 8 did not record the kind or who asked; the kind is
-    # then that of the action row, if it has run before (an earlier attempt).
-    kinds = [r.kind for r in actions if r.key == request.key]
     return Card(
         request=request,
-        kind=request.kind or (kinds[0] if kinds else NOT_RECORDED),
-        policy=request.asked_by or NOT_RECORDED,
         masked=count_redacted(request.args),
         stale=stale,
         changes=changes(request, ledger.approvals(request.run_id)),

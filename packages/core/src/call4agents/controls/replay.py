@@ -100,7 +100,6 @@ class Recording:
         self.run_id = str(data.get("run_id"))
         self.source = source
         self.actions = [_Recorded(e) for e in data["actions"]]
-        self.served = 0
         self._lock = threading.Lock()
 
     def take(self, action: Action) -> dict[str, Any]:
@@ -110,7 +109,6 @@ class Recording:
                 entry = item.entry
                 if not item.used and entry["tool"] == action.tool and entry["args"] == args:
                     item.used = True
-                    self.served += 1
                     return entry
         raise ReplayMismatch(
             f"replay of run {self.run_id!r} ({self.source}): {action.tool} was called with "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, ParamSpec, TypeVar
@@ -120,13 +119,10 @@ class Action:
         arguments is told apart by it, even where they differ only in a redacted value."""
         return hashlib.sha256(self.args_material.encode()).hexdigest()
 
-    def same_args(self, digest: str | None, shown: Mapping[str, Any]) -> bool:
-        """Whether a record (an action row, an approval ticket) is of exactly these arguments:
-        by its digest, or, on one written before schema version 5, by the arguments as shown
-        (where a redacted value is masked)."""
-        if digest is not None:
-            return digest == self.args_digest
-        return bool(dict(shown) == json.loads(self.args_display))
+    def same_args(self, digest: str | None) -> bool:
+        """Whether a record (an action row, an approval ticket) is of exactly these arguments, by
+        its digest (None, a pruned action's, matches no arguments)."""
+        return digest == self.args_digest
 
     def error_text(self, exc: BaseException) -> str:
         """What the ledger keeps of a tool's error: credentials masked, storable, at most 2,000

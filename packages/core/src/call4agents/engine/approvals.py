@@ -51,9 +51,8 @@ class ApprovalRequest:
     decided_by: str | None = None
     reason: str | None = None
     for_attempt: int = 1  # the one attempt of the action this ticket may start
-    args_digest: str | None = None  # of the arguments asked about; None before schema version 5
-    # Which policy asked, and the tool's side-effect kind, when the ticket was opened; None on
-    # tickets from before schema version 8.
+    args_digest: str | None = None  # of the arguments asked about (see Action.args_digest)
+    # Which policy asked, and the tool's side-effect kind, when the ticket was opened.
     asked_by: str | None = None
     kind: str | None = None
     # Per argument holding a redacted value, a digest of it (never the value); None when nothing
@@ -64,7 +63,7 @@ class ApprovalRequest:
         """Whether this ticket asked about exactly this call's arguments. One action key can
         stand for calls with other arguments (``key=``, an MCP client key); a yes covers only
         what it showed, a redacted value included (by its digest)."""
-        return action.same_args(self.args_digest, self.args)
+        return action.same_args(self.args_digest)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -132,22 +131,20 @@ def _fields(row: Mapping[str, Any]) -> list[Any]:
     digest, call_id = row.get("args_digest"), row.get("call_id")
     asked_by, kind = row.get("asked_by"), row.get("kind")
     marks = row.get("redacted_marks")
-    # Signed when present; a ticket from before digests (or call ids, or who asked) keeps the
-    # fields it was signed with. What the inbox shows of who asked, or of whether a masked value
-    # changed, cannot be edited unseen.
+    # The call id and the marks are signed when the ticket has them. What the inbox shows of
+    # who asked, or of whether a masked value changed, cannot be edited unseen.
     return (
         [row[name] for name in _SIGNED]
-        + ([digest] if digest is not None else [])
+        + [digest]
         + ([f"call:{call_id}"] if call_id is not None else [])
-        + ([f"asked:{asked_by}"] if asked_by is not None else [])
-        + ([f"kind:{kind}"] if kind is not None else [])
+        + [f"asked:{asked_by}", f"kind:{kind}"]
         + ([f"marks:{marks}"] if marks is not None else [])
     )
 
 
 def _covers(row: Mapping[str, Any], action: Action) -> bool:
     """ApprovalRequest.covers, for a ticket row."""
-    return action.same_args(row.get("args_digest"), json.loads(row["args"]))
+    return action.same_args(row["args_digest"])
 
 
 def request_of(row: Mapping[str, Any]) -> ApprovalRequest:

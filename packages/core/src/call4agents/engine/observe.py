@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from call4agents.engine.context import _effect
 from call4agents.engine.verdicts import is_in_doubt_error
@@ -44,7 +44,6 @@ Outcome = Literal[
     "timeout",
     "approval_required",
 ]
-OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 Inner = Callable[["Action", Callable[[], T]], T]
 AInner = Callable[["Action", Callable[[], Awaitable[T]]], Awaitable[T]]
@@ -225,7 +224,7 @@ class Watch:
 
 
 def outcome_of(action: Action, watch: Watch, exc: BaseException | None) -> Outcome:
-    """Name what happened to one action; see OUTCOMES."""
+    """Name what happened to one action; see Outcome."""
     if exc is None:
         return "ok" if watch.executed else "deduped"
     if watch.executed and not watch.returned:  # the tool itself raised

@@ -56,7 +56,6 @@ ESCALATION_REASON: Final = "call4agents.escalation.reason"
 STEP_SPAN: Final = "call4agents.step"
 STEP_INDEX: Final = "call4agents.step.index"
 STEP_STOP_REASON: Final = "call4agents.step.stop_reason"  # tool_call | end | token_limit | refusal
-GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
 GEN_AI_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"

@@ -86,7 +86,7 @@ def clock(conn: Conn) -> float:
 
 class StoredArgs(NamedTuple):
     args: str  # the display JSON, redacted values masked ("{}" once pruned)
-    digest: str | None  # Action.args_digest of the attempt that ran; None before schema version 5
+    digest: str | None  # Action.args_digest of the attempt that ran; None once pruned
     pruned: bool
 
 

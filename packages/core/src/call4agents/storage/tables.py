@@ -72,7 +72,7 @@ effects = Table(
     Column("pruned_at", Float),
     # SHA-256 of the arguments' key material (redacted values as their HMACs), so a caller's own
     # key reused with other arguments is seen even where they differ only in a redacted value.
-    # NULL on actions written before schema version 5.
+    # NULL once pruned by gc.
     Column("args_digest", String(64)),
 )
 
@@ -150,14 +150,14 @@ approvals = Table(
     Column("spent_at", Float),
     Column("signature", Text, nullable=False),
     # The digest of the arguments the ticket was opened for (see c4a_effects.args_digest), part
-    # of what is signed; NULL on tickets from before schema version 5.
+    # of what is signed.
     Column("args_digest", String(64)),
     # The framework's id of the tool call the ticket was opened for (schema version 6; NULL
     # where none was known): the first ticket of a call id holds the arguments first shown.
     Column("call_id", Text),
     # Why the ticket was opened and the tool's side-effect kind, as the gate saw them (schema
-    # version 8; NULL on older tickets, shown as "not recorded"): the inbox shows both before the
-    # tool has ever run, when there is no action row to read the kind from.
+    # version 8): the inbox shows both before the tool has ever run, when there is no action row
+    # to read the kind from.
     Column("asked_by", Text),
     Column("kind", String(16)),
     # Schema version 13: for each argument holding a redacted value, a digest of its key
