@@ -578,6 +578,8 @@ def test_a_run_whose_only_record_is_a_waiting_ticket_is_listed(
     # The agent stopped at its very first tool call: no action row, only the ticket.
     request = open_ticket("first-call-9")
     assert ledger.effects("first-call-9") == []
+    assert ledger.runs() == []  # the engine lists it when asked to, as the CLI's runs does
+    assert [r.run_id for r in ledger.runs(waiting=True)] == ["first-call-9"]
     listed = ann.get("/runs").text
     assert 'href="/run?id=first-call-9"' in listed
     assert ann.get("/runs?state=waiting_approval").text.count("first-call-9") >= 1

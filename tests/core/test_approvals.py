@@ -153,6 +153,8 @@ def test_tickets_expire(ledger: c4a.Ledger) -> None:
         time.sleep(0.5)
         with pytest.raises(c4a.LedgerError, match="expired"):
             ledger.approve(first.ticket, by="ann")
+        with pytest.raises(c4a.LedgerError, match="expired; nothing was decided"):
+            ledger.deny(first.ticket, by="ann")  # a no to an expired ticket, as a yes
         second = ask(pay, 1, "al")
         ledger.approve(second.ticket, by="ann")
         time.sleep(0.5)  # approved, but not used in time

@@ -45,9 +45,9 @@ if TYPE_CHECKING:
     )
     from .engine.effect import Effect, approve, deny, effect
     from .engine.endings import Escalated, Handoff, RunStatus, escalate
-    from .engine.ledger_core import GcReport, RunSummary
+    from .engine.ledger_core import GcReport
     from .engine.lookup import find_marked, key_marker
-    from .engine.records import EffectRecord
+    from .engine.records import EffectRecord, RunSummary
     from .engine.run_block import run
     from .engine.verdicts import DidNotHappen, Happened
     from .facade.ledger import Ledger, default_ledger, init
@@ -78,7 +78,7 @@ _LAZY = {
     "ReplayMismatch": "controls.replay",
     "ReplayedFailure": "controls.replay",
     "RunStatus": "engine.endings",
-    "RunSummary": "engine.ledger_core",
+    "RunSummary": "engine.records",
     "UndoItem": "controls.undo",
     "UndoReport": "controls.undo",
     "WaitingFilter": "storage.approval_rows",

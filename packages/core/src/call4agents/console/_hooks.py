@@ -192,7 +192,7 @@ class Notifier:
     def _current(self) -> dict[str, dict[str, Any]]:
         now = time.time()
         found = [
-            self._request(r, expired=r.expires_at <= now)
+            self._request(r, expired=not r.is_open(now))
             for r in self._ledger.approvals(state="pending")
         ]
         found += [self._doubted(d, d.attempt) for d in self._ledger.in_doubt()]

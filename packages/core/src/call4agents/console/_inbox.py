@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from call4agents import Ledger, WaitingFilter
+from call4agents import Ledger, LedgerError, WaitingFilter
 from call4agents.engine.approvals import ApprovalRequest, superseded
 
 from ._auth import Refused
@@ -139,7 +139,7 @@ def bulk_decide(ledger: Ledger, ask: Ask) -> Response:
         try:
             decide_one(ledger, ticket, shown, wanted, ask.who.name, reason)
             done.append(ticket)
-        except Refused:
+        except (Refused, LedgerError):  # e.g. expired since the page showed it
             refused.append(ticket)
     back = with_param(local_address(ask.form.get("back"), "/"), "bulk", ask.form["decision"])
     back = with_param(back, DONE, ",".join(done)) if done else back
@@ -162,7 +162,7 @@ def ticked_outcomes(ledger: Ledger, ask: Ask) -> list[Outcome]:
             found.append(Outcome(ticket, False, said=missing_text(ticket)))
         elif ticket in done and request.decided_by == me and _as_asked(request.state, wanted):
             found.append(Outcome(ticket, True, verb(request), request.tool, request.run_id))
-        elif request.state == "pending" and request.expires_at > now:
+        elif request.is_open(now):
             found.append(Outcome(ticket, False, said=moved_text(ticket)))
         else:
             found.append(Outcome(ticket, False, said=too_late(request, wanted, me, now)))

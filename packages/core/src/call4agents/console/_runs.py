@@ -42,9 +42,10 @@ def runs_list(ledger: Ledger, ask: Ask) -> Response:
         search=text or None,
         active_within=WINDOWS[window],
         before=before,
+        waiting=True,
     )
-    full = len(found) == LISTED
-    found = _with_waiting_runs(ledger, found, tool, text, WINDOWS[window], before)
+    # Runs that only wait for a person have no actions; a full page of the others has a next.
+    full = sum(1 for r in found if r.actions) == LISTED
     waiting = Counter(ledger.waiting_by_run([r.run_id for r in found]))
     # One read of the listed runs' endings, not one per run.
     endings = run_controls.statuses_of(ledger.store, [r.run_id for r in found])
@@ -103,37 +104,6 @@ def _pages(query: dict[str, str], last: RunSummary | None, paged: bool) -> Pages
     then its id), so a page is as fast at the thousandth run as at the first."""
     older = None if last is None else {"before_at": repr(last.last_at), "before_run": last.run_id}
     return keyset_links("/runs", kept(query, FILTERS), after=older, paged=paged)
-
-
-def _with_waiting_runs(
-    ledger: Ledger,
-    found: list[RunSummary],
-    tool: str,
-    text: str,
-    within: float | None,
-    before: tuple[float, str] | None,
-) -> list[RunSummary]:
-    """The runs with actions, and those whose only record is a ticket waiting for a person (an
-    agent stopped at its first tool call): the newest waiting tickets, filtered as the list is."""
-    known = {r.run_id for r in found}
-    cutoff = None if within is None else time.time() - within
-    asked: dict[str, list[float]] = {}
-    for t in ledger.waiting(limit=LISTED, newest_first=True):
-        if t.run_id in known or (tool and t.tool != tool) or (text and text not in t.run_id):
-            continue
-        if cutoff is None or t.requested_at >= cutoff:
-            asked.setdefault(t.run_id, []).append(t.requested_at)
-    extra = [RunSummary(run, 0, 0, 0, 0, 0, min(at), max(at)) for run, at in asked.items()]
-    if before is not None:
-        extra = [r for r in extra if (r.last_at, r.run_id) < before]
-    merged = sorted(found + extra, key=lambda r: (r.last_at, r.run_id), reverse=True)
-    # A page of runs with actions decides where the next page starts; runs that only wait
-    # for a person fill in among them, and all of the rest on the last page.
-    if len(found) == LISTED:
-        merged = [
-            r for r in merged if (r.last_at, r.run_id) >= (found[-1].last_at, found[-1].run_id)
-        ]
-    return merged
 
 
 def run_page(ledger: Ledger, ask: Ask) -> Response:

@@ -84,7 +84,7 @@ def ticket_page(ledger: Ledger, ask: Ask) -> Response:
     now = time.time()
     stale = request.ticket in superseded(ledger, [request])
     back = address("/", ask.query, LIST_KEYS)
-    open_now = request.state == "pending" and request.expires_at > now
+    open_now = request.is_open(now)
     return page(
         "ticket.html",
         ask.who,
@@ -131,12 +131,6 @@ def decide_one(
     now = time.time()
     if request.state != "pending":
         raise Refused(409, too_late(request, wanted, me, now))
-    if request.expires_at <= now:
-        raise Refused(
-            409,
-            f"ticket {ticket} expired {ago(request.expires_at, now)}: nothing was decided; "
-            "the agent's next call opens a new ticket",
-        )
     act = ledger.approve if wanted == "approved" else ledger.deny
     out = act(ticket, by=me, reason=reason, only_if_pending=True)
     if out.state != wanted or out.decided_by != me:

@@ -65,6 +65,10 @@ class ApprovalRequest:
         what it showed, a redacted value included (by its digest)."""
         return action.same_args(self.args_digest)
 
+    def is_open(self, now: float) -> bool:
+        """Whether a person may still answer it at ``now``: pending and not expired."""
+        return self.state == "pending" and self.expires_at > now
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "ticket": self.ticket,
@@ -405,7 +409,7 @@ def decide(
             return request_of(row)
         if row["state"] == wanted:
             return request_of(row)  # a double click
-        _check_transition(row, approve)
+        _check_transition(row)
         decided = {**row, "state": wanted, "decided_by": by}
         signature = signer.sign(_fields(decided))
         was = row["state"]
@@ -423,7 +427,7 @@ def decide(
         return request_of({**decided, "reason": reason})
 
 
-def _check_transition(row: Mapping[str, Any], approve: bool) -> None:
+def _check_transition(row: Mapping[str, Any]) -> None:
     ticket, state = row["ticket"], row["state"]
     if state == "spent":
         raise LedgerError(f"approval ticket {ticket} was already used: the action has run")
@@ -432,9 +436,9 @@ def _check_transition(row: Mapping[str, Any], approve: bool) -> None:
             f"approval ticket {ticket} was denied by {row['decided_by']}; a no is final. If the "
             "agent asks again, a new ticket is opened."
         )
-    if approve and row["expires_at"] <= row["now"]:
+    if state == "pending" and row["expires_at"] <= row["now"]:  # yes or no alike
         raise LedgerError(
-            f"approval ticket {ticket} expired; nothing was approved. The next call of the tool "
+            f"approval ticket {ticket} expired; nothing was decided. The next call of the tool "
             "opens a new ticket."
         )
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from call4agents.engine import _owner, approvals
 from call4agents.engine.approvals import ApprovalRequest, Signer, request_of
-from call4agents.engine.records import EffectRecord, record_of
+from call4agents.engine.records import EffectRecord, RunSummary, record_of, with_waiting_runs
 from call4agents.model import platform
 from call4agents.model.codec import encode_result
 from call4agents.model.errors import ConfigurationError, LedgerError
@@ -42,18 +42,6 @@ _CACHE_LIMIT = 50_000
 # A resumed run's recorded results read in one go: at most this many, none larger than this.
 _RECALL_ROWS = 1_000
 _RECALL_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    run_id: str
-    actions: int
-    succeeded: int
-    failed: int
-    in_doubt: int
-    started: int
-    first_at: float
-    last_at: float
 
 
 @dataclass(frozen=True)
@@ -491,12 +479,15 @@ class LedgerCore:
         search: str | None = None,
         active_within: float | None = None,
         before: RunSummary | tuple[float, str] | None = None,
+        waiting: bool = False,
     ) -> list[RunSummary]:
         """The most recently active runs, newest first; ``tool`` keeps the runs that called that
         tool, ``search`` those whose run id contains the text, ``active_within`` (seconds) those
         with an action updated that recently. Each run's counts cover all of its actions.
         ``before``: the last run of the page before (or its ``(last_at, run_id)``), for the
-        next page; runs active at the same moment are ordered by run id, descending."""
+        next page; runs active at the same moment are ordered by run id, descending.
+        ``waiting=True`` adds the runs whose only record is a ticket waiting for a person (an
+        agent stopped at its first tool call), from the newest ``limit`` such tickets."""
         if isinstance(before, RunSummary):
             before = (before.last_at, before.run_id)
         # By the database clock; the scan stops at it rather than filtering on it, so it reads
@@ -505,7 +496,12 @@ class LedgerCore:
         found = reads.latest_runs(
             self.store, limit=limit, tool=tool, search=search, cutoff=cutoff, before=before
         )
-        return [RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7])) for r in found]
+        runs = [RunSummary(*(r[0], *(int(x or 0) for x in r[1:6]), r[6], r[7])) for r in found]
+        if not waiting:
+            return runs
+        newest = WaitingFilter(tool=tool, run_id=search, sort="newest")
+        asked = tickets.waiting_page(self.store, newest, after=None, limit=limit)
+        return with_waiting_runs(runs, asked, full=len(runs) == limit, cutoff=cutoff, before=before)
 
     # -- settling -------------------------------------------------------------------------------
 

@@ -1,8 +1,10 @@
-"""What a recorded action looks like to its readers: ``EffectRecord``, made from a row."""
+"""What a recorded action and a run look like to their readers: ``EffectRecord``, made from a
+row, and ``RunSummary``."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,3 +102,42 @@ def record_of(m: Any) -> EffectRecord:
 
 
 __all__ = ["EffectRecord", "idempotency_key", "record_of"]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    actions: int
+    succeeded: int
+    failed: int
+    in_doubt: int
+    started: int
+    first_at: float
+    last_at: float
+
+
+def with_waiting_runs(
+    found: list[RunSummary],
+    asked: Sequence[Mapping[str, Any]],
+    *,
+    full: bool,
+    cutoff: float | None,
+    before: tuple[float, str] | None,
+) -> list[RunSummary]:
+    """The runs with actions, and those whose only record is one of the waiting tickets
+    ``asked`` (newest first, filtered as the list is), each spanning its tickets' times."""
+    known = {r.run_id for r in found}
+    spans: dict[str, list[float]] = {}
+    for t in asked:
+        if t["run_id"] not in known and (cutoff is None or t["requested_at"] >= cutoff):
+            spans.setdefault(t["run_id"], []).append(float(t["requested_at"]))
+    extra = [RunSummary(run, 0, 0, 0, 0, 0, min(at), max(at)) for run, at in spans.items()]
+    if before is not None:
+        extra = [r for r in extra if (r.last_at, r.run_id) < before]
+    merged = sorted(found + extra, key=lambda r: (r.last_at, r.run_id), reverse=True)
+    # A full page of runs with actions decides where the next page starts; runs that only wait
+    # for a person fill in among them, and all of the rest on the last page.
+    if full:
+        last = (found[-1].last_at, found[-1].run_id)
+        merged = [r for r in merged if (r.last_at, r.run_id) >= last]
+    return merged

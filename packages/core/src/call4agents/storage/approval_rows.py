@@ -206,30 +206,3 @@ def last_asked(store: Store, run_ids: Sequence[str]) -> dict[tuple[str, str], fl
 
 def one(store: Store, ticket: str) -> Ticket | None:
     return next(iter(store.dicts(select(approvals).where(approvals.c.ticket == ticket))), None)
-
-
-def pending_by_run(store: Store) -> dict[str, tuple[int, float]]:
-    """Each run with a pending ticket: how many are pending and when the latest was asked, in
-    one read of the pending tickets (the index on state), however many runs wait."""
-    stmt = select(approvals.c.run_id, approvals.c.requested_at).where(
-        approvals.c.state == "pending"
-    )
-    found: dict[str, tuple[int, float]] = {}
-    for run_id, asked in store.rows(stmt):
-        n, latest = found.get(run_id, (0, float(asked)))
-        found[run_id] = (n + 1, max(latest, float(asked)))
-    return found
-
-
-def asked_spans(store: Store, run_ids: Sequence[str]) -> dict[str, tuple[float, float]]:
-    """When the first and the latest ticket (any state) of each of these runs was asked, in one
-    read by the index on runs."""
-    if not run_ids:
-        return {}
-    asked = approvals.c.requested_at
-    stmt = (
-        select(approvals.c.run_id, func.min(asked), func.max(asked))
-        .where(approvals.c.run_id.in_(list(run_ids)))
-        .group_by(approvals.c.run_id)
-    )
-    return {str(r): (float(a), float(b)) for r, a, b in store.rows(stmt)}

@@ -40,7 +40,6 @@ from ._base import (
 
 if TYPE_CHECKING:
     from call4agents.engine.endings import Handoff, RunStatus
-    from call4agents.engine.ledger_core import RunSummary
     from call4agents.engine.records import EffectRecord
     from call4agents.facade.ledger import Ledger
 
@@ -170,16 +169,12 @@ def cmd_approvals(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from call4agents.storage import approval_rows
-
     if args.limit < 1:
         raise ConfigurationError("--limit must be at least 1")
     with _open(args) as ledger:
         ledger.sweep()  # so a dead worker's action shows as in doubt, not running
-        found = ledger.runs(limit=args.limit)
-        pending = approval_rows.pending_by_run(ledger.store)
-        waiting = collections.Counter({run: n for run, (n, _) in pending.items()})
-        found = _with_waiting_runs(found, ledger, pending, args.limit)[: args.limit]
+        found = ledger.runs(limit=args.limit, waiting=True)[: args.limit]
+        waiting = collections.Counter(ledger.waiting_by_run([r.run_id for r in found]))
     if args.json:
         _print_json(
             [{**dataclasses.asdict(r), "approvals_waiting": waiting[r.run_id]} for r in found]
@@ -205,21 +200,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
         headers.append("LAST ACTIVE")
         print(_table(headers, rows))
     return EXIT_OK
-
-
-def _with_waiting_runs(
-    found: list[RunSummary], ledger: Ledger, pending: dict[str, tuple[int, float]], limit: int
-) -> list[RunSummary]:
-    """The runs with actions, and those whose only records are approvals waiting for a person:
-    the ``limit`` of them asked last, their tickets' times read in one query for all."""
-    from call4agents.engine.ledger_core import RunSummary
-    from call4agents.storage import approval_rows
-
-    known = {r.run_id for r in found}
-    only = sorted(pending.keys() - known, key=lambda run: pending[run][1], reverse=True)[:limit]
-    for run_id, (first, last) in approval_rows.asked_spans(ledger.store, only).items():
-        found.append(RunSummary(run_id, 0, 0, 0, 0, 0, first, last))
-    return sorted(found, key=lambda r: r.last_at, reverse=True)
 
 
 def _require_run(ledger: Ledger, run_id: str) -> None:
