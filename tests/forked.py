@@ -29,6 +29,7 @@ _children.preload(
         "langgraph.prebuilt",
         "langgraph.checkpoint.postgres",
         "opentelemetry.sdk.trace",
+        "uvicorn",  # the MCP tests' HTTP servers (tests/mcp/http_server.py)
     ]
 )
 
@@ -40,6 +41,12 @@ def run_script(
     argv = [str(script), *args]
     code, out, err = _children.run(_script, argv, env=env, timeout=timeout)
     return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def start(script: Path | str, args: list[str], *, env: dict[str, str]) -> _children.Child:
+    """``script args`` in a forked child left running (a server): the caller reads its output
+    and kills and closes it."""
+    return _children.Child(_script, [str(script), *args], env=env)
 
 
 def run_together(

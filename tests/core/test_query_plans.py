@@ -12,8 +12,10 @@ and no statement it sends may read a whole large table.
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -225,6 +227,48 @@ def _counters(now: float) -> list[dict[str, Any]]:
     ]
 
 
+@dataclass
+class Filled:
+    """SQLite ledgers holding _fill's and _fill_more's rows, one analyzed and one never, each
+    made in ``folder`` by the first test on this worker that asks for it (see _filled)."""
+
+    folder: Path
+    files: dict[bool, Path] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Filled:
+    return Filled(tmp_path_factory.mktemp("filled"))
+
+
+def _filled(target: Target, made: Filled) -> c4a.Ledger:
+    """The target's ledger opened with _fill's and _fill_more's rows in it.
+
+    Filling and folding those rows takes most of a test's time, the same for every test that
+    asks. On SQLite it is done once per worker and kind (analyzed or never), and each test gets
+    a copy of that file, byte for byte what filling its own would have made: the tests change
+    their copies, never the first. PostgreSQL ledgers are schemas, filled each time."""
+    if target.backend != "sqlite":
+        ledger = target.open()
+        _fill(ledger)
+        _fill_more(ledger)
+        return ledger
+    # Made here, not in the fixture: the test's settings (its secret; whether anything may
+    # analyze the ledger) are in force by now.
+    if ANALYZED not in made.files:
+        first = made.folder / ("analyzed.db" if ANALYZED else "never-analyzed.db")
+        ledger = c4a.Ledger(f"sqlite:///{first}")
+        _fill(ledger)
+        _fill_more(ledger)
+        ledger.close()
+        # Closed, the last connection wrote the log back into the file: the file is the whole.
+        assert not first.with_name(first.name + "-wal").exists()
+        made.files[ANALYZED] = first
+    path = Path(target.url.removeprefix("sqlite:///"))
+    shutil.copyfile(made.files[ANALYZED], path)
+    return target.open()
+
+
 def _every_select(operation: Callable[[], Any]) -> list[tuple[str, Any]]:
     """The SELECTs any engine sends while ``operation`` runs (the CLI opens its own)."""
     seen: list[tuple[str, Any]] = []
@@ -257,11 +301,9 @@ def _whole_table_reads(plan: str, statement: str) -> list[str]:
 
 @pytest.mark.slow
 def test_every_reading_command_uses_indexes(
-    target: Target, capsys: pytest.CaptureFixture[str]
+    target: Target, filled: Filled, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ledger = target.open()
-    _fill(ledger)
-    _fill_more(ledger)
+    ledger = _filled(target, filled)
     where = ["--url", target.url, *(["--schema", target.schema] if target.schema else [])]
     commands = {
         "doubt": ["doubt"],
@@ -288,12 +330,10 @@ def test_every_reading_command_uses_indexes(
 
 
 @pytest.mark.slow
-def test_run_figures_fold_and_read_by_keys(target: Target) -> None:
+def test_run_figures_fold_and_read_by_keys(target: Target, filled: Filled) -> None:
     """Folding counter changes into the run tallies looks each run's tally up by its key, and
     reading the figures takes a range of the tallies' key, on a large ledger."""
-    ledger = c4a.init(target.open())
-    _fill(ledger)
-    _fill_more(ledger)
+    ledger = c4a.init(_filled(target, filled))
     # A run entered again and two new ones: their counters' changes wait in the log.
     for run_id in ("run-0", "new-1", "new-2"):
         with c4a.run(run_id, trigger="user", budget=c4a.Budget(max_cost=100)):
@@ -383,12 +423,10 @@ def _ticket_number() -> Any:
 
 
 @pytest.mark.slow
-def test_figures_over_time_read_only_their_window(target: Target) -> None:
+def test_figures_over_time_read_only_their_window(target: Target, filled: Filled) -> None:
     # The console's health charts: every statement of stats.series (and of the count of actions
     # executed without a yes, windowed and all time) reads through an index.
-    ledger = target.open()
-    _fill(ledger)
-    _fill_more(ledger)
+    ledger = _filled(target, filled)
     # Tickets asked one every 6 minutes over 40 days, each open for 10 minutes: a day's window
     # holds a few hundred of them.
     now = time.time()
@@ -422,12 +460,10 @@ def test_figures_over_time_read_only_their_window(target: Target) -> None:
 
 
 @pytest.mark.slow
-def test_console_pages_read_by_index(target: Target) -> None:
+def test_console_pages_read_by_index(target: Target, filled: Filled) -> None:
     """The console's inbox and runs pages, filtered, sorted and paged deep, on a large ledger:
     each statement is served by an index (a page deep in the list costs what the first does)."""
-    ledger = target.open()
-    _fill(ledger)
-    _fill_more(ledger)
+    ledger = _filled(target, filled)
     pending = ledger.waiting_page(limit=3)[0]
     assert pending, "the ledger has tickets waiting"
     older = ledger.runs(limit=100)[-1]
@@ -506,16 +542,16 @@ def test_the_audit_reads_by_index(target: Target) -> None:
 
 
 @pytest.mark.slow
-def test_the_in_doubt_queue_and_the_inbox_lines_read_by_index(target: Target) -> None:
+def test_the_in_doubt_queue_and_the_inbox_lines_read_by_index(
+    target: Target, filled: Filled
+) -> None:
     """The console's in-doubt queue, whole, deep and by each filter, is a range of
     ``c4a_effects_doubt``, in the order that index gives (no sort of every action in doubt);
     the inbox's mark of a superseded ticket is one read of the page's runs by
     ``c4a_approvals_run``."""
     from call4agents.engine.approvals import superseded
 
-    ledger = target.open()
-    _fill(ledger)
-    _fill_more(ledger)
+    ledger = _filled(target, filled)
     now = time.time()
     doubt = [
         {

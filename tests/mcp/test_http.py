@@ -8,8 +8,6 @@ file the server processes append to, outside the ledger.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +20,7 @@ from mcp.types import CallToolResult, TextContent
 
 from call4agents_mcp import KEY_META
 from call4agents_mcp.quickstart import LossyProxy
+from tests import forked
 from tests.conftest import Target
 
 SERVER = Path(__file__).with_name("http_server.py")
@@ -34,22 +33,15 @@ pytestmark = pytest.mark.slow  # each test starts real server processes
 def mcp_server(
     mode: str, outbox: Path, replica: str, env: dict[str, str], workdir: Path | None = None
 ) -> Iterator[str]:
-    """Start tests/mcp/http_server.py; yields its URL; SIGKILLs it at the end."""
+    """Start tests/mcp/http_server.py; yields its URL; SIGKILLs it at the end.
+
+    A process of its own, forked from the fork server that imported MCP once (tests/forked.py):
+    a fresh interpreter spent seconds importing it, twice in the tests with two replicas."""
     child_env = dict(env, WORKDIR=str(workdir or ""))
-    argv = [sys.executable, str(SERVER), mode, str(outbox), replica]
-    log = outbox.with_name(f"server-{replica}.log")
-    with log.open("w") as stderr:
-        proc = subprocess.Popen(
-            argv, env=child_env, stdout=subprocess.PIPE, stderr=stderr, text=True
-        )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("PORT "), f"server {replica} did not start:\n{log.read_text()}"
+    with forked.start(SERVER, [mode, str(outbox), replica], env=child_env) as server:
+        line = server.first_line(timeout=120)
+        assert line.startswith("PORT "), f"server {replica} did not start:\n{server.stderr}"
         yield f"http://127.0.0.1:{line.split()[1]}/mcp"
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def port_of(url: str) -> int:

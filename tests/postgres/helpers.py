@@ -16,12 +16,15 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import psycopg
 import pytest
 
-from tests.conftest import Target
+if TYPE_CHECKING:
+    # Only named here: the suite's conftest imports every agent framework (tests/forked.py),
+    # seconds that `python -m tests.postgres.helpers` (scripts/postgres.sh) must not pay twice.
+    from tests.conftest import Target
 
 WORKER = Path(__file__).with_name("worker.py")
 
