@@ -292,8 +292,6 @@ class LedgerCore:
                 "acknowledged before any standby (or the server's own disk) has it"
             )
         self._require_sync = require_sync_standby
-        if allow_network_fs is None:
-            allow_network_fs = os.environ.get("CALL4AGENTS_ALLOW_NETWORK_FS") == "1"
         self.engine = _db.make_engine(
             self._url,
             durability=durability,
