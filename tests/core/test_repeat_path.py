@@ -27,7 +27,7 @@ from call4agents.engine import action
 from call4agents.model.canonical import canonical_args
 from call4agents.model.codec import decode_result
 from call4agents.model.errors import ConfigurationError
-from call4agents.storage import _hits
+from call4agents.storage import tally
 from tests.conftest import Target
 
 effect_module = importlib.import_module("call4agents.engine.action")
@@ -182,8 +182,8 @@ def test_text_that_is_not_one_json_value_is_refused_as_json_refuses_it(text: str
 def test_repeats_from_many_threads_are_all_counted(
     ledger: c4a.Ledger, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_hits, "_TAKE_AT", 97)  # add up often, while others keep appending
-    counter = _hits.DedupCounter(ledger.store)
+    monkeypatch.setattr(tally, "_TAKE_AT", 97)  # add up often, while others keep appending
+    counter = tally.DedupCounter(ledger.store)
     start = threading.Barrier(4)
 
     def add() -> None:
@@ -204,7 +204,7 @@ def test_repeats_from_many_threads_are_all_counted(
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_does_not_count_its_parents_repeats(ledger: c4a.Ledger) -> None:
-    counter = _hits.DedupCounter(ledger.store)
+    counter = tally.DedupCounter(ledger.store)
     for _ in range(3):
         counter.add()
     read, write = os.pipe()

@@ -12,7 +12,7 @@ from sqlalchemy import event
 
 import call4agents as c4a
 from call4agents.engine.run_notes import run_document
-from call4agents.storage import run_rows, tally
+from call4agents.storage import run_controls, run_rows, tally
 from tests.conftest import Target
 
 WORKERS, ENTRIES = 4, 25
@@ -95,7 +95,7 @@ def test_entries_ended_at_once_by_many_workers_all_count(target: Target) -> None
     for thread in threads:
         thread.join(60)
     assert not failures
-    values = run_rows.counters(ledgers[0].store, "shared")
+    values = run_controls.counted(ledgers[0].store, ["shared"])[0]["shared"]
     entries = WORKERS * ENTRIES
     assert values[run_rows.TOOL_CALLS] == 3 * entries
     assert values[run_rows.READS] == entries

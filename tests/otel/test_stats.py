@@ -191,9 +191,9 @@ def test_counts_reach_the_ledger_on_their_own(
     target: Target, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No close() and no exit: the timer writes them (here after 0.1 s instead of seconds)."""
-    from call4agents.storage import _hits
+    from call4agents.storage import tally
 
-    monkeypatch.setattr(_hits, "FLUSH_AFTER", 0.1)
+    monkeypatch.setattr(tally, "FLUSH_AFTER", 0.1)
     ledger = c4a.init(target.open())
 
     @c4a.effect(name="ping")

@@ -25,8 +25,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from call4agents.engine import observe
+from call4agents.engine.steps import in_doubt_error
 from call4agents.model.codec import decode_result
-from call4agents.model.errors import Call4AgentsError, EffectInDoubt, ResultPruned
+from call4agents.model.errors import Call4AgentsError, ResultPruned
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
@@ -133,13 +134,8 @@ class Recording:
             return decode_result(entry["result"])
         if state == "failed":
             raise ReplayedFailure(entry.get("error") or f"{action.tool} failed (recorded)")
-        raise EffectInDoubt(
-            key=action.key,
-            run_id=action.run_id,
-            tool=action.tool,
-            reason="recorded in doubt: " + (entry.get("note") or entry.get("error") or "unknown"),
-            attempt=int(entry.get("attempt") or 1),
-        )
+        why = entry.get("note") or entry.get("error") or "unknown"
+        raise in_doubt_error(action, "recorded in doubt: " + why, int(entry.get("attempt") or 1))
 
 
 _current: contextvars.ContextVar[Recording | None] = contextvars.ContextVar(

@@ -8,8 +8,8 @@ read into the tallies, which is a write; where that write is refused (a read-onl
 a read-only file), the figures are as of the last fold, and say how many changes wait. Times come
 from the database's clock, like everything else in the ledger.
 
-Repeats are counted in memory and logged every few seconds (see ``_hits``), so the last few
-seconds may not show yet.
+Repeats are counted in memory and logged every few seconds (see ``tally.DedupCounter``), so
+the last few seconds may not show yet.
 """
 
 from __future__ import annotations

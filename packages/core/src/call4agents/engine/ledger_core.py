@@ -27,11 +27,11 @@ from call4agents.model.kinds import KINDS
 from call4agents.storage import _db, _files, audit_rows, diagnose, reads, run_rows, urls
 from call4agents.storage import approval_rows as tickets
 from call4agents.storage._db import cannot_open, outage, outage_error, refuse_read_only
-from call4agents.storage._hits import DedupCounter
 from call4agents.storage.approval_rows import SORTS, WaitingFilter
 from call4agents.storage.migrations import CURRENT, current_version, migrate, refuse_unknown
 from call4agents.storage.reads import DoubtFilter
 from call4agents.storage.store import Store
+from call4agents.storage.tally import DedupCounter
 
 if TYPE_CHECKING:
     from call4agents.engine.action import Action
@@ -280,8 +280,6 @@ class LedgerCore:
                 "acknowledged before any standby (or the server's own disk) has it"
             )
         self._require_sync = require_sync_standby
-        if allow_network_fs is None:
-            allow_network_fs = os.environ.get("CALL4AGENTS_ALLOW_NETWORK_FS") == "1"
         self.engine = _db.make_engine(
             self._url,
             durability=durability,

@@ -27,7 +27,7 @@ from call4agents.engine import observe
 from call4agents.engine.context import soon
 from call4agents.engine.default import default_or_none
 from call4agents.model.errors import ApprovalRequired, ConfigurationError, LedgerError
-from call4agents.storage import run_rows
+from call4agents.storage import run_controls, run_rows
 from call4agents.storage.run_rows import (
     COMPLETED_AT,
     COST,
@@ -287,7 +287,7 @@ def record_entry(ledger: LedgerCore | None, run_id: str, trigger: str) -> str | 
 
 def run_document(ledger: LedgerCore, run_id: str) -> dict[str, Any] | None:
     """The run's own record for ``call4agents show --json``; None if it was never recorded."""
-    values = run_rows.counters(ledger.store, run_id)
+    values = run_controls.counted(ledger.store, [run_id])[0][run_id]
     if ENTERED_AT not in values:
         return None
     completed = COMPLETED_AT in values
@@ -304,7 +304,7 @@ def run_document(ledger: LedgerCore, run_id: str) -> dict[str, Any] | None:
 
 def run_text(ledger: LedgerCore, run_id: str) -> str | None:
     """One line for ``call4agents show``: trigger, time, tool calls, reads; None if unknown."""
-    values = run_rows.counters(ledger.store, run_id)
+    values = run_controls.counted(ledger.store, [run_id])[0][run_id]
     if ENTERED_AT not in values:
         return None
     found = run_rows.triggers(ledger.store, run_id)

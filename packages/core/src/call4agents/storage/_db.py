@@ -4,6 +4,7 @@ PostgreSQL ledger gets, and the SQLAlchemy engine that opens them (``urls`` read
 
 from __future__ import annotations
 
+import os
 import re
 import select
 import sqlite3
@@ -461,7 +462,7 @@ def make_engine(
     durability: Durability,
     schema: str | None,
     busy_timeout: float,
-    allow_network_fs: bool,
+    allow_network_fs: bool | None = None,  # None: CALL4AGENTS_ALLOW_NETWORK_FS=1 or not
     pooler: str | None = None,
     connect_args: Mapping[str, Any] | None = None,
     engine: Engine | None = None,
@@ -479,6 +480,8 @@ def make_engine(
                 "pooler=, connect_args= and engine= apply to PostgreSQL ledgers only (an SQLite "
                 "ledger opens its own file from its URL)"
             )
+        if allow_network_fs is None:
+            allow_network_fs = os.environ.get("CALL4AGENTS_ALLOW_NETWORK_FS") == "1"
         return sqlite_engine(
             url,
             durability=durability,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, func, select, text
+from sqlalchemy import Engine, text
 
-from . import _pg, migrations
+from . import _pg, migrations, stat_rows
 from .store import clock
-from .tables import effects, open_states
 
 SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
@@ -61,10 +61,7 @@ def durability(engine: Engine) -> dict[str, str]:
 def open_actions(engine: Engine) -> dict[str, int]:
     """How many actions are started and in doubt (through the partial index of open ones)."""
     with engine.connect() as conn:
-        found = conn.execute(
-            select(effects.c.state, func.count()).where(open_states()).group_by(effects.c.state)
-        ).all()
-    return {state: int(n) for state, n in found}
+        return Counter(state for _, state in stat_rows.open_actions(conn))
 
 
 @dataclass(frozen=True)

@@ -182,11 +182,6 @@ def _pick_up(found: History, entered: float) -> dict[str, float | None]:
     return {}
 
 
-def counters(store: Store, run_id: str) -> dict[str, float]:
-    with store.read() as conn:
-        return counters_in(conn, run_id)
-
-
 def triggers(store: Store, run_id: str) -> list[str]:
     """The triggers a run was entered with, oldest first."""
     stmt = select(run_counters.c.name).where(

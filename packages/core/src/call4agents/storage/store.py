@@ -36,7 +36,6 @@ from sqlalchemy import (
     func,
     literal_column,
     null,
-    or_,
     select,
     update,
 )
@@ -51,9 +50,7 @@ from ._db import SYNC_OFF, database_failed
 from ._kept import Kept, Transaction
 from .dialects import dialect_of, schema_of
 from .sqlite_tx import reading
-from .tables import effects, fixed
-
-OPEN_STATES = ("started", "in_doubt")
+from .tables import effects, fixed, open_states
 
 
 @cache
@@ -526,7 +523,7 @@ class Store:
             .where(
                 effects.c.key == bindparam("k"),
                 effects.c.attempt == bindparam("a"),
-                or_(*(effects.c.state == fixed(s) for s in OPEN_STATES)),
+                open_states(),
             )
             .values(
                 state=bindparam("st"),
@@ -681,7 +678,7 @@ class Store:
         are checked in the UPDATE itself.
         """
         live = and_(effects.c.state == "started", effects.c.lease_expires_at > self._now)
-        conds = [effects.c.key == key, effects.c.state.in_(OPEN_STATES), ~live]
+        conds = [effects.c.key == key, open_states(), ~live]
         if expect_attempt is not None:
             conds.append(effects.c.attempt == expect_attempt)
         with self.tx() as conn:

@@ -4,8 +4,8 @@ Three writers append to ``c4a_changes``, and nothing else does: a trigger on ``c
 action inserted, deleted, or changing state or attempt), a trigger on ``c4a_run_counters`` (a
 counter the alert figures read: a run completed, its reads crossing 0, its tool calls or cost,
 a trigger it was entered with), both in the writer's own transaction, so a crash keeps the row
-and its change together or neither; and the repeats counted in memory (``_hits``), added every
-few seconds. Appending locks no row another worker needs.
+and its change together or neither; and the repeats counted in memory (``DedupCounter``),
+added every few seconds. Appending locks no row another worker needs.
 
 ``fold_batch`` moves the oldest changes into ``c4a_tallies``, each figure all time and, for
 those with a time, by minute and by hour (so a window is read as a few hundred rows), and into
@@ -18,7 +18,11 @@ counted by logging each as inserted (``log_everything``).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import math
+import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,6 +42,7 @@ from sqlalchemy import (
     text,
 )
 
+from call4agents.model import platform
 from call4agents.model.errors import LedgerError
 
 from .dialects import dialect_of, qualified
@@ -214,6 +219,99 @@ def log_repeats(conn: Connection, hits: int) -> None:
             run_id="", name=DEDUPED, new_value=hits, created_at=dialect_of(conn.dialect.name).now()
         )
     )
+
+
+FLUSH_AFTER = 5.0  # seconds a count may wait in memory
+_TAKE_AT = 10_000  # repeats noted before they are added up: bounds the list
+
+
+class DedupCounter:
+    """Repeats served from the record, on their way to the change log.
+
+    A repeat costs microseconds and writes nothing to its action's row, so it cannot afford a
+    database write of its own. Each one is noted in memory (one list append, no lock), added up
+    under a lock now and then; a timer writes the count to the change log (``log_repeats``) a
+    few seconds later in one short transaction, and ``Ledger.close()`` and interpreter exit write
+    what is left. A process killed with SIGKILL loses at most the last few seconds of counts: a
+    health figure, never part of the once-only guarantee.
+    """
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        # One entry per repeat. Appending is atomic and needs no lock (a third of a repeat's
+        # cost went on taking one); only _take removes entries, from the front, under the lock,
+        # so an entry appended meanwhile is never lost.
+        self._noted: list[None] = []
+        self.pending = 0  # repeats added up and not yet written, under the lock
+        # Whether this process's flush timer is armed. A fork's child has no timer thread (and
+        # maybe a lock some other thread held): _after_fork starts it afresh. Kept as a flag
+        # rather than comparing os.getpid() on each repeat, which is a system call.
+        self._armed = False
+        _counters.add(self)
+
+    def add(self) -> None:
+        noted = self._noted
+        noted.append(None)
+        if not self._armed or len(noted) >= _TAKE_AT:
+            self._settle()
+
+    def _settle(self) -> None:
+        with self._lock:
+            self.take()
+            if not self._armed:
+                self._armed = True
+                timer = threading.Timer(FLUSH_AFTER, self._flush_quietly)
+                timer.daemon = True
+                timer.start()
+
+    def take(self) -> None:
+        """Add the repeats noted so far to ``pending`` (the caller holds the lock)."""
+        taken = len(self._noted)
+        self.pending += taken
+        del self._noted[:taken]
+
+    def flush(self) -> None:
+        """Write the count held in memory to the ledger now."""
+        with self._lock:
+            self.take()
+            pending, self.pending = self.pending, 0
+            self._armed = False
+        if not pending:
+            return
+        try:
+            with self._store.tx() as conn:
+                log_repeats(conn, pending)
+        except LedgerError:
+            with self._lock:  # the database is away: keep them for the next flush
+                self.pending += pending
+            raise
+
+    def _flush_quietly(self) -> None:
+        with contextlib.suppress(LedgerError):  # kept in memory; the next repeat tries again
+            self.flush()
+
+
+_counters: weakref.WeakSet[DedupCounter] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a fork's child: no timer runs there, a lock held at the fork stays held, and the
+    counts held are the parent's, which the parent writes itself."""
+    for counter in list(_counters):
+        counter._lock = threading.Lock()
+        counter._noted = []
+        counter.pending = 0
+        counter._armed = False
+
+
+platform.at_fork(after_in_child=_after_fork)
+
+
+@atexit.register
+def _flush_at_exit() -> None:
+    for counter in list(_counters):
+        counter._flush_quietly()
 
 
 def log_everything(conn: Connection) -> None:

@@ -185,10 +185,4 @@ def _open(args: argparse.Namespace) -> Ledger:
 
 
 def _engine(url: _db.URL, schema: str | None) -> _db.Engine:
-    return _db.make_engine(
-        url,
-        durability="power",
-        schema=schema,
-        busy_timeout=30.0,
-        allow_network_fs=os.environ.get("CALL4AGENTS_ALLOW_NETWORK_FS") == "1",
-    )
+    return _db.make_engine(url, durability="power", schema=schema, busy_timeout=30.0)
