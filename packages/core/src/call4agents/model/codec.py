@@ -166,7 +166,11 @@ class _Tagger(Walker):
         return {"$datetime": v.isoformat()}
 
     def on_path(self, v: Any, depth: int, node: Node | None) -> Any:
-        return {"$path": [class_ref(type(v)), str(v)]}
+        tp = type(v)
+        # pathlib's own classes by the module that names them publicly: Python 3.13 defines
+        # them in pathlib._local, which older Pythons reading the result do not have.
+        public = getattr(pathlib, tp.__qualname__, None) is tp
+        return {"$path": [f"pathlib:{tp.__qualname__}" if public else class_ref(tp), str(v)]}
 
     def on_model(self, v: Any, depth: int, node: Node | None) -> Any:
         tp = type(v)
